@@ -1,0 +1,93 @@
+# One entry point for setup, the simulated cluster, tests, lint and benchmarks.
+# Every target sets up what it needs and skips work that is already done.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV        := .venv
+PY          := $(VENV)/bin/python
+BIN         := $(abspath $(VENV)/bin)
+COLLECTIONS := $(abspath .cache/collections)
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS):$(abspath $(VENV)/lib/python3.11/site-packages)
+export PATH := $(BIN):$(PATH)
+DEBIAN_PACKAGES := docker-registry skopeo
+SIM         := $(PY) tools/sim-cluster/sim.py
+PYTEST      := $(PY) -m pytest
+
+.PHONY: help setup venv debian-packages binaries collection-link sim-up sim-down sim-status demo \
+        test lint ruff ansible-lint sanity unit integration molecule build \
+        bench-extract bench-distribute bench-webhook
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+setup: venv debian-packages binaries collection-link ## Everything the tests and the demo need
+
+venv: $(VENV)/.installed ## Python virtualenv with the pinned requirements
+$(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements/dev.txt -c requirements/constraints.txt
+	touch $@
+
+debian-packages: ## Install missing Debian packages (root only; otherwise says what to install)
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
+	else echo "missing Debian packages: $$missing (install them as root)"; exit 1; fi
+
+binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+	@tools/sim-cluster/build.sh >/dev/null
+
+collection-link: ## Make the checkout importable as ansible_collections.gkm.cluster
+	@mkdir -p $(COLLECTIONS)/ansible_collections/gkm
+	@ln -sfn ../../../.. $(COLLECTIONS)/ansible_collections/gkm/cluster
+
+sim-up: setup ## Start the simulated GPU cluster and registry (idempotent)
+	$(SIM) up
+
+sim-down: venv ## Stop the simulated cluster and registry and remove their state
+	$(SIM) down
+
+sim-status: venv ## Show the simulated cluster's processes, ports and nodes
+	$(SIM) status
+
+demo: sim-up ## Bring up the simulated GPU cluster and show its GPU nodes
+	$(SIM) nodes
+
+test: setup lint unit integration molecule ## Run every test
+
+lint: ruff ansible-lint sanity ## ruff, ansible-lint (production profile), ansible-test sanity
+
+ruff: venv
+	$(VENV)/bin/ruff check .
+
+ansible-lint: setup
+	@if compgen -G "roles/*/tasks" >/dev/null || compgen -G "playbooks/*.yml" >/dev/null; then \
+	  $(VENV)/bin/ansible-lint --profile production --offline; else echo "ansible-lint: no roles or playbooks yet"; fi
+
+sanity: setup ## ansible-test sanity from a temporary ansible_collections/gkm/cluster tree
+	tools/ci/sanity.sh
+
+unit: setup
+	$(PYTEST) tests/unit -q
+
+integration: setup
+	$(PYTEST) tests/integration -q
+
+molecule: sim-up
+	@if compgen -G "molecule/*/molecule.yml" >/dev/null; then tools/ci/molecule.sh; \
+	else echo "molecule: no scenarios yet"; fi
+
+build: setup ## Build the collection tarball
+	$(VENV)/bin/ansible-galaxy collection build --force --output-path .cache/dist
+
+bench-extract: sim-up ## Extraction benchmark -> bench/results/extract.json
+	$(PY) bench/extract.py
+
+bench-distribute: sim-up ## Distribution benchmark -> bench/results/distribute.json
+	$(PY) bench/distribute.py
+
+bench-webhook: sim-up ## Webhook benchmark -> bench/results/webhook.json
+	$(PY) bench/webhook.py

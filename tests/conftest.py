@@ -1,0 +1,129 @@
+"""Session fixtures: the local simulated cluster, its registry, API clients and per-test namespaces.
+
+The cluster and registry are real (tools/sim-cluster/sim.py). A running one is reused; otherwise the
+session starts it and stops it again at the end, so the machine is left as it was found.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
+sys.path.insert(0, ROOT)
+
+SIM_SCRIPT = os.path.join(ROOT, "tools", "sim-cluster", "sim.py")
+_spec = importlib.util.spec_from_file_location("gkm_sim", SIM_SCRIPT)
+sim_control = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sim_control)
+
+
+@dataclass
+class Registry:
+    host: str
+
+    @property
+    def url(self):
+        return "http://%s" % self.host
+
+
+@dataclass
+class SimCluster:
+    kubeconfig: str
+    registry: str
+    state: dict = field(repr=False)
+
+
+def _run_sim(command):
+    subprocess.run([sys.executable, SIM_SCRIPT, command], check=True, cwd=ROOT)
+
+
+def _running(name):
+    return sim_control.is_running(sim_control.load_state()["processes"].get(name))
+
+
+@pytest.fixture(scope="session")
+def _sim_lifecycle():
+    """Remembers what was running before the session, and stops at the end whatever the session started."""
+    found = {name: _running(name) for name in [*sim_control.CONTROL_PLANE, "registry"]}
+    yield found
+    if not any(found.values()) and any(_running(name) for name in found):
+        _run_sim("down")
+
+
+@pytest.fixture(scope="session")
+def registry(_sim_lifecycle):
+    if not _running("registry"):
+        _run_sim("registry-up")
+    return Registry(host=sim_control.load_state()["registry"])
+
+
+@pytest.fixture(scope="session")
+def sim(_sim_lifecycle, registry):
+    if not all(_running(name) for name in sim_control.CONTROL_PLANE):
+        _run_sim("up")
+    state = sim_control.load_state()
+    return SimCluster(kubeconfig=state["kubeconfig"], registry=registry.host, state=state)
+
+
+@pytest.fixture(scope="session")
+def kube(sim):
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=sim.kubeconfig)
+
+
+@pytest.fixture
+def namespace(kube, request):
+    """A fresh namespace named after the test; deleted (without waiting) afterwards."""
+    from kubernetes import client
+
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = "t-%s-%s" % (base, uuid.uuid4().hex[:5])
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": name, "labels": {"gkm.io/test": "true"}}})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def sim_nodes(kube):
+    """Adds simulated nodes (node groups as in gpu_nodes.py), waits until Ready, removes them afterwards."""
+    from kubernetes import client
+
+    from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes
+
+    core = client.CoreV1Api(kube)
+    added = []
+
+    def add(groups, timeout=60):
+        nodes = gpu_nodes.render_nodes(groups)
+        for node in nodes:
+            core.create_node(node)
+            added.append(node["metadata"]["name"])
+        names = {node["metadata"]["name"] for node in nodes}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready = {
+                node.metadata.name for node in core.list_node(label_selector="%s=true" % gpu_nodes.SIM_LABEL).items
+                if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+            }
+            if names <= ready:
+                return sorted(names)
+            time.sleep(0.2)
+        raise TimeoutError("simulated nodes not Ready after %ss: %s" % (timeout, sorted(names - ready)))
+
+    def remove(name):
+        core.delete_node(name)
+        added.remove(name)
+
+    add.remove = remove
+    yield add
+    for name in added:
+        core.delete_node(name)

@@ -1,0 +1,489 @@
+#!/usr/bin/env python3
+"""Run the local simulated GPU cluster: a real control plane with kwok nodes, and a real OCI registry.
+
+    sim.py up            start whatever is not running (etcd, kube-apiserver, kube-controller-manager,
+                         kube-scheduler, kwok, docker-registry), create the simulated nodes, wait until ready
+    sim.py registry-up   start only the registry (enough for extraction tests)
+    sim.py down          stop exactly the processes recorded in the state file and remove the state
+    sim.py status        processes, ports and nodes
+    sim.py nodes         the GPU nodes with capacity, labels and taints
+    sim.py apply-nodes   create/remove simulated nodes so the cluster matches the node list
+
+State lives in $GKM_SIM_DIR (default .sim/ in the checkout): state.json (pids, ports), pki/, logs/,
+kubeconfig. Ports are picked free on 127.0.0.1 at start, so two checkouts never collide.
+Nodes: $GKM_SIM_NODES names a YAML file with a list of node groups (see gpu_nodes.py); without it,
+one control-plane node and $GKM_SIM_GPU_NODES (default 3) GPU workers of $GKM_SIM_GPU_VENDOR
+(amd|nvidia, default amd) and $GKM_SIM_GPU_ARCH.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
+
+from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes, tls  # noqa: E402
+
+SIM_DIR = os.path.abspath(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")))
+STATE_FILE = os.path.join(SIM_DIR, "state.json")
+LOG_DIR = os.path.join(SIM_DIR, "logs")
+PKI_DIR = os.path.join(SIM_DIR, "pki")
+KUBECONFIG = os.path.join(SIM_DIR, "kubeconfig")
+SERVICE_CIDR = "10.96.0.0/16"
+# Order matters: each component needs the ones before it.
+CONTROL_PLANE = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+
+
+def log(message):
+    print("sim: %s" % message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- state and processes
+
+def load_state():
+    try:
+        with open(STATE_FILE) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return {"processes": {}, "ports": {}}
+
+
+def save_state(state):
+    os.makedirs(SIM_DIR, exist_ok=True)
+    tmp = STATE_FILE + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(state, handle, indent=2, sort_keys=True)
+    os.replace(tmp, STATE_FILE)
+
+
+def _process_start_time(pid):
+    """The kernel's start time of pid (field 22 of /proc/pid/stat), or None if it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def is_running(record):
+    """A recorded process runs when its pid exists and has the start time we recorded (no pid reuse)."""
+    return bool(record) and _process_start_time(record["pid"]) == record["start_time"]
+
+
+def start_process(state, name, argv):
+    os.makedirs(LOG_DIR, exist_ok=True)
+    with open(os.path.join(LOG_DIR, name + ".log"), "ab") as log_file:
+        process = subprocess.Popen(
+            argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=SIM_DIR,
+        )
+    state["processes"][name] = {"pid": process.pid, "start_time": _process_start_time(process.pid), "argv": argv}
+    save_state(state)
+
+
+def stop_process(name, record, timeout=15):
+    if not is_running(record):
+        return
+    pid = record["pid"]
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _process_start_time(pid) is not None:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    if _process_start_time(pid) is not None:
+        log("%s did not stop in %ss, killing it" % (name, timeout))
+        os.killpg(pid, signal.SIGKILL)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port(state, name):
+    """A loopback port for name, chosen once and kept for the life of the state."""
+    if name not in state["ports"]:
+        state["ports"][name] = free_port()
+    return state["ports"][name]
+
+
+def wait_for(what, check, timeout, process_names=(), state=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        for name in process_names:
+            if not is_running(state["processes"].get(name)):
+                raise SystemExit("sim: %s exited while waiting for %s; see %s" % (
+                    name, what, os.path.join(LOG_DIR, name + ".log")))
+        time.sleep(0.1)
+    raise SystemExit("sim: timed out after %ss waiting for %s (logs: %s)" % (timeout, what, LOG_DIR))
+
+
+# ---------------------------------------------------------------- binaries, certificates, config files
+
+def binary_dir():
+    result = subprocess.run([os.path.join(HERE, "build.sh")], check=True, stdout=subprocess.PIPE, text=True)
+    return result.stdout.strip().splitlines()[-1]
+
+
+def _write(path, content, mode=0o600):
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as handle:
+        handle.write(content)
+
+
+def ensure_pki():
+    """CA, apiserver serving cert, admin client cert and service-account keys (made once per state)."""
+    paths = {name: os.path.join(PKI_DIR, name) for name in (
+        "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key", "sa.key", "sa.pub")}
+    if all(os.path.exists(path) for path in paths.values()):
+        return paths
+    os.makedirs(PKI_DIR, exist_ok=True)
+    ca_cert, ca_key = tls.new_ca("gkm-sim-ca")
+    server_cert, server_key = tls.new_signed_cert(
+        ca_cert, ca_key, "kube-apiserver",
+        dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                   "kubernetes.default.svc.cluster.local"],
+        ip_addresses=["127.0.0.1", "10.96.0.1"],
+    )
+    admin_cert, admin_key = tls.new_signed_cert(
+        ca_cert, ca_key, "gkm-sim-admin", organization="system:masters", server=False, client=True)
+    sa_key = tls.new_private_key("rsa")
+    for name, content in (("ca.crt", ca_cert), ("ca.key", ca_key), ("apiserver.crt", server_cert),
+                          ("apiserver.key", server_key), ("admin.crt", admin_cert), ("admin.key", admin_key),
+                          ("sa.key", tls.key_to_pem(sa_key)), ("sa.pub", tls.public_key_to_pem(sa_key))):
+        _write(paths[name], content)
+    return paths
+
+
+def write_kubeconfig(state, pki):
+    server = "https://127.0.0.1:%d" % port(state, "apiserver")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "gkm-sim", "cluster": {"server": server, "certificate-authority": pki["ca.crt"]}}],
+        "users": [{"name": "gkm-sim-admin", "user": {
+            "client-certificate": pki["admin.crt"], "client-key": pki["admin.key"]}}],
+        "contexts": [{"name": "gkm-sim", "context": {"cluster": "gkm-sim", "user": "gkm-sim-admin"}}],
+        "current-context": "gkm-sim",
+    }
+    _write(KUBECONFIG, yaml.safe_dump(config, sort_keys=False))
+    return server
+
+
+def write_audit_policy():
+    """Audit only writes, at Metadata level: tests count a module's writes from this log."""
+    path = os.path.join(SIM_DIR, "audit-policy.yaml")
+    _write(path, yaml.safe_dump({
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {"level": "None", "users": ["system:kube-scheduler", "system:kube-controller-manager"]},
+            {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+             "userGroups": ["system:masters"]},
+            {"level": "None"},
+        ],
+    }), 0o644)
+    return path
+
+
+def write_registry_config(state):
+    path = os.path.join(SIM_DIR, "registry.yml")
+    _write(path, yaml.safe_dump({
+        "version": 0.1,
+        "log": {"level": "warn"},
+        "storage": {"filesystem": {"rootdirectory": os.path.join(SIM_DIR, "registry")}, "delete": {"enabled": True}},
+        "http": {"addr": "127.0.0.1:%d" % port(state, "registry")},
+    }), 0o644)
+    return path
+
+
+def write_kwok_config():
+    """kwok's defaults, plus the Stage CRDs, so tests can add stages (e.g. make chosen Job pods fail)."""
+    path = os.path.join(SIM_DIR, "kwok.yaml")
+    _write(path, yaml.safe_dump({
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {"enableCRDs": ["Stage"]},
+    }), 0o644)
+    return path
+
+
+# ---------------------------------------------------------------- components
+
+def component_argv(name, state, binaries, pki):
+    cfg = KUBECONFIG
+    if name == "etcd":
+        client, peer = port(state, "etcd-client"), port(state, "etcd-peer")
+        return [os.path.join(binaries, "etcd"), "--name", "gkm-sim", "--data-dir", os.path.join(SIM_DIR, "etcd"),
+                "--listen-client-urls", "http://127.0.0.1:%d" % client,
+                "--advertise-client-urls", "http://127.0.0.1:%d" % client,
+                "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
+                "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % peer,
+                "--initial-cluster", "gkm-sim=http://127.0.0.1:%d" % peer,
+                "--listen-metrics-urls", "http://127.0.0.1:%d" % port(state, "etcd-metrics"),
+                # A throwaway test cluster: durability is not worth the fsync latency.
+                "--unsafe-no-fsync", "--quota-backend-bytes", str(4 * 1024 ** 3), "--log-level", "warn"]
+    if name == "kube-apiserver":
+        return [os.path.join(binaries, "kube-apiserver"),
+                "--etcd-servers", "http://127.0.0.1:%d" % port(state, "etcd-client"),
+                "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+                "--secure-port", str(port(state, "apiserver")),
+                "--cert-dir", os.path.join(SIM_DIR, "apiserver-certs"),
+                "--tls-cert-file", pki["apiserver.crt"], "--tls-private-key-file", pki["apiserver.key"],
+                "--client-ca-file", pki["ca.crt"],
+                "--service-account-key-file", pki["sa.pub"],
+                "--service-account-signing-key-file", pki["sa.key"],
+                "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+                "--service-cluster-ip-range", SERVICE_CIDR,
+                "--authorization-mode", "RBAC",
+                "--enable-admission-plugins", "NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,"
+                "PersistentVolumeClaimResize,Priority,DefaultTolerationSeconds,MutatingAdmissionWebhook,"
+                "ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota,PodSecurity",
+                "--allow-privileged=true",
+                # Benchmarks push thousands of objects and a 500-pod DaemonSet through one apiserver.
+                "--max-requests-inflight", "2000", "--max-mutating-requests-inflight", "1000",
+                "--audit-policy-file", write_audit_policy(),
+                "--audit-log-path", os.path.join(LOG_DIR, "audit.log"),
+                "--audit-log-maxsize", "200", "--audit-log-maxbackup", "1",
+                "--profiling=false", "--v", "1"]
+    if name == "kube-controller-manager":
+        return [os.path.join(binaries, "kube-controller-manager"),
+                "--kubeconfig", cfg, "--authentication-kubeconfig", cfg, "--authorization-kubeconfig", cfg,
+                "--bind-address", "127.0.0.1", "--secure-port", str(port(state, "controller-manager")),
+                "--service-account-private-key-file", pki["sa.key"], "--root-ca-file", pki["ca.crt"],
+                "--service-cluster-ip-range", SERVICE_CIDR, "--leader-elect=false",
+                "--controllers", "*", "--kube-api-qps", "500", "--kube-api-burst", "1000",
+                "--concurrent-job-syncs", "20", "--concurrent-daemonset-syncs", "5", "--v", "1"]
+    if name == "kube-scheduler":
+        return [os.path.join(binaries, "kube-scheduler"),
+                "--kubeconfig", cfg, "--authentication-kubeconfig", cfg, "--authorization-kubeconfig", cfg,
+                "--bind-address", "127.0.0.1", "--secure-port", str(port(state, "scheduler")),
+                "--leader-elect=false", "--kube-api-qps", "500", "--kube-api-burst", "1000", "--v", "1"]
+    if name == "kwok":
+        return [os.path.join(binaries, "kwok"), "--kubeconfig", cfg, "--config", write_kwok_config(),
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector", "%s=%s" % (
+                    gpu_nodes.KWOK_ANNOTATION, gpu_nodes.KWOK_ANNOTATION_VALUE),
+                "--cidr", "10.244.0.0/16", "--node-ip", "10.89.0.1",
+                "--server-address", "127.0.0.1:%d" % port(state, "kwok")]
+    raise ValueError(name)
+
+
+def _tls_context(pki):
+    context = ssl.create_default_context(cafile=pki["ca.crt"])
+    context.load_cert_chain(pki["admin.crt"], pki["admin.key"])
+    return context
+
+
+def api_request(state, pki, method, path, body=None, timeout=10):
+    url = "https://127.0.0.1:%d%s" % (port(state, "apiserver"), path)
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, context=_tls_context(pki), timeout=timeout) as response:
+        return json.loads(response.read() or b"null") if response.status != 204 else None
+
+
+def _http_ok(url, context=None):
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def readiness_check(name, state, pki):
+    if name == "etcd":
+        return lambda: _http_ok("http://127.0.0.1:%d/health" % port(state, "etcd-client"))
+    if name == "kube-apiserver":
+        return lambda: _http_ok("https://127.0.0.1:%d/readyz" % port(state, "apiserver"), _tls_context(pki))
+    if name == "registry":
+        return lambda: _http_ok("http://127.0.0.1:%d/v2/" % port(state, "registry"))
+    return lambda: True
+
+
+# ---------------------------------------------------------------- nodes
+
+def node_groups():
+    path = os.environ.get("GKM_SIM_NODES")
+    if path:
+        with open(path) as handle:
+            return yaml.safe_load(handle)
+    vendor = os.environ.get("GKM_SIM_GPU_VENDOR", "amd")
+    workers = {"name": "gkm-gpu-worker", "count": int(os.environ.get("GKM_SIM_GPU_NODES", "3")), "vendor": vendor,
+               "arch": os.environ.get("GKM_SIM_GPU_ARCH", gpu_nodes.VENDORS[vendor]["arch"]), "gpus": 2}
+    return [gpu_nodes.DEFAULT_NODE_GROUPS[0], workers]
+
+
+def list_sim_nodes(state, pki):
+    result = api_request(state, pki, "GET", "/api/v1/nodes?labelSelector=%s%%3Dtrue" % gpu_nodes.SIM_LABEL)
+    return result["items"]
+
+
+def apply_nodes(state, pki, groups):
+    """Create missing simulated nodes and delete those no longer in the list; returns (added, removed)."""
+    desired = {node["metadata"]["name"]: node for node in gpu_nodes.render_nodes(groups)}
+    existing = {node["metadata"]["name"] for node in list_sim_nodes(state, pki)}
+    to_add = [node for name, node in desired.items() if name not in existing]
+    to_remove = sorted(existing - set(desired))
+
+    def create(node):
+        try:
+            api_request(state, pki, "POST", "/api/v1/nodes", node)
+        except urllib.error.HTTPError as error:
+            if error.code != 409:
+                raise
+
+    def delete(name):
+        try:
+            api_request(state, pki, "DELETE", "/api/v1/nodes/%s" % name)
+        except urllib.error.HTTPError as error:
+            if error.code != 404:
+                raise
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(create, to_add))
+        list(pool.map(delete, to_remove))
+    return [node["metadata"]["name"] for node in to_add], to_remove
+
+
+def nodes_ready(state, pki, names):
+    ready = set()
+    for node in list_sim_nodes(state, pki):
+        conditions = node.get("status", {}).get("conditions") or []
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+            ready.add(node["metadata"]["name"])
+    return set(names) <= ready
+
+
+def ensure_default_storage_class(state, pki):
+    """A storage class without a provisioner, as kind-like clusters without CSI have: PVs are made by hand."""
+    body = {
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "local-manual", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    try:
+        api_request(state, pki, "POST", "/apis/storage.k8s.io/v1/storageclasses", body)
+    except urllib.error.HTTPError as error:
+        if error.code != 409:
+            raise
+
+
+# ---------------------------------------------------------------- commands
+
+def start_registry(state):
+    if is_running(state["processes"].get("registry")):
+        return
+    config = write_registry_config(state)
+    start_process(state, "registry", ["docker-registry", "serve", config])
+    wait_for("the registry", readiness_check("registry", state, None), 15, ["registry"], state)
+    state["registry"] = "127.0.0.1:%d" % port(state, "registry")
+    save_state(state)
+
+
+def cmd_registry_up(_args):
+    os.makedirs(SIM_DIR, exist_ok=True)
+    state = load_state()
+    start_registry(state)
+    print(state["registry"])
+
+
+def cmd_up(_args):
+    started = time.monotonic()
+    os.makedirs(SIM_DIR, exist_ok=True)
+    binaries = binary_dir()
+    state = load_state()
+    pki = ensure_pki()
+    state["apiserver"] = write_kubeconfig(state, pki)
+    state["kubeconfig"] = KUBECONFIG
+    save_state(state)
+    start_registry(state)
+    started_any = False
+    for name in CONTROL_PLANE:
+        if is_running(state["processes"].get(name)):
+            continue
+        start_process(state, name, component_argv(name, state, binaries, pki))
+        started_any = True
+        wait_for(name, readiness_check(name, state, pki), 60, [name], state)
+    if started_any:
+        # Nodes are only laid out on a fresh start: a running cluster may have been reshaped on purpose
+        # (benchmarks, day-2 tests) and `up` must not undo that; `apply-nodes` reconciles explicitly.
+        ensure_default_storage_class(state, pki)
+        groups = node_groups()
+        apply_nodes(state, pki, groups)
+        names = [node["metadata"]["name"] for node in gpu_nodes.render_nodes(groups)]
+        wait_for("nodes Ready", lambda: nodes_ready(state, pki, names), 60, CONTROL_PLANE, state)
+    log("ready in %.1fs (%s); KUBECONFIG=%s" % (
+        time.monotonic() - started, "started" if started_any else "already running", KUBECONFIG))
+
+
+def cmd_apply_nodes(_args):
+    state = load_state()
+    pki = ensure_pki()
+    groups = node_groups()
+    added, removed = apply_nodes(state, pki, groups)
+    names = [node["metadata"]["name"] for node in gpu_nodes.render_nodes(groups)]
+    wait_for("nodes Ready", lambda: nodes_ready(state, pki, names), 120, CONTROL_PLANE, state)
+    print(json.dumps({"added": added, "removed": removed}))
+
+
+def cmd_down(_args):
+    state = load_state()
+    for name in reversed(CONTROL_PLANE + ["registry"]):
+        stop_process(name, state["processes"].get(name))
+    if os.path.isdir(SIM_DIR):
+        subprocess.run(["rm", "-rf", SIM_DIR], check=True)
+    log("stopped; removed %s" % SIM_DIR)
+
+
+def cmd_status(_args):
+    state = load_state()
+    for name in CONTROL_PLANE + ["registry"]:
+        record = state["processes"].get(name)
+        print("%-24s %s" % (name, "running pid %d" % record["pid"] if is_running(record) else "stopped"))
+    print("ports: %s" % json.dumps(state.get("ports", {}), sort_keys=True))
+    print("kubeconfig: %s" % state.get("kubeconfig", "-"))
+
+
+def cmd_nodes(_args):
+    state = load_state()
+    pki = ensure_pki()
+    rows = [gpu_nodes.node_summary(node) for node in list_sim_nodes(state, pki)]
+    print("Simulated cluster: %s (KUBECONFIG=%s), registry %s" % (state["apiserver"], KUBECONFIG, state["registry"]))
+    columns = ["name", "gpus", "backend", "arch", "warp_size", "taints"]
+    widths = {column: max([len(column)] + [len(row[column]) for row in rows]) for column in columns}
+    print("  ".join(column.upper().ljust(widths[column]) for column in columns))
+    for row in rows:
+        print("  ".join(row[column].ljust(widths[column]) for column in columns))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = {"up": cmd_up, "registry-up": cmd_registry_up, "down": cmd_down, "status": cmd_status,
+                "nodes": cmd_nodes, "apply-nodes": cmd_apply_nodes}
+    parser.add_argument("command", choices=sorted(commands))
+    args = parser.parse_args()
+    commands[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
