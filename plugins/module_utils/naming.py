@@ -1,0 +1,171 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""Deterministic names, labels and label selectors for the objects a cache is distributed with.
+
+Every PVC, PV and Job name is a pure function of the slot it serves: (cache, cache namespace, target
+namespace, node, digest). A re-run therefore finds its own objects with one label-selected LIST per
+kind and recomputes the names it expects, instead of guessing at random suffixes.
+
+All names are DNS-1123 labels (at most 63 characters, [a-z0-9-]) so they are also valid label
+values; the Job controller copies a Job's name into its pods' labels.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import re
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGER = "gkm.cluster"
+CACHE_LABEL = "gkm.io/cache"
+CACHE_NAMESPACE_LABEL = "gkm.io/cache-namespace"
+NODE_LABEL = "gkm.io/node"
+DIGEST_LABEL = "gkm.io/digest"
+
+MAX_NAME = 63
+HASH_LENGTH = 10
+SHORT_DIGEST_LENGTH = 12
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DIGEST = re.compile(r"^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-fA-F0-9]{32,}$")
+
+
+def is_dns1123_label(value):
+    return bool(value) and len(value) <= MAX_NAME and bool(_DNS1123_LABEL.match(value))
+
+
+def is_label_value(value):
+    return len(value) <= MAX_NAME and bool(_LABEL_VALUE.match(value))
+
+
+def name_problem(field, value):
+    """Return why `value` cannot be used as a DNS-1123 label name for `field`, or None when it can."""
+    if not value:
+        return "{0} must not be empty".format(field)
+    if len(value) > MAX_NAME:
+        return "{0} {1!r} is {2} characters long; the limit is {3}".format(field, value, len(value), MAX_NAME)
+    if not _DNS1123_LABEL.match(value):
+        return (
+            "{0} {1!r} is not a valid DNS-1123 label: use lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit".format(field, value)
+        )
+    return None
+
+
+def stable_hash(*parts):
+    """A short hash of the parts; the separator keeps ('a-b', 'c') apart from ('a', 'b-c')."""
+    joined = "\0".join(parts).encode("utf-8")
+    return hashlib.sha256(joined).hexdigest()[:HASH_LENGTH]
+
+
+def short_digest(digest):
+    """The first hex characters of an image digest ('sha256:abc...' -> 'abc...'), used as a label value."""
+    if not _DIGEST.match(digest or ""):
+        raise ValueError("{0!r} is not an image digest like 'sha256:<64 hex>'".format(digest))
+    return digest.split(":", 1)[1][:SHORT_DIGEST_LENGTH].lower()
+
+
+def _join_with_hash(readable_parts, hashed_parts):
+    """`<readable parts joined by '-'>-<hash>`, the readable part cut so the whole fits in 63 characters."""
+    suffix = "-" + stable_hash(*hashed_parts)
+    readable = "-".join(_dns_safe(part) for part in readable_parts if part)
+    readable = readable[: MAX_NAME - len(suffix)].rstrip("-")
+    return readable + suffix
+
+
+def _dns_safe(value):
+    """Node names are DNS subdomains: lower-case them and turn anything outside [a-z0-9-] into '-'."""
+    return re.sub(r"[^a-z0-9-]", "-", value.lower()).strip("-")
+
+
+def label_value(value):
+    """`value` itself when it is a valid label value, otherwise a readable prefix plus a stable hash."""
+    if is_label_value(value):
+        return value
+    return _join_with_hash([value], [value])
+
+
+class Slot:
+    """One place a cache is extracted to: a namespace, a node (ReadWriteOnce only) and a digest.
+
+    `cache_namespace` is the namespace of a namespaced cache and '' for a cluster cache.
+    `node` is '' for ReadOnlyMany, where one PVC per namespace serves every node.
+    """
+
+    __slots__ = ("cache", "cache_namespace", "digest", "namespace", "node")
+
+    def __init__(self, cache, cache_namespace, namespace, node, digest):
+        self.cache = cache
+        self.cache_namespace = cache_namespace
+        self.namespace = namespace
+        self.node = node
+        self.digest = digest
+
+    def key(self):
+        return (self.cache, self.cache_namespace, self.namespace, self.node, self.digest)
+
+    def __eq__(self, other):
+        return isinstance(other, Slot) and self.key() == other.key()
+
+    def __hash__(self):
+        return hash(self.key())
+
+    def __repr__(self):
+        return "Slot{0!r}".format(self.key())
+
+    def _hashed(self, kind):
+        return (kind, *self.key())
+
+    def pvc_name(self):
+        """ReadOnlyMany: the cache's own name (what workloads put in claimName, as in GKM).
+
+        ReadWriteOnce: `<cache>-<node>-<hash>`; the hash covers the digest so a new image gets a new
+        PVC while pods may still mount the old one.
+        """
+        if not self.node:
+            return self.cache
+        return _join_with_hash([self.cache, self.node], self._hashed("pvc"))
+
+    def job_name(self):
+        return _join_with_hash([self.cache, self.node], self._hashed("job"))
+
+    def pv_name(self):
+        """PVs are cluster-scoped: the hash also covers the namespace, so names never collide."""
+        return _join_with_hash(["gkm", self.cache, self.node], self._hashed("pv"))
+
+    def host_path(self, root):
+        """Each cache, namespace and digest has its own directory, so two caches never share one."""
+        parts = [
+            root.rstrip("/"),
+            self.cache_namespace or "_cluster",
+            self.cache,
+            self.namespace,
+            self.digest.split(":", 1)[1].lower(),
+        ]
+        return "/".join(parts)
+
+    def labels(self):
+        labels = {
+            MANAGED_BY_LABEL: MANAGER,
+            CACHE_LABEL: self.cache,
+            CACHE_NAMESPACE_LABEL: self.cache_namespace,
+            DIGEST_LABEL: short_digest(self.digest),
+        }
+        if self.node:
+            labels[NODE_LABEL] = label_value(self.node)
+        return labels
+
+
+def cache_selector(cache, cache_namespace):
+    """Label selector for every object of one cache ('' namespace selects the cluster cache)."""
+    return "{0}={1},{2}={3},{4}={5}".format(
+        MANAGED_BY_LABEL, MANAGER, CACHE_LABEL, cache, CACHE_NAMESPACE_LABEL, cache_namespace
+    )
+
+
+def managed_selector():
+    """Label selector for every object this collection manages, for listing all caches."""
+    return "{0}={1}".format(MANAGED_BY_LABEL, MANAGER)
