@@ -1,0 +1,190 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""Admission decisions of the PVC-mutation webhook: AdmissionReview v1 in, AdmissionReview v1 out.
+
+Pure: the only input besides the review is a CacheView (webhook_view.py). For a pod labelled
+gkm.io/pvc-mutation=true, each PVC volume whose claimName names a cache visible from the pod's
+namespace is rewritten to the PVC holding the cache's current digest on the pod's node.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import json
+
+MUTATION_LABEL = "gkm.io/pvc-mutation"
+ADMISSION_API_VERSION = "admission.k8s.io/v1"
+
+# Outcomes, also the values of the server's requests_total{outcome=...} metric.
+PATCHED = "patched"
+ALLOWED = "allowed"
+DENIED = "denied"
+INVALID = "invalid"
+
+
+class Decision:
+    """The HTTP status and body to answer with, plus the outcome for metrics and logs."""
+
+    __slots__ = ("body", "http_status", "message", "outcome")
+
+    def __init__(self, http_status, body, outcome, message=""):
+        self.http_status = http_status
+        self.body = body
+        self.outcome = outcome
+        self.message = message
+
+
+def _invalid(message):
+    return Decision(400, {"error": message}, INVALID, message)
+
+
+def _review(response):
+    return {"apiVersion": ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def _allow(uid, reason):
+    return Decision(200, _review({"uid": uid, "allowed": True}), ALLOWED, reason)
+
+
+def _deny(uid, message):
+    response = {"uid": uid, "allowed": False, "status": {"code": 403, "reason": "Forbidden", "message": message}}
+    return Decision(200, _review(response), DENIED, message)
+
+
+def _patch(uid, operations, message):
+    patch = base64.b64encode(json.dumps(operations, separators=(",", ":")).encode()).decode()
+    response = {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": patch}
+    return Decision(200, _review(response), PATCHED, message)
+
+
+def _dict(value):
+    return value if isinstance(value, dict) else {}
+
+
+def pod_node(spec):
+    """The node a pod will run on as far as admission can tell, or None.
+
+    spec.nodeName wins; otherwise the required node affinity must pin every nodeSelectorTerm
+    to nodes by `matchFields: metadata.name In [...]` (what the DaemonSet controller writes),
+    and together the terms must allow exactly one node.
+    """
+    node_name = spec.get("nodeName")
+    if isinstance(node_name, str) and node_name:
+        return node_name
+    required = _dict(_dict(_dict(spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"))
+    terms = required.get("nodeSelectorTerms")
+    if not isinstance(terms, list) or not terms:
+        return None
+    allowed = set()
+    for term in terms:
+        term_nodes = _term_nodes(_dict(term))
+        if term_nodes is None:
+            return None
+        allowed |= term_nodes
+    return allowed.pop() if len(allowed) == 1 else None
+
+
+def _term_nodes(term):
+    """Node names one nodeSelectorTerm allows by metadata.name In, or None if it does not restrict them."""
+    fields = term.get("matchFields")
+    nodes = None
+    for requirement in fields if isinstance(fields, list) else ():
+        requirement = _dict(requirement)
+        values = requirement.get("values")
+        if requirement.get("key") != "metadata.name" or requirement.get("operator") != "In":
+            continue
+        if not isinstance(values, list):
+            continue
+        names = {value for value in values if isinstance(value, str)}
+        nodes = names if nodes is None else nodes & names
+    return nodes
+
+
+def _pod_label(metadata, namespace):
+    name = metadata.get("name") or "{0}<generated>".format(metadata.get("generateName") or "")
+    return '"{0}/{1}"'.format(namespace, name)
+
+
+def _cache_claims(volumes, namespace, view):
+    """(volume index, volume name, CacheClaim) for each PVC volume that names a per-node cache."""
+    claims = []
+    for index, volume in enumerate(volumes if isinstance(volumes, list) else ()):
+        volume = _dict(volume)
+        claim_name = _dict(volume.get("persistentVolumeClaim")).get("claimName")
+        if not isinstance(claim_name, str) or not claim_name:
+            continue
+        claim = view.resolve(namespace, claim_name)
+        if claim is not None and not claim.read_only:
+            claims.append((index, volume.get("name"), claim))
+    return claims
+
+
+def admit(review, view):
+    """Decide on one AdmissionReview (already JSON-decoded). Never raises on bad input."""
+    if not isinstance(review, dict) or review.get("kind") != "AdmissionReview":
+        return _invalid("expected an AdmissionReview object")
+    if review.get("apiVersion") != ADMISSION_API_VERSION:
+        return _invalid("expected apiVersion {0}, got {1!r}".format(ADMISSION_API_VERSION, review.get("apiVersion")))
+    request = review.get("request")
+    if not isinstance(request, dict):
+        return _invalid("the AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return _invalid("the AdmissionReview request has no uid")
+
+    kind = _dict(request.get("kind"))
+    if kind.get("group") != "" or kind.get("kind") != "Pod" or request.get("subResource"):
+        return _allow(uid, "not a pod")
+    if request.get("operation") != "CREATE":
+        return _allow(uid, "not a create")
+    pod = _dict(request.get("object"))
+    metadata = _dict(pod.get("metadata"))
+    if _dict(metadata.get("labels")).get(MUTATION_LABEL) != "true":
+        return _allow(uid, "pod not labelled {0}=true".format(MUTATION_LABEL))
+    namespace = request.get("namespace") or metadata.get("namespace") or ""
+    spec = _dict(pod.get("spec"))
+    claims = _cache_claims(spec.get("volumes"), namespace, view)
+    if not claims:
+        return _allow(uid, "no volume names a per-node cache")
+
+    pod_label = _pod_label(metadata, namespace)
+    caches = ", ".join(sorted({claim.describe() for _, _, claim in claims}))
+    node = pod_node(spec)
+    if node is None:
+        return _deny(uid, (
+            "pod {0} mounts {1}, whose ReadWriteOnce storage has one PVC per node, but its node is "
+            "not known at admission: run the workload as a DaemonSet (its pods are pinned with a "
+            "matchFields metadata.name affinity) or set spec.nodeName").format(pod_label, caches))
+
+    operations = []
+    rewrites = []
+    missing = []
+    for index, volume_name, claim in claims:
+        pvc = claim.pvc_for(node)
+        if pvc is None:
+            missing.append(claim)
+            continue
+        operations.append({
+            "op": "replace",
+            "path": "/spec/volumes/{0}/persistentVolumeClaim/claimName".format(index),
+            "value": pvc,
+        })
+        rewrites.append("volume {0} -> {1}".format(volume_name, pvc))
+    if missing:
+        return _deny(uid, "; ".join(_missing_message(claim, node) for claim in missing) + (
+            " (pod {0}; a DaemonSet controller retries on its own)".format(pod_label)))
+    return _patch(uid, operations, "pod {0} on node {1}: {2}".format(pod_label, node, ", ".join(rewrites)))
+
+
+def _missing_message(claim, node):
+    if claim.digest is None:
+        state = "has not been distributed to any node yet"
+    else:
+        state = 'has no PVC for node "{0}" (digest {1}) yet'.format(node, claim.digest)
+    return (
+        '{0} {1}: run gkm.cluster.cache_distribute for it so node "{2}" gets its PVC '
+        "(gkm.cluster.cache_info shows whether the node is eligible)"
+    ).format(claim.describe(), state, node)

@@ -1,0 +1,281 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""The webhook's in-memory view of caches and their per-node PVCs, fed by list+watch events.
+
+Pure data: no API calls. The server applies watch events to it on its event loop and the
+admission logic asks it one question per PVC volume: "in namespace N, does claim name C name a
+cache, and if so which PVC serves node X?".
+
+Three sources make a cache visible from a namespace:
+- a GKMCache in that namespace;
+- a ClusterGKMCache whose spec.workloadNamespaces lists the namespace;
+- PVCs of the namespace labelled by cache_distribute (the collection can distribute without the CRDs).
+A namespaced cache shadows a cluster cache of the same name.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.naming import (
+    CACHE_LABEL,
+    CACHE_NAMESPACE_LABEL,
+    DIGEST_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    NODE_LABEL,
+    label_value,
+    short_digest,
+)
+
+GKM_GROUP = "gkm.io"
+GKM_VERSION = "v1alpha1"
+NAMESPACED_KIND = "GKMCache"
+CLUSTER_KIND = "ClusterGKMCache"
+READ_ONLY_MANY = "ReadOnlyMany"
+
+# Selector for the only PVCs the webhook needs to see.
+MANAGED_PVC_SELECTOR = "{0}={1},{2}".format(MANAGED_BY_LABEL, MANAGER, CACHE_LABEL)
+
+
+class CacheClaim:
+    """What a claim name resolves to in one namespace.
+
+    scope is 'namespaced' or 'cluster'; digest is the short digest pods should get (None when no
+    PVC exists yet and the cache object does not pin one); read_only is True for ReadOnlyMany
+    caches, whose single PVC is named as the cache and needs no rewrite.
+    """
+
+    __slots__ = ("_node_pvcs", "digest", "name", "namespace", "read_only", "scope")
+
+    def __init__(self, name, namespace, scope, digest, node_pvcs, read_only):
+        self.name = name
+        self.namespace = namespace
+        self.scope = scope
+        self.digest = digest
+        self._node_pvcs = node_pvcs
+        self.read_only = read_only
+
+    def pvc_for(self, node):
+        """Name of the PVC holding the current digest on node, or None."""
+        # cache_distribute writes the node label through label_value (long names get a hash).
+        return self._node_pvcs.get(label_value(node))
+
+    def describe(self):
+        if self.scope == "cluster":
+            return 'ClusterGKMCache "{0}"'.format(self.name)
+        return 'GKMCache "{0}/{1}"'.format(self.namespace, self.name)
+
+
+class _DeclaredCache:
+    __slots__ = ("digest", "read_only", "workload_namespaces")
+
+    def __init__(self, digest, read_only, workload_namespaces):
+        self.digest = digest
+        self.read_only = read_only
+        self.workload_namespaces = workload_namespaces
+
+
+class _PvcRecord:
+    __slots__ = ("cache", "cache_namespace", "created", "digest", "node")
+
+    def __init__(self, cache, cache_namespace, node, digest, created):
+        self.cache = cache
+        self.cache_namespace = cache_namespace
+        self.node = node
+        self.digest = digest
+        self.created = created
+
+
+def _pinned_digest(image):
+    """Short digest of an image reference pinned by digest ('repo@sha256:...'), else None."""
+    if not isinstance(image, str) or "@" not in image:
+        return None
+    try:
+        return short_digest(image.rsplit("@", 1)[1])
+    except ValueError:
+        return None
+
+
+def _declared_cache(obj, kind):
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    access_modes = spec.get("accessModes") or []
+    workload_namespaces = frozenset()
+    if kind == CLUSTER_KIND:
+        listed = spec.get("workloadNamespaces") or []
+        workload_namespaces = frozenset(ns for ns in listed if isinstance(ns, str))
+    return _DeclaredCache(
+        digest=_pinned_digest(spec.get("image")),
+        read_only=isinstance(access_modes, list) and READ_ONLY_MANY in access_modes,
+        workload_namespaces=workload_namespaces,
+    )
+
+
+def _pvc_record(obj):
+    """A _PvcRecord for a PVC written by cache_distribute, or None for anything else."""
+    metadata = obj.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) != MANAGER or not labels.get(CACHE_LABEL):
+        return None
+    return _PvcRecord(
+        cache=labels[CACHE_LABEL],
+        cache_namespace=labels.get(CACHE_NAMESPACE_LABEL, ""),
+        node=labels.get(NODE_LABEL) or None,
+        digest=labels.get(DIGEST_LABEL) or "",
+        created=metadata.get("creationTimestamp") or "",
+    )
+
+
+def _key(obj):
+    metadata = obj.get("metadata") or {}
+    return metadata.get("namespace") or "", metadata.get("name") or ""
+
+
+class _PvcGroup:
+    """The PVCs of one cache in one namespace, with lookups derived lazily after changes.
+
+    Derivation is deferred to the first lookup so that a LIST of thousands of PVCs costs one
+    pass, not one pass per PVC.
+    """
+
+    __slots__ = ("_by_digest", "_newest_digest", "_read_only", "records")
+
+    def __init__(self):
+        self.records = {}  # pvc name -> _PvcRecord
+        self._by_digest = None
+
+    def changed(self):
+        self._by_digest = None
+
+    def _derive(self):
+        by_digest = {}
+        newest = None
+        read_only = False
+        for pvc_name in sorted(self.records):
+            record = self.records[pvc_name]
+            if record.node is None:
+                read_only = True
+                continue
+            by_digest.setdefault(record.digest, {}).setdefault(record.node, pvc_name)
+            if newest is None or (record.created, record.digest) > newest:
+                newest = (record.created, record.digest)
+        self._by_digest = by_digest
+        self._newest_digest = newest[1] if newest else None
+        self._read_only = read_only
+
+    def newest_digest(self):
+        if self._by_digest is None:
+            self._derive()
+        return self._newest_digest
+
+    def read_only(self):
+        if self._by_digest is None:
+            self._derive()
+        return self._read_only
+
+    def node_pvcs(self, digest):
+        if self._by_digest is None:
+            self._derive()
+        return self._by_digest.get(digest, {})
+
+
+_NO_PVCS = _PvcGroup()
+
+
+class CacheView:
+    """Caches and managed PVCs, indexed for one dictionary lookup per PVC volume of a pod."""
+
+    def __init__(self):
+        self._pvc_groups = {}  # (pvc namespace, cache, cache namespace) -> _PvcGroup
+        self._pvc_group_of = {}  # (namespace, pvc name) -> group key, to move or drop a PVC
+        self._caches = {NAMESPACED_KIND: {}, CLUSTER_KIND: {}}  # kind -> {(namespace, name): _DeclaredCache}
+        self._cluster_caches_by_name = {}
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def apply_pvc_event(self, event_type, obj):
+        """Apply one watch event (ADDED, MODIFIED, DELETED) of a PVC."""
+        key = _key(obj)
+        self._forget_pvc(key)
+        if event_type == "DELETED":
+            return
+        record = _pvc_record(obj)
+        if record is None:
+            return
+        group_key = (key[0], record.cache, record.cache_namespace)
+        group = self._pvc_groups.get(group_key)
+        if group is None:
+            group = self._pvc_groups[group_key] = _PvcGroup()
+        group.records[key[1]] = record
+        group.changed()
+        self._pvc_group_of[key] = group_key
+
+    def replace_pvcs(self, items):
+        """Replace every PVC with the result of a fresh LIST."""
+        self._pvc_groups = {}
+        self._pvc_group_of = {}
+        for obj in items:
+            self.apply_pvc_event("ADDED", obj)
+
+    def apply_cache_event(self, kind, event_type, obj):
+        """Apply one watch event of a GKMCache or ClusterGKMCache."""
+        key = _key(obj)
+        if event_type == "DELETED":
+            self._caches[kind].pop(key, None)
+        else:
+            self._caches[kind][key] = _declared_cache(obj, kind)
+        self._caches_changed(kind)
+
+    def replace_caches(self, kind, items):
+        """Replace every cache of one kind with the result of a fresh LIST (empty when the CRD is absent)."""
+        self._caches[kind] = {_key(obj): _declared_cache(obj, kind) for obj in items}
+        self._caches_changed(kind)
+
+    def _caches_changed(self, kind):
+        if kind == CLUSTER_KIND:
+            self._cluster_caches_by_name = {name: cache for (_, name), cache in self._caches[kind].items()}
+
+    def _forget_pvc(self, key):
+        group_key = self._pvc_group_of.pop(key, None)
+        if group_key is None:
+            return
+        group = self._pvc_groups[group_key]
+        del group.records[key[1]]
+        group.changed()
+        if not group.records:
+            del self._pvc_groups[group_key]
+
+    # -- asking ----------------------------------------------------------------------------
+
+    def counts(self):
+        return {
+            "pvcs": len(self._pvc_group_of),
+            "namespaced_caches": len(self._caches[NAMESPACED_KIND]),
+            "cluster_caches": len(self._caches[CLUSTER_KIND]),
+        }
+
+    def resolve(self, namespace, claim_name):
+        """The CacheClaim that claim_name names in namespace, or None when it names no cache."""
+        declared = self._caches[NAMESPACED_KIND].get((namespace, claim_name))
+        group = self._pvc_groups.get((namespace, claim_name, namespace))
+        if declared is not None or group is not None:
+            return self._claim(claim_name, namespace, "namespaced", declared, group)
+        declared = self._cluster_caches_by_name.get(claim_name)
+        if declared is not None and namespace not in declared.workload_namespaces:
+            declared = None
+        group = self._pvc_groups.get((namespace, claim_name, ""))
+        if declared is not None or group is not None:
+            return self._claim(claim_name, namespace, "cluster", declared, group)
+        return None
+
+    @staticmethod
+    def _claim(name, namespace, scope, declared, group):
+        group = group or _NO_PVCS
+        digest = declared.digest if declared is not None else None
+        if digest is None:
+            # Without a digest pinned in the cache object, the newest distributed digest is the
+            # current one: cache_distribute creates a new digest's PVCs after an image change
+            # and keeps the old ones only while pods still mount them.
+            digest = group.newest_digest()
+        read_only = (declared is not None and declared.read_only) or group.read_only()
+        return CacheClaim(name, namespace, scope, digest, group.node_pvcs(digest), read_only)
