@@ -1,0 +1,195 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""The desired state of one distributed cache, validated before anything touches the cluster.
+
+`cache_spec_from_params` turns cache_distribute's options (GKM's GKMCache/ClusterGKMCache spec in
+Ansible form) into a CacheSpec, or raises SpecError with a message that names the option and the fix.
+The image is resolved elsewhere; here it only has to be pinned to a digest before planning.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import math
+
+from ansible_collections.gkm.cluster.plugins.module_utils.naming import name_problem
+
+READ_WRITE_ONCE = "ReadWriteOnce"
+READ_ONLY_MANY = "ReadOnlyMany"
+ACCESS_MODES = (READ_WRITE_ONCE, READ_ONLY_MANY, "ReadWriteMany", "ReadWriteOncePod")
+COMPATIBILITY_MODES = ("skip", "fail", "ignore")
+CREATE_PVS_MODES = ("auto", "always", "never")
+POD_TEMPLATE_METADATA_FIELDS = ("labels", "annotations")
+POD_TEMPLATE_SPEC_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName")
+
+# Unpacked caches are many small files: filesystem blocks and inodes cost more than the label says.
+SIZE_HEADROOM_FACTOR = 1.5
+SIZE_HEADROOM_MI = 32
+MI = 1024 * 1024
+
+DEFAULT_JOB_LIMITS = {"backoff_limit": 2, "active_deadline_seconds": 900, "ttl_seconds_after_finished": 86400}
+
+
+class SpecError(ValueError):
+    """An option is invalid; the message names it and says how to fix it."""
+
+
+class CacheSpec:
+    """Validated desired state. `cache_namespace` is '' for a cluster cache.
+
+    `namespaces` are where PVCs go: the cache's namespace, or the workload namespaces.
+    `per_node` is True unless the access modes include ReadOnlyMany (GKM's rule).
+    """
+
+    def __init__(self, **fields):
+        self.name = fields["name"]
+        self.cache_namespace = fields.get("cache_namespace", "")
+        self.namespaces = list(fields.get("namespaces") or [])
+        self.image = fields.get("image")
+        self.digest = fields.get("digest")
+        self.targets = fields.get("targets")
+        self.access_modes = list(fields.get("access_modes") or [READ_WRITE_ONCE])
+        self.storage_class_name = fields.get("storage_class_name")
+        self.size = fields.get("size")
+        self.pod_template = copy.deepcopy(fields.get("pod_template") or {})
+        self.node_selector = dict(fields.get("node_selector") or {})
+        self.compatibility = fields.get("compatibility", "skip")
+        self.create_pvs = fields.get("create_pvs", "auto")
+        self.extract_image = fields.get("extract_image")
+        self.extract_args = list(fields.get("extract_args") or [])
+        self.host_path_root = fields.get("host_path_root", "/var/lib/gkm-cluster/caches")
+        self.job_limits = dict(DEFAULT_JOB_LIMITS, **(fields.get("job_limits") or {}))
+        self.state = fields.get("state", "present")
+        self.prune = fields.get("prune", True)
+        self.force = fields.get("force", False)
+        self.create_namespaces = fields.get("create_namespaces", False)
+
+    @property
+    def per_node(self):
+        return READ_ONLY_MANY not in self.access_modes
+
+    @property
+    def scope(self):
+        return "namespaced" if self.cache_namespace else "cluster"
+
+    def pod_metadata(self, field):
+        return dict((self.pod_template.get("metadata") or {}).get(field) or {})
+
+    def pod_spec(self, field, default=None):
+        return copy.deepcopy((self.pod_template.get("spec") or {}).get(field, default))
+
+
+def _require_name(field, value):
+    problem = name_problem(field, value)
+    if problem:
+        raise SpecError(problem)
+
+
+def validate_pod_template(pod_template):
+    """Only GKM's podTemplate fields are accepted; anything else is a typo the user wants to hear about."""
+    if not pod_template:
+        return
+    unknown = sorted(set(pod_template) - {"metadata", "spec"})
+    if unknown:
+        raise SpecError("pod_template has unknown keys %s; it takes metadata and spec, as GKM's podTemplate" % unknown)
+    metadata = pod_template.get("metadata") or {}
+    unknown = sorted(set(metadata) - set(POD_TEMPLATE_METADATA_FIELDS))
+    if unknown:
+        raise SpecError("pod_template.metadata has unknown keys %s; allowed: labels, annotations" % unknown)
+    spec = pod_template.get("spec") or {}
+    unknown = sorted(set(spec) - set(POD_TEMPLATE_SPEC_FIELDS))
+    if unknown:
+        raise SpecError("pod_template.spec has unknown keys %s; allowed: %s" % (
+            unknown, ", ".join(POD_TEMPLATE_SPEC_FIELDS)))
+    if not isinstance(spec.get("nodeSelector") or {}, dict):
+        raise SpecError("pod_template.spec.nodeSelector must be a mapping of label to value")
+    if not isinstance(spec.get("tolerations") or [], list):
+        raise SpecError("pod_template.spec.tolerations must be a list of tolerations")
+
+
+def default_size(size_bytes):
+    """PVC size for an unpacked cache of `size_bytes`: 1.5x plus 32Mi, in whole Mi."""
+    mebibytes = math.ceil(size_bytes * SIZE_HEADROOM_FACTOR / MI) + SIZE_HEADROOM_MI
+    if mebibytes % 1024 == 0:
+        return "%dGi" % (mebibytes // 1024)
+    return "%dMi" % mebibytes
+
+
+def cache_spec_from_params(params):
+    """A CacheSpec (without image digest and targets) from cache_distribute's params; raises SpecError."""
+    _require_name("name", params.get("name"))
+    scope = params.get("scope") or "namespaced"
+    workload_namespaces = params.get("workload_namespaces")
+    if scope == "namespaced":
+        if not params.get("namespace"):
+            raise SpecError("namespace is required for a namespaced cache (or set scope: cluster with "
+                            "workload_namespaces)")
+        _require_name("namespace", params["namespace"])
+        if workload_namespaces:
+            raise SpecError("workload_namespaces is only for scope: cluster; a namespaced cache lives in "
+                            "namespace %r only" % params["namespace"])
+        cache_namespace, namespaces = params["namespace"], [params["namespace"]]
+    elif scope == "cluster":
+        if params.get("namespace"):
+            raise SpecError("namespace is only for a namespaced cache; with scope: cluster list the namespaces "
+                            "in workload_namespaces")
+        if not workload_namespaces and params.get("state", "present") == "present":
+            raise SpecError("workload_namespaces is required with scope: cluster (the namespaces whose pods "
+                            "mount the cache)")
+        namespaces = []
+        for index, namespace in enumerate(workload_namespaces or []):
+            _require_name("workload_namespaces[%d]" % index, namespace)
+            if namespace not in namespaces:
+                namespaces.append(namespace)
+        cache_namespace = ""
+    else:
+        raise SpecError("scope must be namespaced or cluster, got %r" % scope)
+
+    access_modes = params.get("access_modes") or [READ_WRITE_ONCE]
+    unknown = [mode for mode in access_modes if mode not in ACCESS_MODES]
+    if unknown:
+        raise SpecError("access_modes: unknown mode(s) %s; use %s" % (unknown, ", ".join(ACCESS_MODES)))
+    if params.get("storage_class_name"):
+        _require_storage_class(params["storage_class_name"])
+    validate_pod_template(params.get("pod_template"))
+    for field, choices in (("compatibility", COMPATIBILITY_MODES), ("create_pvs", CREATE_PVS_MODES)):
+        if params.get(field) is not None and params[field] not in choices:
+            raise SpecError("%s must be one of %s, got %r" % (field, ", ".join(choices), params[field]))
+    limits = {key: value for key, value in (params.get("job_limits") or {}).items() if value is not None}
+    for key, value in limits.items():
+        if key not in DEFAULT_JOB_LIMITS or not isinstance(value, int) or value < 0:
+            raise SpecError("job_limits.%s must be a whole number >= 0 (one of %s)" % (
+                key, ", ".join(DEFAULT_JOB_LIMITS)))
+    if params.get("state", "present") == "present" and not params.get("extract_image"):
+        raise SpecError("extract_image is required: the tools image whose cache_extract command fills the PVCs")
+    optional = {key: params[key] for key in ("size", "compatibility", "create_pvs", "host_path_root", "prune",
+                                             "force", "create_namespaces", "state", "extract_args")
+                if params.get(key) is not None}
+    return CacheSpec(
+        name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,
+        access_modes=access_modes, storage_class_name=params.get("storage_class_name"),
+        pod_template=params.get("pod_template"), node_selector=params.get("node_selector"),
+        extract_image=params.get("extract_image"), job_limits=limits, **optional
+    )
+
+
+def _require_storage_class(name):
+    # Storage class names are DNS subdomains; anything else cannot exist, so say so now.
+    if len(name) > 253 or not all(name_problem("storage_class_name", part) is None for part in name.split(".")):
+        raise SpecError("storage_class_name %r is not a valid storage class name (DNS subdomain)" % name)
+
+
+def pin_image(spec, image_ref, digest, metadata):
+    """Fill in the resolved image: digest-pinned reference, digest, GPU targets and the default size."""
+    spec.image = image_ref
+    spec.digest = digest
+    spec.targets = (metadata or {}).get("targets")
+    if not spec.size:
+        size_bytes = (metadata or {}).get("size_bytes")
+        if size_bytes is None:
+            raise SpecError("size is required: image %s has no cache-size-bytes label to size the PVCs from"
+                            % image_ref)
+        spec.size = default_size(size_bytes)
+    return spec

@@ -1,0 +1,366 @@
+"""The distribution planner: eligibility, rendered objects and day-2 actions, without a cluster."""
+
+import copy
+
+import pytest
+
+from ansible_collections.gkm.cluster.plugins.module_utils import cache_spec, gpu_nodes, naming
+from ansible_collections.gkm.cluster.plugins.module_utils import plan as planner
+
+DIGEST_A = "sha256:" + "a" * 64
+DIGEST_B = "sha256:" + "b" * 64
+TARGETS = [{"backend": "hip", "arch": "gfx90a", "warp_size": 64}]
+GPU_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+NO_PROVISIONER_CLASS = {"metadata": {"name": "local-manual"}, "provisioner": "kubernetes.io/no-provisioner"}
+CSI_CLASS = {"metadata": {"name": "fast"}, "provisioner": "csi.example.com"}
+WORKERS = ["gkm-gpu-worker-1", "gkm-gpu-worker-2", "gkm-gpu-worker-3"]
+
+
+def make_spec(digest=DIGEST_A, **params):
+    params.setdefault("name", "vector-add")
+    if params.get("scope") != "cluster":
+        params.setdefault("namespace", "team-a")
+    params.setdefault("extract_image", "registry.local/gkm/tools:1")
+    params.setdefault("pod_template", {"spec": {"tolerations": [GPU_TOLERATION]}})
+    spec = cache_spec.cache_spec_from_params(params)
+    return cache_spec.pin_image(spec, "registry.local/caches/vector-add@" + digest, digest,
+                                {"targets": TARGETS, "size_bytes": 80_000})
+
+
+def default_nodes(extra_groups=()):
+    return gpu_nodes.render_nodes([*gpu_nodes.DEFAULT_NODE_GROUPS, *extra_groups])
+
+
+def facts(nodes=None, objects=None, pods=(), namespaces=("team-a", "team-b"), storage_class=NO_PROVISIONER_CLASS):
+    return planner.ClusterFacts(nodes if nodes is not None else default_nodes(), namespaces, objects or {},
+                                list(pods), storage_class)
+
+
+def as_live(desired, complete_jobs=False, marked=False):
+    """What the API server would return for the applied objects: same fields plus server-side ones."""
+    objects = {}
+    for obj in desired:
+        live = copy.deepcopy(obj)
+        live["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]
+        live["status"] = {}
+        if obj["kind"] == "Job":
+            live["spec"]["template"]["spec"]["dnsPolicy"] = "ClusterFirst"
+            if complete_jobs:
+                live["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
+        if obj["kind"] == "PersistentVolumeClaim" and marked:
+            live["metadata"]["annotations"][planner.EXTRACTED_ANNOTATION] = DIGEST_A
+        objects.setdefault(obj["kind"], []).append(live)
+    return objects
+
+
+def pod(name, namespace, claim, node="gkm-gpu-worker-1", phase="Running", labels=None):
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {"nodeName": node, "volumes": [{"name": "k", "persistentVolumeClaim": {"claimName": claim}}]},
+        "status": {"phase": phase},
+    }
+
+
+def verbs(result):
+    return sorted((a.verb, a.kind, a.name) for a in result.actions)
+
+
+def by_kind(objects, kind):
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+# ---------------------------------------------------------------- eligibility
+
+
+def test_gpu_taint_without_toleration_leaves_no_eligible_node_and_names_the_taint():
+    spec = make_spec(pod_template={})
+    result = planner.plan(spec, facts())
+    assert result.eligibility.eligible == []
+    assert result.actions == []
+    for worker in WORKERS:
+        reasons = result.eligibility.excluded[worker]
+        assert reasons == ["untolerated taint gpu=true:NoSchedule (add a toleration to pod_template.spec.tolerations)"]
+
+
+def test_control_plane_is_excluded_for_its_taint_and_missing_gpu_labels():
+    result = planner.plan(make_spec(), facts())
+    assert [n["metadata"]["name"] for n in result.eligibility.eligible] == WORKERS
+    reasons = result.eligibility.excluded["gkm-control-plane"]
+    assert any("node-role.kubernetes.io/control-plane:NoSchedule" in r for r in reasons)
+    assert any("not a GPU node" in r for r in reasons)
+    assert result.eligibility.incompatible == []
+
+
+def test_incompatible_gpus_are_skipped_or_fail_or_ignored():
+    nodes = default_nodes([{"name": "nv", "count": 1, "vendor": "nvidia", "arch": "90"}])
+    result = planner.plan(make_spec(), facts(nodes))
+    assert result.eligibility.incompatible == ["nv-1"]
+    assert "cuda/90/32 does not match the image's targets (hip/gfx90a/64)" in result.eligibility.excluded["nv-1"][0]
+    with pytest.raises(planner.PlanError, match=r"compatibility is 'fail'.*nv-1"):
+        planner.plan(make_spec(compatibility="fail"), facts(nodes))
+    ignored = planner.plan(make_spec(compatibility="ignore"), facts(nodes))
+    assert "nv-1" in [n["metadata"]["name"] for n in ignored.eligibility.eligible]
+
+
+def test_node_selector_pod_node_selector_and_required_affinity():
+    nodes = default_nodes()
+    nodes[2]["metadata"]["labels"]["pool"] = "a"
+    nodes[3]["metadata"]["labels"]["pool"] = "b"
+    selected = planner.plan(make_spec(node_selector={"pool": "a"}), facts(nodes))
+    assert [n["metadata"]["name"] for n in selected.eligibility.eligible] == ["gkm-gpu-worker-2"]
+    assert selected.eligibility.excluded["gkm-gpu-worker-1"] == ["not selected by node_selector (pool=a)"]
+
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["b"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gkm-gpu-worker-1"]}]},
+    ]}}}
+    template = {"spec": {"tolerations": [GPU_TOLERATION], "affinity": affinity,
+                         "nodeSelector": {"hardware-type": "gpu"}}}
+    result = planner.plan(make_spec(pod_template=template), facts(nodes))
+    assert [n["metadata"]["name"] for n in result.eligibility.eligible] == ["gkm-gpu-worker-1", "gkm-gpu-worker-3"]
+    assert "required node affinity" in result.eligibility.excluded["gkm-gpu-worker-2"][0]
+    assert any("pod_template.spec.nodeSelector (hardware-type=gpu)" in r
+               for r in result.eligibility.excluded["gkm-control-plane"])
+
+
+@pytest.mark.parametrize(
+    ("toleration", "tolerated"),
+    [
+        ({"operator": "Exists"}, True),
+        ({"key": "gpu", "operator": "Equal", "value": "true"}, True),
+        ({"key": "gpu", "operator": "Equal", "value": "false"}, False),
+        ({"key": "gpu", "operator": "Exists", "effect": "NoExecute"}, False),
+        ({"key": "other", "operator": "Exists"}, False),
+    ],
+)
+def test_toleration_matching(toleration, tolerated):
+    node = default_nodes()[1]
+    assert (planner.untolerated_taints(node, [toleration]) == []) is tolerated
+
+
+def test_cordoned_node_is_excluded():
+    nodes = default_nodes()
+    nodes[1]["spec"]["unschedulable"] = True
+    result = planner.plan(make_spec(), facts(nodes))
+    assert "node.kubernetes.io/unschedulable:NoSchedule" in result.eligibility.excluded["gkm-gpu-worker-1"][0]
+
+
+# ---------------------------------------------------------------- rendering: the four scenarios
+
+
+def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
+    template = {"metadata": {"labels": {"team": "ml"}, "annotations": {"note": "x"}},
+                "spec": {"tolerations": [GPU_TOLERATION], "nodeSelector": {"hardware-type": "gpu"},
+                         "priorityClassName": "gkm-high"}}
+    result = planner.plan(make_spec(pod_template=template), facts())
+    pvs, pvcs, jobs = (by_kind(result.desired, k) for k in ("PersistentVolume", "PersistentVolumeClaim", "Job"))
+    assert len(pvs) == len(pvcs) == len(jobs) == 3
+    assert sorted(a.verb for a in result.actions) == ["create"] * 9
+    for worker, pv, pvc, job in zip(WORKERS, pvs, pvcs, jobs, strict=True):
+        slot = naming.Slot("vector-add", "team-a", "team-a", worker, DIGEST_A)
+        assert pvc["metadata"]["name"] == slot.pvc_name() and pvc["metadata"]["namespace"] == "team-a"
+        assert pvc["metadata"]["labels"] == slot.labels()
+        assert pvc["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "33Mi"}},
+                               "storageClassName": "local-manual", "volumeName": slot.pv_name()}
+        assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": slot.pvc_name()}
+        assert pv["spec"]["hostPath"]["path"] == slot.host_path("/var/lib/gkm-cluster/caches")
+        assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+            worker]
+        pod_spec = job["spec"]["template"]["spec"]
+        assert pod_spec["nodeSelector"] == {"hardware-type": "gpu", "kubernetes.io/hostname": worker}
+        assert pod_spec["tolerations"] == [GPU_TOLERATION]
+        assert pod_spec["priorityClassName"] == "gkm-high"
+        assert job["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
+        assert job["spec"]["template"]["metadata"]["labels"]["gkm.io/node"] == worker
+        assert job["spec"]["template"]["metadata"]["annotations"] == {"note": "x"}
+        assert pod_spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                               "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
+        container = pod_spec["containers"][0]
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert "registry.local/caches/vector-add@" + DIGEST_A in container["command"]
+        assert pod_spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == slot.pvc_name()
+        assert job["spec"]["backoffLimit"] == 2
+        assert job["spec"]["activeDeadlineSeconds"] == 900
+        assert job["spec"]["ttlSecondsAfterFinished"] == 86400
+    assert len({pv["spec"]["hostPath"]["path"] for pv in pvs}) == 1  # same path, but on three different nodes
+    # Namespace before PV before PVC before Job.
+    kinds = [a.kind for a in result.ordered_actions()]
+    assert kinds == sorted(kinds, key=planner.KIND_ORDER.index)
+
+
+def test_cluster_rwo_gets_one_pvc_per_node_and_namespace_with_distinct_host_paths():
+    spec = make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"])
+    result = planner.plan(spec, facts())
+    pvcs = by_kind(result.desired, "PersistentVolumeClaim")
+    assert len(pvcs) == 6
+    assert {p["metadata"]["labels"]["gkm.io/cache-namespace"] for p in pvcs} == {""}
+    paths = {pv["spec"]["hostPath"]["path"] for pv in by_kind(result.desired, "PersistentVolume")}
+    assert len(paths) == 2  # one per namespace; nodes differ within a namespace
+    assert len({pv["metadata"]["name"] for pv in by_kind(result.desired, "PersistentVolume")}) == 6
+
+
+@pytest.mark.parametrize("scope", ["namespaced", "cluster"])
+def test_rox_gets_one_pvc_named_as_the_cache_per_namespace_and_unpinned_jobs(scope):
+    params = {"access_modes": ["ReadWriteOnce", "ReadOnlyMany"]}
+    if scope == "cluster":
+        params.update(scope="cluster", workload_namespaces=["team-a", "team-b"])
+    result = planner.plan(make_spec(**params), facts())
+    pvcs = by_kind(result.desired, "PersistentVolumeClaim")
+    assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pvcs] == (
+        [("team-a", "vector-add"), ("team-b", "vector-add")] if scope == "cluster" else [("team-a", "vector-add")])
+    for job in by_kind(result.desired, "Job"):
+        assert "nodeSelector" not in job["spec"]["template"]["spec"]
+        assert "gkm.io/node" not in job["metadata"]["labels"]
+    for pv in by_kind(result.desired, "PersistentVolume"):
+        assert "nodeAffinity" not in pv["spec"]
+    assert [s.node for s in result.slots] == [""] * len(pvcs)
+
+
+def test_provisioner_class_gets_no_pvs_and_create_pvs_overrides():
+    result = planner.plan(make_spec(storage_class_name="fast"), facts(storage_class=CSI_CLASS))
+    assert by_kind(result.desired, "PersistentVolume") == []
+    pvc = by_kind(result.desired, "PersistentVolumeClaim")[0]
+    assert pvc["spec"]["storageClassName"] == "fast" and "volumeName" not in pvc["spec"]
+    forced = planner.plan(make_spec(create_pvs="always"), facts(storage_class=CSI_CLASS))
+    assert len(by_kind(forced.desired, "PersistentVolume")) == 3
+    never = planner.plan(make_spec(create_pvs="never"), facts())
+    assert by_kind(never.desired, "PersistentVolume") == []
+
+
+def test_node_without_hostname_label_is_pinned_by_name_in_every_affinity_term():
+    nodes = default_nodes()
+    del nodes[1]["metadata"]["labels"]["kubernetes.io/hostname"]
+    result = planner.plan(make_spec(), facts(nodes))
+    job = by_kind(result.desired, "Job")[0]
+    terms = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gkm-gpu-worker-1"]}]}]
+
+
+# ---------------------------------------------------------------- re-runs and day 2
+
+
+def test_rerun_against_applied_objects_plans_nothing():
+    spec = make_spec()
+    first = planner.plan(spec, facts())
+    second = planner.plan(spec, facts(objects=as_live(first.desired)))
+    assert second.actions == []
+
+
+def test_completed_job_marks_the_pvc_once_and_a_ttl_deleted_job_is_not_recreated():
+    spec = make_spec()
+    first = planner.plan(spec, facts())
+    done = planner.plan(spec, facts(objects=as_live(first.desired, complete_jobs=True)))
+    assert verbs(done) == sorted(("update", "PersistentVolumeClaim", s.pvc) for s in done.slots)
+    marked = as_live(done.desired, complete_jobs=True)
+    assert planner.plan(spec, facts(objects=marked)).actions == []
+    del marked["Job"]  # the TTL controller removed the finished Jobs
+    assert planner.plan(spec, facts(objects=marked)).actions == []
+
+
+def test_new_node_gets_objects_and_gone_node_is_pruned():
+    spec = make_spec()
+    live = as_live(planner.plan(spec, facts()).desired)
+    nodes = [n for n in default_nodes([{"name": "late", "count": 1, "vendor": "amd"}])
+             if n["metadata"]["name"] != "gkm-gpu-worker-3"]
+    result = planner.plan(spec, facts(nodes, live))
+    created = {a.kind for a in result.actions if a.verb == "create"}
+    assert created == {"PersistentVolume", "PersistentVolumeClaim", "Job"}
+    assert {a.name for a in result.actions if a.verb == "create"} >= {
+        naming.Slot("vector-add", "team-a", "team-a", "late-1", DIGEST_A).pvc_name()}
+    deleted = [a for a in result.actions if a.verb == "delete"]
+    assert len(deleted) == 3 and all("gkm-gpu-worker-3" in a.reason for a in deleted)
+
+
+def test_image_change_prunes_old_digest_but_keeps_a_mounted_pvc_as_outdated():
+    old = planner.plan(make_spec(), facts())
+    live = as_live(old.desired, complete_jobs=True)
+    mounted = old.slots[0].pvc
+    pods = [pod("app", "team-a", mounted), pod("done", "team-a", old.slots[1].pvc, phase="Succeeded"),
+            pod("extractor", "team-a", old.slots[2].pvc, labels={naming.MANAGED_BY_LABEL: naming.MANAGER})]
+    result = planner.plan(make_spec(digest=DIGEST_B), facts(objects=live, pods=pods))
+    assert sum(1 for a in result.actions if a.verb == "create") == 9
+    deleted = {a.name for a in result.actions if a.verb == "delete"}
+    assert mounted not in deleted
+    assert len(deleted) == 6 and all("old digest" in a.reason for a in result.actions if a.verb == "delete")
+    outdated = [s for s in result.slots if s.outcome == "outdated"]
+    assert len(outdated) == 1
+    assert outdated[0].pvc == mounted and outdated[0].users[0]["name"] == "app"
+    assert outdated[0].digest == "a" * 12
+
+
+def test_removed_workload_namespace_is_pruned():
+    spec = make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"])
+    live = as_live(planner.plan(spec, facts()).desired)
+    narrowed = make_spec(scope="cluster", workload_namespaces=["team-a"])
+    result = planner.plan(narrowed, facts(objects=live))
+    assert {a.verb for a in result.actions} == {"delete"}
+    assert len(result.actions) == 9
+    assert all("team-b is no longer a workload namespace" in a.reason for a in result.actions)
+
+
+def test_prune_false_keeps_stale_objects_as_outdated():
+    live = as_live(planner.plan(make_spec(), facts()).desired)
+    result = planner.plan(make_spec(digest=DIGEST_B, prune=False), facts(objects=live))
+    assert not [a for a in result.actions if a.verb == "delete"]
+    assert sum(1 for s in result.slots if s.outcome == "outdated") == 3
+
+
+def test_rox_image_change_replaces_the_unused_pvc_and_waits_for_a_mounted_one():
+    params = {"access_modes": ["ReadOnlyMany"]}
+    live = as_live(planner.plan(make_spec(**params), facts()).desired, complete_jobs=True)
+    unused = planner.plan(make_spec(digest=DIGEST_B, **params), facts(objects=live))
+    assert ("replace", "PersistentVolumeClaim", "vector-add") in verbs(unused)
+    assert ("create", "Job", naming.Slot("vector-add", "team-a", "team-a", "", DIGEST_B).job_name()) in verbs(unused)
+    assert {a.kind for a in unused.actions if a.verb == "delete"} == {"Job", "PersistentVolume"}
+
+    busy = planner.plan(make_spec(digest=DIGEST_B, **params),
+                        facts(objects=live, pods=[pod("app", "team-a", "vector-add")]))
+    assert busy.actions == []
+    outcomes = sorted(s.outcome for s in busy.slots)
+    assert outcomes == ["blocked", "outdated"]
+    assert "mounted by app" in next(s.reason for s in busy.slots if s.outcome == "blocked")
+
+
+def test_pending_job_with_changed_template_is_replaced_but_a_finished_one_is_kept():
+    live = as_live(planner.plan(make_spec(pod_template={"spec": {"tolerations": [{"operator": "Exists"}]}}),
+                                facts()).desired)
+    result = planner.plan(make_spec(), facts(objects=live))
+    assert {(a.verb, a.kind) for a in result.actions} == {("replace", "Job")}
+    finished = as_live(planner.plan(make_spec(pod_template={"spec": {"tolerations": [{"operator": "Exists"}]}}),
+                                    facts()).desired, complete_jobs=True)
+    assert {(a.verb, a.kind) for a in planner.plan(make_spec(), facts(objects=finished)).actions} == {
+        ("update", "PersistentVolumeClaim")}
+
+
+def test_size_change_replaces_unused_pvcs_with_their_pvs_and_jobs():
+    live = as_live(planner.plan(make_spec(), facts()).desired, complete_jobs=True)
+    result = planner.plan(make_spec(size="1Gi"), facts(objects=live))
+    assert {(a.verb, a.kind) for a in result.actions} == {
+        ("replace", "PersistentVolume"), ("replace", "PersistentVolumeClaim"), ("replace", "Job")}
+
+
+def test_state_absent_deletes_everything_but_mounted_pvcs_unless_forced():
+    live = as_live(planner.plan(make_spec(), facts()).desired)
+    first_pvc = live["PersistentVolumeClaim"][0]["metadata"]["name"]
+    pods = [pod("app", "team-a", first_pvc)]
+    absent = planner.plan(make_spec(state="absent"), facts(objects=live, pods=pods))
+    assert len([a for a in absent.actions if a.verb == "delete"]) == 6
+    assert [s.outcome for s in absent.slots] == ["outdated"]
+    forced = planner.plan(make_spec(state="absent", force=True), facts(objects=live, pods=pods))
+    assert len(forced.actions) == 9
+
+
+def test_missing_namespace_fails_unless_it_may_be_created():
+    with pytest.raises(planner.PlanError, match=r"namespace\(s\) team-c do not exist.*create_namespaces: true"):
+        planner.plan(make_spec(namespace="team-c"), facts())
+    result = planner.plan(make_spec(namespace="team-c", create_namespaces=True), facts())
+    assert result.ordered_actions()[0].kind == "Namespace"
+    assert result.ordered_actions()[0].name == "team-c"
+
+
+def test_plan_summary_counts_by_verb_and_kind():
+    result = planner.plan(make_spec(), facts())
+    assert result.summary() == {"create": {"PersistentVolume": 3, "PersistentVolumeClaim": 3, "Job": 3}}
