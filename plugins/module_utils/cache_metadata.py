@@ -1,0 +1,124 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""Kernel-cache image metadata: the MCV config labels and the manifest.json inside the layer.
+
+An image is a Triton cache when its config carries `cache.triton.image/*` labels and a vLLM cache
+when it carries `cache.vllm.image/*`; the summary label lists the GPU targets it was built for.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+CACHE_KINDS = ("triton", "vllm")
+
+
+class CacheMetadataError(ValueError):
+    """The image's cache labels or manifest.json are missing or malformed."""
+
+
+def image_labels(config):
+    """Labels of an image config document (OCI or Docker), {} when it has none."""
+    inner = (config or {}).get("config") or {}
+    return inner.get("Labels") or {}
+
+
+def cache_kind(labels):
+    """'triton' or 'vllm', from which label family is present; None for a plain image."""
+    for kind in CACHE_KINDS:
+        if any(key.startswith("cache.%s.image/" % kind) for key in labels):
+            return kind
+    return None
+
+
+def _label_int(labels, key):
+    value = labels.get(key)
+    if value is None:
+        return None
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise CacheMetadataError("label %s must be a whole number, got %r" % (key, value)) from None
+    if number < 0:
+        raise CacheMetadataError("label %s must not be negative, got %r" % (key, value))
+    return number
+
+
+def parse_targets(summary, label="summary"):
+    """Targets of a summary label value: a list of {backend, arch, warp_size}."""
+    try:
+        document = json.loads(summary)
+    except (TypeError, ValueError) as exc:
+        raise CacheMetadataError("label %s is not valid JSON (%s): %r" % (label, exc, summary)) from exc
+    targets = document.get("targets") if isinstance(document, dict) else None
+    if not isinstance(targets, list) or not targets:
+        raise CacheMetadataError('label %s must be {"targets": [{"backend", "arch", "warp_size"}, ...]}, got %r'
+                                 % (label, summary))
+    parsed = []
+    for index, target in enumerate(targets):
+        if not isinstance(target, dict) or any(target.get(key) in (None, "") for key in ("backend", "arch",
+                                                                                          "warp_size")):
+            raise CacheMetadataError("label %s: target %d needs backend, arch and warp_size, got %r"
+                                     % (label, index, target))
+        try:
+            warp_size = int(target["warp_size"])
+        except (TypeError, ValueError):
+            raise CacheMetadataError("label %s: target %d warp_size must be a number, got %r"
+                                     % (label, index, target["warp_size"])) from None
+        parsed.append({"backend": str(target["backend"]).lower(), "arch": str(target["arch"]), "warp_size": warp_size})
+    return parsed
+
+
+def parse_cache_metadata(config):
+    """Cache facts from an image config: kind, targets, entry_count, size_bytes, title, labels.
+
+    Raises CacheMetadataError when the image is not a kernel cache or its summary is unusable:
+    without targets nobody can tell which GPUs the cache is for.
+    """
+    labels = image_labels(config)
+    kind = cache_kind(labels)
+    if kind is None:
+        raise CacheMetadataError(
+            "the image config has no cache.triton.image/* or cache.vllm.image/* labels: not a kernel-cache image")
+    summary_key = "cache.%s.image/summary" % kind
+    if summary_key not in labels:
+        raise CacheMetadataError("label %s is missing: the image does not say which GPUs it targets" % summary_key)
+    return {
+        "kind": kind,
+        "targets": parse_targets(labels[summary_key], summary_key),
+        "entry_count": _label_int(labels, "cache.%s.image/entry-count" % kind),
+        "size_bytes": _label_int(labels, "cache.%s.image/cache-size-bytes" % kind),
+        "format": labels.get("cache.%s.image/format" % kind),
+        "title": labels.get("org.opencontainers.image.title"),
+    }
+
+
+def parse_manifest_json(data, kind="triton"):
+    """Kernel entries of an io.<kind>.manifest/manifest.json document (bytes, str or dict).
+
+    Triton: {"triton": [entry, ...]}; vLLM: {"vllm": [{"triton": [entry, ...], ...}, ...]}.
+    """
+    if isinstance(data, (bytes, str)):
+        try:
+            data = json.loads(data)
+        except ValueError as exc:
+            raise CacheMetadataError("manifest.json is not valid JSON: %s" % exc) from exc
+    if not isinstance(data, dict):
+        raise CacheMetadataError("manifest.json must be a JSON object")
+    if kind == "vllm":
+        groups = data.get("vllm")
+        if not isinstance(groups, list):
+            raise CacheMetadataError('vLLM manifest.json needs a "vllm" list')
+        entries = []
+        for group in groups:
+            entries.extend((group or {}).get("triton") or [])
+    else:
+        entries = data.get("triton")
+        if not isinstance(entries, list):
+            raise CacheMetadataError('Triton manifest.json needs a "triton" list')
+    for entry in entries:
+        if not isinstance(entry, dict) or not entry.get("hash"):
+            raise CacheMetadataError("manifest.json entry without a hash: %r" % (entry,))
+    return entries

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Build the oras and cosign CLIs from the Go module proxy into ~/.cache/gkm-cluster/tools/bin.
+# The extraction benchmark compares against the oras CLI; the signature tests sign with the real cosign.
+# Each tool is built once and reused; a tool that cannot be built is reported and skipped.
+set -uo pipefail
+
+BIN="${GKM_TOOLS_BIN:-$HOME/.cache/gkm-cluster/tools/bin}"
+ORAS_VERSION="${ORAS_VERSION:-v1.3.6}"
+COSIGN_V2_VERSION="${COSIGN_V2_VERSION:-latest}"
+COSIGN_V3_VERSION="${COSIGN_V3_VERSION:-latest}"
+mkdir -p "$BIN"
+
+build() {  # build <binary name in BIN> <package@version>
+  local name="$1" pkg="$2" tmp
+  if [ -x "$BIN/$name" ]; then return 0; fi
+  tmp="$(mktemp -d)"
+  if CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS=-trimpath go install "$pkg" >"$tmp/build.log" 2>&1; then
+    mv "$tmp/$(basename "${pkg%@*}")" "$BIN/$name"
+    echo "built $name from $pkg"
+  else
+    echo "could not build $name from $pkg:" >&2
+    tail -5 "$tmp/build.log" >&2
+  fi
+  rm -rf "$tmp"
+}
+
+build oras "oras.land/oras/cmd/oras@$ORAS_VERSION"
+build cosign "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_V2_VERSION"
+build cosign3 "github.com/sigstore/cosign/v3/cmd/cosign@$COSIGN_V3_VERSION"
+ls "$BIN"
