@@ -1,0 +1,83 @@
+"""The tar-safety rules, entry by entry, without any archive."""
+
+import json
+import tarfile
+
+import pytest
+
+from ansible_collections.gkm.cluster.plugins.module_utils import extract
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("io.triton.cache/K/a.json", "io.triton.cache/K/a.json"),
+    ("./io.triton.cache//K/./a.json", "io.triton.cache/K/a.json"),
+    (".", ""),
+])
+def test_safe_names_are_normalized(name, expected):
+    assert extract.safe_member_path(name) == expected
+
+
+@pytest.mark.parametrize(("name", "fragment"), [
+    ("/etc/passwd", "absolute"),
+    ("io.triton.cache/../../x", "'..'"),
+    ("..", "'..'"),
+    ("a\x00b", "NUL"),
+])
+def test_unsafe_names_are_refused(name, fragment):
+    with pytest.raises(extract.ExtractError, match=fragment):
+        extract.safe_member_path(name)
+
+
+def test_cache_scope_is_io_kind_cache_and_manifest():
+    assert extract.in_cache_scope("io.triton.cache/K/a.json")
+    assert extract.in_cache_scope("io.vllm.manifest/manifest.json")
+    assert not extract.in_cache_scope("etc/passwd")
+    assert not extract.in_cache_scope("io.triton.cachex/a")
+
+
+@pytest.mark.parametrize(("kind", "fragment"), [
+    (tarfile.CHRTYPE, "device"), (tarfile.BLKTYPE, "device"), (tarfile.FIFOTYPE, "FIFO"),
+    (tarfile.GNUTYPE_SPARSE, "unsupported"),
+])
+def test_special_entry_types_are_refused(kind, fragment):
+    member = tarfile.TarInfo("io.triton.cache/x")
+    member.type = kind
+    with pytest.raises(extract.ExtractError, match=fragment):
+        extract.entry_kind(member)
+
+
+@pytest.mark.parametrize(("mode", "expected"), [(0o4755, 0o755), (0o2644, 0o644), (0o1777, 0o755), (0o666, 0o644)])
+def test_setid_sticky_and_group_write_bits_are_dropped(mode, expected):
+    assert extract.file_mode(mode) == expected
+
+
+@pytest.mark.parametrize(("path", "target"), [
+    ("io.triton.cache/K/l", "a.json"),
+    ("io.triton.cache/K/l", "../K2/a.json"),
+    ("io.triton.cache/l", "K/l2"),  # the last step may itself be a link (checked on its own)
+])
+def test_symlinks_inside_the_tree_are_accepted(path, target):
+    extract.check_symlink_target(path, target, {"io.triton.cache/K/l2", path})
+
+
+@pytest.mark.parametrize(("path", "target", "fragment"), [
+    ("io.triton.cache/l", "/etc/passwd", "absolute"),
+    ("io.triton.cache/l", "../../x", "leaves dest"),
+    ("io.triton.cache/l", "", "empty"),
+    ("io.triton.cache/out", "hop/../../..", "passes through another symlink"),
+])
+def test_symlinks_leaving_the_tree_are_refused(path, target, fragment):
+    with pytest.raises(extract.ExtractError, match=fragment):
+        extract.check_symlink_target(path, target, {"io.triton.cache/hop", path})
+
+
+def test_group_file_child_paths_point_at_the_extracted_directory():
+    data = json.dumps({"child_paths": {"k.ptx": "/home/builder/.triton/cache/K/k.ptx"}}).encode()
+    rewritten = json.loads(extract.rewrite_group_file(data, "/cache/io.triton.cache/K", "g"))
+    assert rewritten == {"child_paths": {"k.ptx": "/cache/io.triton.cache/K/k.ptx"}}
+
+
+@pytest.mark.parametrize("data", [b"{", b"[]", b'{"child_paths": [1]}', b'{"child_paths": {"a": 3}}'])
+def test_malformed_group_files_are_refused(data):
+    with pytest.raises(extract.ExtractError, match="malformed"):
+        extract.rewrite_group_file(data, "/d", "io.triton.cache/K/__grp__k.json")
