@@ -1,0 +1,353 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""Install or remove the PVC-mutation webhook: the ordered steps behind gkm.cluster.webhook_install.
+
+Order (state=present): namespace, ServiceAccount and RBAC, TLS, server Deployment, PDB and Service,
+wait until the server is ready, and only then the MutatingWebhookConfiguration; so a half-finished
+install never sends a pod to a server that is not there. state=absent removes the configuration
+first. Each object is read first and written (server-side apply) only when it differs, so a re-run
+with nothing to do writes nothing; check mode turns every write into a server-side dry run.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import copy
+import ssl
+import time
+
+from ansible.module_utils.six.moves.urllib.error import URLError
+from ansible.module_utils.six.moves.urllib.parse import urlsplit
+from ansible.module_utils.six.moves.urllib.request import urlopen
+
+from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
+from ansible_collections.gkm.cluster.plugins.module_utils import webhook_objects as objects
+from ansible_collections.gkm.cluster.plugins.module_utils import webhook_tls
+from ansible_collections.gkm.cluster.plugins.module_utils.naming import name_problem
+from ansible_collections.gkm.cluster.plugins.module_utils.tls import not_after
+
+# The kinds the webhook needs beyond the distribution's, registered with kube.py's path table.
+WEBHOOK_RESOURCES = {
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "Secret": ("/api/v1", "secrets", True),
+    "Service": ("/api/v1", "services", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "Deployment": ("/apis/apps/v1", "deployments", True),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations",
+                                     False),
+    "Issuer": ("/apis/cert-manager.io/v1", "issuers", True),
+    "Certificate": ("/apis/cert-manager.io/v1", "certificates", True),
+}
+for _kind, _entry in WEBHOOK_RESOURCES.items():
+    kube_access.RESOURCES.setdefault(_kind, _entry)
+
+POLL_SECONDS = 1.0
+# Server-filled bookkeeping left out of diffs.
+_VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "generation", "creationTimestamp")
+
+
+class InstallError(Exception):
+    """A problem the user can fix; the message says which option or object and how."""
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate(params):
+    """Settings from module params, or InstallError naming the option at fault. Changes nothing."""
+    problems = [name_problem("name", params["name"]), name_problem("namespace", params["namespace"])]
+    for excluded in params.get("excluded_namespaces") or []:
+        problems.append(name_problem("excluded_namespaces entry", excluded))
+    problems = [problem for problem in problems if problem]
+    present = params["state"] == "present"
+    endpoint = params["endpoint"]
+    if endpoint == "url":
+        url = params.get("url") or ""
+        parts = urlsplit(url)
+        if parts.scheme != "https" or not parts.hostname:
+            problems.append("url must be an https:// URL with a host when endpoint=url, got {0!r}".format(url))
+    elif params.get("url"):
+        problems.append("url is only used with endpoint=url; remove it or set endpoint: url")
+    if present and endpoint == "service" and not params.get("image"):
+        problems.append("image is required with endpoint=service: the tools image that runs the webhook server")
+    if params["tls_mode"] == "provided":
+        if present and not webhook_tls.split_pem_bundle(params.get("ca_bundle")):
+            problems.append("ca_bundle must hold the PEM CA certificate(s) that signed the server's certificate "
+                            "when tls_mode=provided")
+    elif params.get("ca_bundle"):
+        problems.append("ca_bundle is only used with tls_mode=provided; the other modes make their own CA")
+    if params["tls_mode"] == "self_signed" and params["renew_before_days"] >= params["cert_valid_days"]:
+        problems.append("renew_before_days ({0}) must be below cert_valid_days ({1}), or every run renews".format(
+            params["renew_before_days"], params["cert_valid_days"]))
+    if not 1 <= params["timeout_seconds"] <= 30:
+        problems.append("timeout_seconds must be between 1 and 30 (the API server's limits), got {0}".format(
+            params["timeout_seconds"]))
+    if params["replicas"] < 1:
+        problems.append("replicas must be at least 1")
+    if problems:
+        raise InstallError("; ".join(problems))
+    return objects.Settings(
+        name=params["name"], namespace=params["namespace"], image=params.get("image"),
+        replicas=params["replicas"], endpoint=endpoint, url=params.get("url"), tls_mode=params["tls_mode"],
+        failure_policy=params["failure_policy"], timeout_seconds=params["timeout_seconds"],
+        excluded_namespaces=params.get("excluded_namespaces") or [], cert_valid_days=params["cert_valid_days"],
+        renew_before_days=params["renew_before_days"], ca_valid_days=params["ca_valid_days"],
+        image_pull_policy=params["image_pull_policy"],
+    )
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def is_subset(desired, live):
+    """True when every field of desired has the same value in live (the server may add more)."""
+    if isinstance(desired, dict):
+        return isinstance(live, dict) and all(key in live and is_subset(value, live[key])
+                                              for key, value in desired.items())
+    if isinstance(desired, list):
+        return isinstance(live, list) and len(desired) == len(live) and all(
+            is_subset(desired[index], live[index]) for index in range(len(desired)))
+    return desired == live
+
+
+def _for_diff(obj):
+    """A copy fit for a diff: no server bookkeeping, Secret values hidden."""
+    if obj is None:
+        return {}
+    shown = copy.deepcopy(obj)
+    metadata = shown.get("metadata") or {}
+    for key in _VOLATILE_METADATA:
+        metadata.pop(key, None)
+    shown.pop("status", None)
+    if shown.get("kind") == "Secret":
+        shown["data"] = {key: "<hidden>" for key in shown.get("data") or {}}
+    return shown
+
+
+def _ref(obj):
+    metadata = obj["metadata"]
+    return obj["kind"], metadata.get("namespace"), metadata["name"]
+
+
+def _describe(kind, namespace, name):
+    return "{0} {1}/{2}".format(kind, namespace, name) if namespace else "{0} {1}".format(kind, name)
+
+
+def _secret_text(secret):
+    """A Secret's data decoded to strings, or None when there is no Secret."""
+    if secret is None:
+        return None
+    data = secret.get("data") or {}
+    return {key: base64.b64decode(value).decode("utf-8", "replace") for key, value in data.items()}
+
+
+class Installer:
+    """Runs the steps against one Kube; collects per-object results and diffs."""
+
+    def __init__(self, kube, settings, check_mode=False, wait=True, wait_timeout=120, provided_ca_bundle=None):
+        self.kube = kube
+        self.provided_ca_bundle = provided_ca_bundle
+        self.settings = settings
+        self.check_mode = check_mode
+        self.wait = wait
+        self.wait_timeout = wait_timeout
+        self.results = []
+        self.diffs = []
+        self.namespace_exists = None
+
+    @property
+    def changed(self):
+        return any(result["action"] not in ("unchanged", "absent") for result in self.results)
+
+    def _record(self, kind, namespace, name, action, before=None, after=None):
+        self.results.append({"kind": kind, "namespace": namespace, "name": name, "action": action})
+        if action not in ("unchanged", "absent"):
+            self.diffs.append({"before_header": _describe(kind, namespace, name),
+                               "after_header": _describe(kind, namespace, name),
+                               "before": _for_diff(before), "after": _for_diff(after)})
+
+    def ensure(self, desired):
+        """Apply desired unless the live object already has every field of it; returns the live object."""
+        kind, namespace, name = _ref(desired)
+        live = self.kube.get(kind, name, namespace)
+        if live is not None and is_subset(desired, live):
+            self._record(kind, namespace, name, "unchanged")
+            return live
+        # A dry run cannot place an object in a namespace that does not exist yet: show it as desired.
+        dry_run_impossible = self.check_mode and namespace and not self.namespace_exists
+        after = desired if dry_run_impossible else self.kube.apply(desired)
+        self._record(kind, namespace, name, "created" if live is None else "updated", live, after)
+        return after
+
+    def remove(self, kind, name, namespace=None):
+        live = self.kube.get(kind, name, namespace)
+        if live is None:
+            self._record(kind, namespace, name, "absent")
+            return
+        self.kube.delete(kind, name, namespace)
+        self._record(kind, namespace, name, "deleted", live, None)
+
+    # ------------------------------------------------------------------------ present
+
+    def install(self):
+        settings = self.settings
+        self.namespace_exists = self.kube.get("Namespace", settings.namespace) is not None
+        self.ensure(objects.namespace(settings))
+        if settings.serves_in_cluster:
+            self.ensure(objects.service_account(settings))
+            self.ensure(objects.cluster_role(settings))
+            self.ensure(objects.cluster_role_binding(settings))
+        ca_bundle, tls_result = self._tls()
+        if settings.serves_in_cluster:
+            self.ensure(objects.deployment(settings))
+            self.ensure(objects.pod_disruption_budget(settings))
+            self.ensure(objects.service(settings))
+        if self.wait and not self.check_mode:
+            self._wait_ready(ca_bundle)
+        self.ensure(objects.mutating_webhook_configuration(settings, ca_bundle))
+        return tls_result
+
+    def _tls(self):
+        """Make or check the TLS material; returns (caBundle PEM to register, result details)."""
+        mode = self.settings.tls_mode
+        if mode == "self_signed":
+            return self._self_signed()
+        if mode == "cert_manager":
+            return self._cert_manager()
+        if self.settings.serves_in_cluster and self.kube.get("Secret", self.settings.serving_secret,
+                                                              self.settings.namespace) is None:
+            raise InstallError(
+                "tls_mode=provided needs the Secret {0}/{1} with tls.crt and tls.key of the serving certificate; "
+                "create it first".format(self.settings.namespace, self.settings.serving_secret))
+        return self.provided_ca_bundle, {"mode": mode}
+
+    def _self_signed(self):
+        settings = self.settings
+        hosts = settings.service_hosts() if settings.serves_in_cluster else [urlsplit(settings.url).hostname]
+        ca_secret = self.kube.get("Secret", settings.ca_secret, settings.namespace)
+        serving_secret = self.kube.get("Secret", settings.serving_secret, settings.namespace)
+        common_name = hosts[2] if settings.serves_in_cluster else hosts[0]
+        plan = webhook_tls.plan_self_signed(
+            _secret_text(ca_secret), _secret_text(serving_secret), common_name, hosts,
+            settings.cert_valid_days, settings.ca_valid_days, settings.renew_before_days)
+        self.ensure(objects.secret(settings, settings.ca_secret, plan.ca_data))
+        if plan.ca_renewed:
+            # Trust the new CA (next to the old one) before any server can present a certificate it signed.
+            self._publish_ca_bundle(plan.ca_bundle)
+        self.ensure(objects.secret(settings, settings.serving_secret, plan.serving_data, "kubernetes.io/tls"))
+        certificate = webhook_tls.split_pem_bundle(plan.serving_data[webhook_tls.TLS_CERT_KEY])[0]
+        return plan.ca_bundle, {
+            "mode": "self_signed",
+            "ca_renewed": plan.ca_renewed,
+            "certificate_renewed": plan.serving_renewed,
+            "reasons": plan.reasons,
+            "certificate_not_after": not_after(certificate).isoformat(),
+            "ca_certificates": len(webhook_tls.split_pem_bundle(plan.ca_bundle)),
+        }
+
+    def _publish_ca_bundle(self, ca_bundle):
+        """Put ca_bundle into the webhook configuration now, if one is registered already."""
+        if self.kube.get("MutatingWebhookConfiguration", self.settings.cluster_name) is not None:
+            self.ensure(objects.mutating_webhook_configuration(self.settings, ca_bundle))
+
+    def _cert_manager(self):
+        settings = self.settings
+        status, _ = self.kube.request("GET", "/apis/cert-manager.io/v1", what="the cert-manager API")
+        if status == 404:
+            raise InstallError("tls_mode=cert_manager needs cert-manager (its cert-manager.io/v1 API is not served); "
+                               "install cert-manager first or use tls_mode=self_signed")
+        for obj in objects.cert_manager_objects(settings):
+            self.ensure(obj)
+        if self.check_mode:
+            return None, {"mode": "cert_manager"}
+        serving = self._wait_for(
+            lambda: self.kube.get("Secret", settings.serving_secret, settings.namespace),
+            "cert-manager to issue Secret {0}/{1}".format(settings.namespace, settings.serving_secret))
+        ca_bundle = (_secret_text(serving) or {}).get(webhook_tls.CA_CERT_KEY)
+        # cert-manager's CA injector keeps the bundle current afterwards; setting it now closes the
+        # gap between registering the webhook and the first injection.
+        return ca_bundle, {"mode": "cert_manager"}
+
+    def _wait_for(self, probe, what):
+        deadline = time.monotonic() + self.wait_timeout
+        while True:
+            value = probe()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise InstallError("timed out after {0}s waiting for {1}".format(self.wait_timeout, what))
+            time.sleep(POLL_SECONDS)
+
+    def _wait_ready(self, ca_bundle):
+        settings = self.settings
+        if settings.serves_in_cluster:
+            def deployment_ready():
+                live = self.kube.get("Deployment", settings.name, settings.namespace) or {}
+                status = live.get("status") or {}
+                return (status.get("observedGeneration", 0) >= (live.get("metadata") or {}).get("generation", 1)
+                        and status.get("updatedReplicas", 0) >= settings.replicas
+                        and status.get("availableReplicas", 0) >= settings.replicas)
+            self._wait_for(deployment_ready, "Deployment {0}/{1} to have {2} available replicas".format(
+                settings.namespace, settings.name, settings.replicas))
+        else:
+            self._wait_for(lambda: url_ready(settings.url, ca_bundle),
+                           "the webhook server at {0} to answer /readyz".format(settings.url))
+
+    # ------------------------------------------------------------------------- absent
+
+    def uninstall(self):
+        settings = self.settings
+        self.remove("MutatingWebhookConfiguration", settings.cluster_name)
+        for kind in ("Service", "PodDisruptionBudget", "Deployment"):
+            self.remove(kind, settings.name, settings.namespace)
+        status, _ = self.kube.request("GET", "/apis/cert-manager.io/v1", what="the cert-manager API")
+        if status != 404:
+            for obj in reversed(objects.cert_manager_objects(settings)):
+                self.remove(*_ref(obj))
+        for secret in (settings.serving_secret, settings.ca_secret):
+            self.remove("Secret", secret, settings.namespace)
+        self.remove("ClusterRoleBinding", settings.rbac_name)
+        self.remove("ClusterRole", settings.rbac_name)
+        self.remove("ServiceAccount", settings.name, settings.namespace)
+        live_namespace = self.kube.get("Namespace", settings.namespace)
+        ours = objects.labels(settings)
+        if live_namespace is not None and is_subset(ours, (live_namespace.get("metadata") or {}).get("labels") or {}):
+            self.remove("Namespace", settings.namespace)
+
+
+def url_ready(url, ca_bundle, timeout=5):
+    """True when the server behind url answers 200 on /readyz over TLS verified with ca_bundle."""
+    parts = urlsplit(url)
+    context = ssl.create_default_context(cadata=ca_bundle) if ca_bundle else ssl.create_default_context()
+    try:
+        response = urlopen("https://{0}/readyz".format(parts.netloc), timeout=timeout, context=context)
+        return response.getcode() == 200
+    except (URLError, OSError, ssl.SSLError):
+        return False
+
+
+def run(params, check_mode, make_api_client):
+    """Validate, then install or remove; returns (module result, per-object diffs)."""
+    settings = validate(params)
+    kube = kube_access.Kube(make_api_client(), dry_run=check_mode)
+    provided = "".join(webhook_tls.split_pem_bundle(params.get("ca_bundle"))) or None
+    installer = Installer(kube, settings, check_mode=check_mode, wait=params["wait"],
+                          wait_timeout=params["wait_timeout"], provided_ca_bundle=provided)
+    tls_result = None
+    if params["state"] == "present":
+        tls_result = installer.install()
+    else:
+        installer.uninstall()
+    result = {
+        "changed": installer.changed,
+        "objects": installer.results,
+        "webhook_configuration": settings.cluster_name,
+        "api_writes": kube.writes,
+    }
+    if tls_result is not None:
+        result["tls"] = tls_result
+    return result, installer.diffs

@@ -1,0 +1,275 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""The Kubernetes objects of the PVC-mutation webhook, rendered from validated settings (pure).
+
+webhook_install applies them in the order of `install_steps`, so that the
+MutatingWebhookConfiguration only exists once a ready server answers behind it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+
+from ansible_collections.gkm.cluster.plugins.module_utils.naming import MANAGED_BY_LABEL, MANAGER
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook_logic import MUTATION_LABEL
+
+SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook_server"
+WEBHOOK_NAME = "pvc-mutation.gkm.io"
+SERVER_PORT = 8443
+CERT_DIR = "/etc/gkm-webhook/tls"
+# The tools image's unprivileged user (containers/tools).
+SERVER_UID = 1000
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+INJECT_CA_ANNOTATION = "cert-manager.io/inject-ca-from"
+CERT_MANAGER_API = "cert-manager.io/v1"
+
+
+class Settings:
+    """Validated module options the objects depend on."""
+
+    def __init__(self, name, namespace, image=None, replicas=2, endpoint="service", url=None,
+                 tls_mode="self_signed", failure_policy="Fail", timeout_seconds=5,
+                 excluded_namespaces=(), cert_valid_days=365, renew_before_days=30, ca_valid_days=3650,
+                 image_pull_policy="IfNotPresent"):
+        self.name = name
+        self.namespace = namespace
+        self.image = image
+        self.replicas = replicas
+        self.endpoint = endpoint
+        self.url = url
+        self.tls_mode = tls_mode
+        self.failure_policy = failure_policy
+        self.timeout_seconds = timeout_seconds
+        self.excluded_namespaces = list(excluded_namespaces)
+        self.cert_valid_days = cert_valid_days
+        self.renew_before_days = renew_before_days
+        self.ca_valid_days = ca_valid_days
+        self.image_pull_policy = image_pull_policy
+
+    @property
+    def serves_in_cluster(self):
+        return self.endpoint == "service"
+
+    # Names of the objects; cluster-scoped ones carry the namespace so two installs never clash.
+    @property
+    def cluster_name(self):
+        return "{0}-{1}".format(self.name, self.namespace)
+
+    @property
+    def rbac_name(self):
+        return "gkm.cluster:{0}:{1}".format(self.namespace, self.name)
+
+    @property
+    def serving_secret(self):
+        return "{0}-tls".format(self.name)
+
+    @property
+    def ca_secret(self):
+        return "{0}-ca".format(self.name)
+
+    def service_hosts(self):
+        service = "{0}.{1}.svc".format(self.name, self.namespace)
+        return [self.name, "{0}.{1}".format(self.name, self.namespace), service, service + ".cluster.local"]
+
+
+def labels(settings):
+    return {
+        "app.kubernetes.io/name": "gkm-webhook",
+        "app.kubernetes.io/instance": settings.name,
+        "app.kubernetes.io/component": "admission-webhook",
+        MANAGED_BY_LABEL: MANAGER,
+    }
+
+
+def _selector_labels(settings):
+    return {"app.kubernetes.io/name": "gkm-webhook", "app.kubernetes.io/instance": settings.name}
+
+
+def _object(api_version, kind, name, settings, namespaced=True, **fields):
+    metadata = {"name": name, "labels": labels(settings)}
+    if namespaced:
+        metadata["namespace"] = settings.namespace
+    obj = {"apiVersion": api_version, "kind": kind, "metadata": metadata}
+    obj.update(fields)
+    return obj
+
+
+def namespace(settings):
+    obj = _object("v1", "Namespace", settings.namespace, settings, namespaced=False)
+    # The server runs under the restricted profile; enforcing it guards the namespace as a whole.
+    obj["metadata"]["labels"].update({
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    })
+    return obj
+
+
+def service_account(settings):
+    return _object("v1", "ServiceAccount", settings.name, settings)
+
+
+def cluster_role(settings):
+    """Read-only access to exactly what the server watches."""
+    return _object("rbac.authorization.k8s.io/v1", "ClusterRole", settings.rbac_name, settings, namespaced=False,
+                   rules=[
+                       {"apiGroups": [""], "resources": ["persistentvolumeclaims"],
+                        "verbs": ["get", "list", "watch"]},
+                       {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches"],
+                        "verbs": ["get", "list", "watch"]},
+                   ])
+
+
+def cluster_role_binding(settings):
+    return _object("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", settings.rbac_name, settings,
+                   namespaced=False,
+                   roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": settings.rbac_name},
+                   subjects=[{"kind": "ServiceAccount", "name": settings.name, "namespace": settings.namespace}])
+
+
+def _b64(text):
+    return base64.b64encode(text.encode()).decode()
+
+
+def secret(settings, name, data, secret_type="Opaque"):
+    """A Secret with `data` (PEM strings) base64-encoded, as the API returns it, so it compares 1:1."""
+    return _object("v1", "Secret", name, settings, type=secret_type,
+                   data={key: _b64(value) for key, value in sorted(data.items())})
+
+
+def cert_manager_objects(settings):
+    """A private CA made by cert-manager and the serving certificate it signs.
+
+    A CA Issuer (rather than a self-signed serving certificate) keeps the trusted CA the same when
+    cert-manager renews the serving certificate, so a renewal never breaks the caBundle.
+    """
+    bootstrap = "{0}-selfsigned".format(settings.name)
+    hours = "{0}h".format
+    return [
+        _object(CERT_MANAGER_API, "Issuer", bootstrap, settings, spec={"selfSigned": {}}),
+        _object(CERT_MANAGER_API, "Certificate", settings.ca_secret, settings, spec={
+            "isCA": True,
+            "commonName": "{0} CA".format(settings.cluster_name),
+            "secretName": settings.ca_secret,
+            "duration": hours(settings.ca_valid_days * 24),
+            "renewBefore": hours(settings.renew_before_days * 24),
+            "privateKey": {"algorithm": "ECDSA", "size": 256},
+            "issuerRef": {"name": bootstrap, "kind": "Issuer", "group": "cert-manager.io"},
+        }),
+        _object(CERT_MANAGER_API, "Issuer", settings.ca_secret, settings,
+                spec={"ca": {"secretName": settings.ca_secret}}),
+        _object(CERT_MANAGER_API, "Certificate", settings.serving_secret, settings, spec={
+            "commonName": settings.service_hosts()[2],
+            "dnsNames": settings.service_hosts(),
+            "secretName": settings.serving_secret,
+            "duration": hours(settings.cert_valid_days * 24),
+            "renewBefore": hours(settings.renew_before_days * 24),
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "issuerRef": {"name": settings.ca_secret, "kind": "Issuer", "group": "cert-manager.io"},
+        }),
+    ]
+
+
+def deployment(settings):
+    selector = _selector_labels(settings)
+    https_probe = {"scheme": "HTTPS", "port": SERVER_PORT}
+    container = {
+        "name": "webhook",
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": [
+            "python3", "-m", SERVER_MODULE,
+            "--cert-file", CERT_DIR + "/tls.crt",
+            "--key-file", CERT_DIR + "/tls.key",
+            "--listen", "0.0.0.0:{0}".format(SERVER_PORT),
+        ],
+        "ports": [{"name": "https", "containerPort": SERVER_PORT, "protocol": "TCP"}],
+        "readinessProbe": dict(httpGet=dict(https_probe, path="/readyz"), periodSeconds=5, failureThreshold=2),
+        "livenessProbe": dict(httpGet=dict(https_probe, path="/healthz"), periodSeconds=10, failureThreshold=3),
+        # Give the endpoints controller time to drop this pod before it stops answering.
+        "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": "tls", "mountPath": CERT_DIR, "readOnly": True}],
+    }
+    pod_spec = {
+        "serviceAccountName": settings.name,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SERVER_UID,
+            "runAsGroup": SERVER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [{"name": "tls", "secret": {"secretName": settings.serving_secret}}],
+        # Replicas on different nodes, so one node going away never takes admission with it.
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "podAffinityTerm": {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"},
+        }]}},
+    }
+    return _object("apps/v1", "Deployment", settings.name, settings, spec={
+        "replicas": settings.replicas,
+        "selector": {"matchLabels": selector},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "template": {"metadata": {"labels": dict(labels(settings))}, "spec": pod_spec},
+    })
+
+
+def pod_disruption_budget(settings):
+    return _object("policy/v1", "PodDisruptionBudget", settings.name, settings, spec={
+        "minAvailable": 1 if settings.replicas > 1 else 0,
+        "selector": {"matchLabels": _selector_labels(settings)},
+    })
+
+
+def service(settings):
+    return _object("v1", "Service", settings.name, settings, spec={
+        "selector": _selector_labels(settings),
+        "ports": [{"name": "https", "port": 443, "targetPort": SERVER_PORT, "protocol": "TCP"}],
+    })
+
+
+def client_config(settings, ca_bundle):
+    if settings.serves_in_cluster:
+        config = {"service": {"name": settings.name, "namespace": settings.namespace, "path": "/mutate", "port": 443}}
+    else:
+        config = {"url": settings.url}
+    if ca_bundle:
+        config["caBundle"] = _b64(ca_bundle)
+    return config
+
+
+def mutating_webhook_configuration(settings, ca_bundle):
+    """ca_bundle is the PEM to trust; None leaves it to cert-manager's CA injector."""
+    excluded = ["kube-system", settings.namespace]
+    excluded += [ns for ns in settings.excluded_namespaces if ns not in excluded]
+    obj = _object("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", settings.cluster_name,
+                  settings, namespaced=False, webhooks=[{
+                      "name": WEBHOOK_NAME,
+                      "clientConfig": client_config(settings, ca_bundle),
+                      "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                                 "operations": ["CREATE"], "scope": "Namespaced"}],
+                      "objectSelector": {"matchLabels": {MUTATION_LABEL: "true"}},
+                      "namespaceSelector": {"matchExpressions": [
+                          {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded},
+                      ]},
+                      "sideEffects": "None",
+                      "admissionReviewVersions": ["v1"],
+                      "timeoutSeconds": settings.timeout_seconds,
+                      "failurePolicy": settings.failure_policy,
+                      "reinvocationPolicy": "IfNeeded",
+                      "matchPolicy": "Equivalent",
+                  }])
+    if settings.tls_mode == "cert_manager":
+        obj["metadata"]["annotations"] = {
+            INJECT_CA_ANNOTATION: "{0}/{1}".format(settings.namespace, settings.serving_secret)}
+    return obj

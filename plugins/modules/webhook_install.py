@@ -1,0 +1,264 @@
+#!/usr/bin/python
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: webhook_install
+short_description: Install or remove the PVC-mutation admission webhook for per-node kernel-cache PVCs
+description:
+  - With ReadWriteOnce storage every node has its own PVC of a cache. Workloads (DaemonSets) name the
+    cache in C(claimName) and carry the label C(gkm.io/pvc-mutation=true); the webhook rewrites the claim
+    to the PVC of the pod's node at admission, and denies the pod with a message naming the cache, the node
+    and what to run when that node has no PVC yet.
+  - Installs, in this order, the namespace, a ServiceAccount with read-only RBAC (get, list and watch on
+    PVCs, GKMCaches and ClusterGKMCaches), the TLS material, the server Deployment with a
+    PodDisruptionBudget and a Service, waits until the server is ready, and only then registers the
+    MutatingWebhookConfiguration. A half-finished install therefore never sends a pod to a server that is
+    not there.
+  - O(state=absent) removes the MutatingWebhookConfiguration first, then the rest; the namespace is removed
+    only when this module created it.
+  - Every object is read first and written (server-side apply, field manager C(gkm.cluster)) only when it
+    differs, so a re-run with nothing to do reports C(changed=false) and writes nothing, certificates included.
+  - Check mode runs every write as a server-side dry run; diff mode shows each changed object (Secret values hidden).
+version_added: "0.1.0"
+author:
+  - gkm.cluster contributors
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+requirements:
+  - kubernetes >= 24.2.0
+  - cryptography
+options:
+  name:
+    description:
+      - Name of the Deployment, Service, ServiceAccount and the base of the other object names.
+      - The MutatingWebhookConfiguration is C(<name>-<namespace>).
+    type: str
+    default: gkm-webhook
+  namespace:
+    description: Namespace of the server and its Secrets; created with the restricted Pod Security profile.
+    type: str
+    default: gkm-system
+  state:
+    description: V(present) installs or updates the webhook, V(absent) removes it.
+    type: str
+    choices: [present, absent]
+    default: present
+  endpoint:
+    description:
+      - V(service) runs the server in the cluster (Deployment and Service) from O(image).
+      - V(url) registers an external HTTPS server at O(url) instead, for example a local process beside
+        a simulated cluster; no Deployment, Service or RBAC is created and the module waits for
+        C(/readyz) at that URL's host instead of a Deployment.
+    type: str
+    choices: [service, url]
+    default: service
+  url:
+    description:
+      - The webhook URL when O(endpoint=url), C(https://host:port/mutate). The serving certificate must name
+        the host (an IP SAN for an address).
+    type: str
+  image:
+    description: The tools image (C(containers/tools)) that runs the server. Required when O(endpoint=service).
+    type: str
+  image_pull_policy:
+    description: Pull policy of the server container.
+    type: str
+    choices: [Always, IfNotPresent, Never]
+    default: IfNotPresent
+  replicas:
+    description: Server replicas; a PodDisruptionBudget keeps one available during voluntary disruptions.
+    type: int
+    default: 2
+  tls_mode:
+    description:
+      - V(self_signed) makes a CA and a serving certificate with C(cryptography), keeps them in the Secrets
+        C(<name>-ca) and C(<name>-tls), and registers the CA as the caBundle. A run renews the serving
+        certificate when it is within O(renew_before_days) of expiry, and the CA when it would expire within
+        O(renew_before_days) plus one certificate lifetime; a new CA is added to the caBundle before
+        anything it signed is served, and the old CA stays trusted until it expires, so renewal never makes
+        admission fail.
+      - V(cert_manager) creates a self-signed Issuer, a CA Certificate, a CA Issuer and the serving Certificate
+        with cert-manager, and annotates the configuration with C(cert-manager.io/inject-ca-from). cert-manager
+        must be installed.
+      - V(provided) uses a certificate you manage - with O(endpoint=service) the Secret C(<name>-tls) must
+        exist - and registers O(ca_bundle).
+      - With O(endpoint=url) and V(self_signed), the server must serve C(tls.crt) and C(tls.key) of the Secret
+        C(<name>-tls) (it reloads them when the files change).
+    type: str
+    choices: [self_signed, cert_manager, provided]
+    default: self_signed
+  ca_bundle:
+    description: PEM CA certificate(s) that signed the server's certificate, when O(tls_mode=provided).
+    type: str
+  cert_valid_days:
+    description: Lifetime of the serving certificate (V(self_signed) and V(cert_manager)).
+    type: int
+    default: 365
+  ca_valid_days:
+    description: Lifetime of the CA (V(self_signed) and V(cert_manager)).
+    type: int
+    default: 3650
+  renew_before_days:
+    description: Renew a certificate this many days before it expires. Must be below O(cert_valid_days).
+    type: int
+    default: 30
+  failure_policy:
+    description:
+      - What the API server does with a labelled pod when the webhook cannot be reached. V(Fail) rejects it
+        (a DaemonSet controller retries), V(Ignore) admits it unchanged, with the cache name as claimName.
+    type: str
+    choices: [Fail, Ignore]
+    default: Fail
+  timeout_seconds:
+    description: How long the API server waits for the webhook, 1 to 30 seconds.
+    type: int
+    default: 5
+  excluded_namespaces:
+    description: Namespaces whose pods are never sent to the webhook, besides C(kube-system) and O(namespace).
+    type: list
+    elements: str
+    default: []
+  wait:
+    description: Wait for the server to be ready before registering the webhook configuration.
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds to wait for the server to be ready, or for cert-manager to issue the certificate.
+    type: int
+    default: 120
+notes:
+  - Only pods labelled C(gkm.io/pvc-mutation=true) are sent to the webhook (objectSelector), and only on CREATE.
+  - Pods whose node is not known at admission (neither C(spec.nodeName) nor the DaemonSet controller's
+    C(matchFields metadata.name) affinity) are denied when they name a per-node cache.
+"""
+
+EXAMPLES = r"""
+- name: Run the webhook in the cluster with a self-signed CA
+  gkm.cluster.webhook_install:
+    image: registry.example.com/gkm/tools:0.1.0
+
+- name: Register a webhook server that runs outside the cluster
+  gkm.cluster.webhook_install:
+    endpoint: url
+    url: https://127.0.0.1:9443/mutate
+    tls_mode: provided
+    ca_bundle: "{{ lookup('file', 'webhook-ca.pem') }}"
+    failure_policy: Fail
+
+- name: Use cert-manager for the certificates
+  gkm.cluster.webhook_install:
+    image: registry.example.com/gkm/tools:0.1.0
+    tls_mode: cert_manager
+    kubeconfig: ~/.kube/config
+
+- name: Remove the webhook (the configuration goes first)
+  gkm.cluster.webhook_install:
+    state: absent
+"""
+
+RETURN = r"""
+objects:
+  description: Every object the run looked at, in order, with what happened to it.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {kind: Namespace, namespace: null, name: gkm-system, action: unchanged}
+    - {kind: MutatingWebhookConfiguration, namespace: null, name: gkm-webhook-gkm-system, action: created}
+  contains:
+    kind:
+      description: Object kind.
+      type: str
+    namespace:
+      description: Namespace, null for cluster-scoped objects.
+      type: str
+    name:
+      description: Object name.
+      type: str
+    action:
+      description: created, updated, unchanged, deleted or absent.
+      type: str
+webhook_configuration:
+  description: Name of the MutatingWebhookConfiguration.
+  returned: always
+  type: str
+  sample: gkm-webhook-gkm-system
+api_writes:
+  description: Write requests sent to the API server (0 on a run with nothing to do; dry runs do not count).
+  returned: always
+  type: int
+  sample: 0
+tls:
+  description: The TLS mode and, for V(self_signed), what was renewed and why.
+  returned: when O(state=present)
+  type: dict
+  sample:
+    mode: self_signed
+    ca_renewed: false
+    certificate_renewed: true
+    reasons: ["new serving certificate: the serving certificate expires on 2027-01-01, within renew_before"]
+    certificate_not_after: "2027-11-23T08:00:00+00:00"
+    ca_certificates: 1
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.gkm.cluster.plugins.module_utils import kube, tls  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook_install import InstallError, run  # noqa: E402
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
+
+
+def argument_spec():
+    spec = dict(
+        name=dict(type="str", default="gkm-webhook"),
+        namespace=dict(type="str", default="gkm-system"),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        endpoint=dict(type="str", choices=["service", "url"], default="service"),
+        url=dict(type="str"),
+        image=dict(type="str"),
+        image_pull_policy=dict(type="str", choices=["Always", "IfNotPresent", "Never"], default="IfNotPresent"),
+        replicas=dict(type="int", default=2),
+        tls_mode=dict(type="str", choices=["self_signed", "cert_manager", "provided"], default="self_signed"),
+        ca_bundle=dict(type="str"),
+        cert_valid_days=dict(type="int", default=365),
+        ca_valid_days=dict(type="int", default=3650),
+        renew_before_days=dict(type="int", default=30),
+        failure_policy=dict(type="str", choices=["Fail", "Ignore"], default="Fail"),
+        timeout_seconds=dict(type="int", default=5),
+        excluded_namespaces=dict(type="list", elements="str", default=[]),
+        wait=dict(type="bool", default=True),
+        wait_timeout=dict(type="int", default=120),
+    )
+    spec.update(AUTH_ARG_SPEC)
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
+                           required_if=[("endpoint", "url", ["url"])])
+    if not kube.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=kube.KUBERNETES_IMPORT_ERROR)
+    if not tls.HAS_CRYPTOGRAPHY:
+        module.fail_json(msg=missing_required_lib("cryptography"), exception=tls.CRYPTOGRAPHY_IMPORT_ERROR)
+    try:
+        result, diffs = run(module.params, module.check_mode,
+                            lambda: kube.api_client_from_auth({key: module.params[key] for key in AUTH_ARG_SPEC}))
+    except (InstallError, kube.KubeError) as error:
+        module.fail_json(msg=str(error))
+    except Exception as error:  # the client's own errors (auth, connection) with their trace for -vvv
+        module.fail_json(msg="webhook_install failed: {0}".format(error), exception=traceback.format_exc())
+    if module._diff:
+        result["diff"] = diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
