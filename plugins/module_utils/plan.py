@@ -268,10 +268,19 @@ def render_pvc(spec, slot, storage_class_name, volume_name, extracted):
     return _object("PersistentVolumeClaim", slot.pvc_name(), slot.namespace, slot.labels(), annotations, body)
 
 
-def extraction_command(spec):
-    """The container command: the tools image runs the collection's cache_extract CLI into the PVC."""
-    return ["python3", "-m", EXTRACT_CLI_MODULE, "--image", spec.image, "--dest", EXTRACT_DEST,
-            *spec.extract_args]
+def extraction_command(spec, node):
+    """The container command: the tools image runs the collection's cache_extract CLI into the PVC.
+
+    A pinned Job also names its node's GPU, so the extractor re-checks compatibility on its own
+    without needing API access to read node labels.
+    """
+    command = ["python3", "-m", EXTRACT_CLI_MODULE, "--image", spec.image, "--dest", EXTRACT_DEST,
+               *spec.extract_args]
+    if node is not None and spec.compatibility != "ignore":
+        for gpu in gpus_from_node_labels(node["metadata"].get("labels")):
+            command += ["--gpu", "%s/%s/%s" % (gpu["backend"], gpu["arch"], gpu["warp_size"]),
+                        "--compatibility", "fail"]
+    return command
 
 
 def _pinned_scheduling(spec, node):
@@ -313,7 +322,7 @@ def render_job(spec, slot, node):
             "name": EXTRACT_CONTAINER,
             "image": spec.extract_image,
             "imagePullPolicy": "IfNotPresent",
-            "command": extraction_command(spec),
+            "command": extraction_command(spec, node),
             "securityContext": {
                 "allowPrivilegeEscalation": False,
                 "readOnlyRootFilesystem": True,

@@ -179,7 +179,9 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
         assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
-        assert "registry.local/caches/vector-add@" + DIGEST_A in container["command"]
+        assert container["command"][:3] == ["python3", "-m", planner.EXTRACT_CLI_MODULE]
+        assert container["command"][3:] == ["--image", "registry.local/caches/vector-add@" + DIGEST_A,
+                                            "--dest", "/gkm/cache", "--gpu", "hip/gfx90a/64", "--compatibility", "fail"]
         assert pod_spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == slot.pvc_name()
         assert job["spec"]["backoffLimit"] == 2
         assert job["spec"]["activeDeadlineSeconds"] == 900
@@ -364,3 +366,16 @@ def test_missing_namespace_fails_unless_it_may_be_created():
 def test_plan_summary_counts_by_verb_and_kind():
     result = planner.plan(make_spec(), facts())
     assert result.summary() == {"create": {"PersistentVolume": 3, "PersistentVolumeClaim": 3, "Job": 3}}
+
+
+def test_job_command_is_accepted_by_the_extraction_cli():
+    from ansible_collections.gkm.cluster.plugins.module_utils import cache_extract_cli
+
+    spec = make_spec()
+    spec.extract_args = ["--plain-http"]
+    job = by_kind(planner.plan(spec, facts()).desired, "Job")[0]
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["python3", "-m", cache_extract_cli.__name__]
+    args = cache_extract_cli.build_parser().parse_args(command[3:])
+    assert (args.image, args.dest, args.plain_http, args.compatibility) == (spec.image, "/gkm/cache", True, "fail")
+    assert args.gpus == [{"backend": "hip", "arch": "gfx90a", "warp_size": "64"}]

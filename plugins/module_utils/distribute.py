@@ -1,0 +1,324 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""One reconcile of a distributed cache, and the read-only report of any cache: the modules' bodies.
+
+`distribute` resolves the image to a digest, reads the cluster with one label-selected LIST per
+kind, plans, validates, writes the plan (server-side dry run in check mode), optionally waits for
+the extraction Jobs, and returns the plan, the status and the request counts. `describe` returns
+the same status for caches known only from the cluster.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+from ansible_collections.gkm.cluster.plugins.module_utils import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.cache_metadata import (
+    CacheMetadataError,
+    parse_cache_metadata,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.cache_spec import SpecError, cache_spec_from_params, pin_image
+from ansible_collections.gkm.cluster.plugins.module_utils.kube import KubeError
+from ansible_collections.gkm.cluster.plugins.module_utils.naming import cache_selector, managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.oci import OCIError, fetch_image_config, parse_reference
+from ansible_collections.gkm.cluster.plugins.module_utils.status import (
+    ERROR,
+    EXTRACTED,
+    cache_status,
+    group_by_cache,
+    slots_from_live,
+)
+
+OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job")
+REGISTRY_OPTIONS = {
+    "registry_username": "username",
+    "registry_password": "password",
+    "registry_docker_config": "docker_config",
+    "registry_ca_file": "ca_file",
+    "registry_validate_certs": "validate_certs",
+    "registry_plain_http": "plain_http",
+}
+DEFAULT_STORAGE_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+WAIT_POLL_SECONDS = 1.0
+
+
+class DistributeError(Exception):
+    """The run cannot go on; `result` carries what is known so far (plan, status, writes)."""
+
+    def __init__(self, message, **result):
+        super(DistributeError, self).__init__(message)
+        self.result = result
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def resolve_image(params):
+    """(digest-pinned reference, digest, cache metadata) of the image option; tags are resolved now."""
+    image = params["image"]
+    options = {new: params[old] for old, new in REGISTRY_OPTIONS.items() if params.get(old) is not None}
+    try:
+        container = parse_reference(image)
+        digest, config = fetch_image_config(image, **options)
+        metadata = parse_cache_metadata(config)
+    except (OCIError, CacheMetadataError) as error:
+        raise DistributeError("image %s: cannot resolve its digest and cache labels: %s" % (image, error)) from error
+    return "%s/%s@%s" % (container.registry, container.api_prefix, digest), digest, metadata
+
+
+def extractor_registry_args(params):
+    args = []
+    if params.get("registry_plain_http"):
+        args.append("--plain-http")
+    if params.get("registry_validate_certs") is False:
+        args.append("--insecure-skip-tls-verify")
+    return args
+
+
+def build_spec(params):
+    """The validated CacheSpec, pinned to the image digest when the cache is to be present."""
+    fields = dict(params, extract_args=extractor_registry_args(params))
+    try:
+        spec = cache_spec_from_params(fields)
+        if spec.state == "present":
+            if not params.get("image"):
+                raise SpecError("image is required with state: present")
+            image_ref, digest, metadata = resolve_image(params)
+            pin_image(spec, image_ref, digest, metadata)
+    except SpecError as error:
+        raise DistributeError(str(error)) from error
+    return spec
+
+
+# ---------------------------------------------------------------- facts
+
+
+def _storage_class(spec, classes):
+    if spec.storage_class_name:
+        for storage_class in classes:
+            if storage_class["metadata"]["name"] == spec.storage_class_name:
+                return storage_class
+        if spec.create_pvs != "always":
+            raise DistributeError("storage_class_name %r does not exist; create it, pick one of %s, or set "
+                                  "create_pvs: always" % (spec.storage_class_name,
+                                                          [c["metadata"]["name"] for c in classes] or "none"))
+        return None
+    defaults = [c for c in classes
+                if (c["metadata"].get("annotations") or {}).get(DEFAULT_STORAGE_CLASS_ANNOTATION) == "true"]
+    return defaults[0] if defaults else None
+
+
+def gather_facts(kube, spec):
+    """Cluster facts for the planner: one LIST per kind, the cache's objects by label selector."""
+    selector = cache_selector(spec.name, spec.cache_namespace)
+    present = spec.state == "present"
+    calls = [lambda kind=kind: kube.list(kind, label_selector=selector) for kind in OBJECT_KINDS]
+    if present:
+        calls += [lambda: kube.list("Node"), lambda: kube.list("Namespace"), lambda: kube.list("StorageClass")]
+    results = kube.map(lambda call: call(), calls)
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:
+        raise DistributeError("reading the cluster failed: %s" % failures[0])
+    objects = {kind: results[index] for index, kind in enumerate(OBJECT_KINDS)}
+    nodes, namespaces, classes = results[3:] if present else ([], [], [])
+    namespace_names = {ns["metadata"]["name"] for ns in namespaces}
+    facts = planner.ClusterFacts(nodes, namespace_names, objects, list_pods(kube, spec, objects, namespace_names),
+                                 _storage_class(spec, classes) if present else None)
+    return facts
+
+
+def list_pods(kube, spec, objects, existing_namespaces=None):
+    """Pods of every namespace the cache has or wants PVCs in (to see who mounts what)."""
+    namespaces = set(spec.namespaces) if spec else set()
+    for kind in ("PersistentVolumeClaim", "Job"):
+        namespaces.update(obj["metadata"]["namespace"] for obj in objects.get(kind, []))
+    if existing_namespaces is not None:
+        namespaces &= existing_namespaces
+    results = kube.map(lambda ns: kube.list("Pod", namespace=ns), sorted(namespaces))
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:
+        raise DistributeError("listing pods failed: %s" % failures[0])
+    return [pod for pods in results for pod in pods]
+
+
+# ---------------------------------------------------------------- writes
+
+
+def execute(kube, plan, replace_timeout):
+    """Write the plan: namespaces, then deletions, then (after replaced names are free) every apply."""
+    actions = plan.ordered_actions()
+    errors = []
+
+    def record(batch, results):
+        for index, action in enumerate(batch):
+            result = results[index]
+            if isinstance(result, Exception):
+                errors.append({"action": action.verb, "kind": action.kind, "namespace": action.namespace,
+                               "name": action.name, "error": str(result)})
+
+    namespaces = [a for a in actions if a.kind == "Namespace"]
+    record(namespaces, kube.map(lambda a: kube.apply(a.body), namespaces))
+    removals = [a for a in actions if a.verb in ("delete", "replace")]
+    record(removals, kube.map(lambda a: kube.delete(a.kind, a.name, a.namespace), removals))
+    replaced = [a for a in actions if a.verb == "replace"]
+    applies = [a for a in actions if a.verb in ("create", "update") and a.kind != "Namespace"]
+    if kube.dry_run:
+        # A dry-run delete leaves the object in place, and objects in a namespace that does not exist yet
+        # cannot be dry-run: both are shown in the plan without a server round trip.
+        new_namespaces = {a.name for a in namespaces}
+        applies = [a for a in applies if a.namespace not in new_namespaces]
+    elif replaced:
+        stuck = kube.wait_gone([(a.kind, a.namespace, a.name) for a in replaced], replace_timeout)
+        for kind, namespace, name in stuck:
+            errors.append({"action": "replace", "kind": kind, "namespace": namespace, "name": name,
+                           "error": "still terminating after %ss (finalizers); re-run later" % replace_timeout})
+        stuck_refs = set(stuck)
+        applies += [a for a in replaced if (a.kind, a.namespace, a.name) not in stuck_refs]
+    record(applies, kube.map(lambda a: kube.apply(a.body), applies))
+    return errors
+
+
+def _trim(obj):
+    """What a diff shows of an object: identity, labels, annotations and spec."""
+    if not obj:
+        return {}
+    metadata = obj.get("metadata") or {}
+    trimmed = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+               "metadata": {key: metadata[key] for key in ("name", "namespace", "labels", "annotations")
+                            if key in metadata}}
+    if "spec" in obj:
+        trimmed["spec"] = obj["spec"]
+    return trimmed
+
+
+def plan_diff(plan, facts):
+    live = {}
+    for kind, objects in facts.objects.items():
+        for obj in objects:
+            live[(kind, obj["metadata"].get("namespace") or "", obj["metadata"]["name"])] = dict(obj, kind=kind)
+    diffs = []
+    for action in plan.ordered_actions():
+        ref = (action.kind, action.namespace, action.name)
+        before = _trim(live.get(ref)) if action.verb != "create" else {}
+        after = {} if action.verb == "delete" else _trim(action.body)
+        header = "%s %s (%s)" % (action.kind, "/".join(filter(None, ref[1:])), action.verb)
+        diffs.append({"before": before, "after": after, "before_header": header, "after_header": header})
+    return diffs
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _status(spec, plan, facts):
+    eligibility = plan.eligibility
+    return cache_status(plan.slots, [n["metadata"]["name"] for n in eligibility.eligible], eligibility.incompatible,
+                        eligibility.excluded, facts.objects, facts.pods)
+
+
+def _settled(status):
+    return all(e["phase"] in (EXTRACTED, ERROR) for e in status["entries"] if e["phase"] not in (
+        "Outdated", "Incompatible"))
+
+
+def _plan(spec, facts):
+    try:
+        return planner.plan(spec, facts)
+    except planner.PlanError as error:
+        raise DistributeError(str(error)) from error
+
+
+def _empty_eligibility_message(plan):
+    by_reason = {}
+    for node, reasons in sorted(plan.eligibility.excluded.items()):
+        by_reason.setdefault("; ".join(reasons), []).append(node)
+    details = " | ".join("%s: %s" % (", ".join(nodes[:5]) + (" (+%d)" % (len(nodes) - 5) if len(nodes) > 5 else ""),
+                                     reason) for reason, nodes in by_reason.items())
+    return "no node is eligible for the cache and wait is true: %s" % (details or "the cluster has no nodes")
+
+
+def distribute(kube, params, check_mode=False, want_diff=False):
+    """Reconcile one cache; returns the module result. Raises DistributeError with a partial result."""
+    started = time.monotonic()
+    spec = build_spec(params)
+    try:
+        facts = gather_facts(kube, spec)
+        plan = _plan(spec, facts)
+        if spec.state == "present" and params.get("wait") and not plan.eligibility.eligible:
+            raise DistributeError(_empty_eligibility_message(plan), plan=_plan_result(plan))
+        result = {"plan": _plan_result(plan)}
+        if want_diff:
+            result["diff"] = plan_diff(plan, facts)
+        errors = execute(kube, plan, params.get("wait_timeout") or 120)
+        if errors:
+            raise DistributeError("%d of %d writes failed; first: %s" % (len(errors), len(plan.actions),
+                                                                         errors[0]["error"]),
+                                  errors=errors, writes=kube.writes, **result)
+        if kube.writes and not check_mode:
+            facts = gather_facts(kube, spec)
+        if params.get("wait") and spec.state == "present" and not check_mode:
+            facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120))
+        status = _status(spec, plan, facts)
+    except KubeError as error:
+        raise DistributeError(str(error), writes=kube.writes) from error
+    result.update(
+        changed=bool(plan.actions) if check_mode else kube.writes > 0,
+        cache={"name": spec.name, "namespace": spec.cache_namespace, "scope": spec.scope, "image": spec.image,
+               "digest": spec.digest, "size": spec.size, "access_modes": spec.access_modes, "state": spec.state},
+        status=status,
+        eligible_nodes=[n["metadata"]["name"] for n in plan.eligibility.eligible],
+        excluded_nodes=plan.eligibility.excluded,
+        api_requests=kube.requests,
+        api_writes=kube.writes,
+        duration_seconds=round(time.monotonic() - started, 3),
+    )
+    return result
+
+
+def _wait(kube, spec, facts, plan, deadline):
+    """Poll until every current slot is Extracted or Error, then record finished extractions on the PVCs."""
+    status = _status(spec, plan, facts)
+    while not _settled(status):
+        if time.monotonic() > deadline:
+            raise DistributeError("timed out waiting for extraction: %s" % _phase_counts(status),
+                                  status=status, plan=_plan_result(plan), writes=kube.writes)
+        time.sleep(WAIT_POLL_SECONDS)
+        facts = gather_facts(kube, spec)
+        status = _status(spec, plan, facts)
+    plan = _plan(spec, facts)
+    errors = execute(kube, plan, max(deadline - time.monotonic(), 10))
+    if errors:
+        raise DistributeError("recording finished extractions failed: %s" % errors[0]["error"], errors=errors)
+    if plan.actions:
+        facts = gather_facts(kube, spec)
+    return facts, plan
+
+
+def _phase_counts(status):
+    counts = {}
+    for entry in status["entries"]:
+        counts[entry["phase"]] = counts.get(entry["phase"], 0) + 1
+    return ", ".join("%s=%d" % item for item in sorted(counts.items()))
+
+
+def _plan_result(plan):
+    return {"summary": plan.summary(), "actions": [action.to_dict() for action in plan.ordered_actions()]}
+
+
+def describe(kube, name=None, namespace=None):
+    """Status of one cache (name, and namespace for a namespaced one) or of every managed cache."""
+    selector = cache_selector(name, namespace or "") if name else managed_selector()
+    results = kube.map(lambda kind: kube.list(kind, label_selector=selector), ("PersistentVolumeClaim", "Job"))
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:
+        raise DistributeError("reading the cluster failed: %s" % failures[0])
+    live = {"PersistentVolumeClaim": results[0], "Job": results[1]}
+    pods = list_pods(kube, None, live)
+    caches = []
+    for (cache, cache_namespace), objects in sorted(group_by_cache(live).items()):
+        slots, nodes = slots_from_live(objects)
+        status = cache_status(slots, nodes, [], {}, objects, pods)
+        caches.append({"name": cache, "namespace": cache_namespace, "scope": "namespaced" if cache_namespace
+                       else "cluster", "status": status})
+    return {"changed": False, "caches": caches, "api_requests": kube.requests}

@@ -1,0 +1,355 @@
+#!/usr/bin/python
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: cache_distribute
+short_description: Distribute a GPU kernel cache to PVCs on Kubernetes, per node or shared
+version_added: "0.1.0"
+description:
+  - Turns one cache's desired state (GKM's C(GKMCache) or C(ClusterGKMCache) spec) into PersistentVolumeClaims,
+    hostPath PersistentVolumes where the storage class has no provisioner, and extraction Jobs, and keeps them
+    converged on every later run.
+  - With C(ReadOnlyMany) in O(access_modes), one PVC named as the cache per namespace; otherwise one PVC and one
+    Job pinned to each eligible node, per namespace.
+  - Names are deterministic (cache, namespace, node and digest), objects are found again with one label-selected
+    LIST per kind, and writes are server-side apply with the field manager C(gkm.cluster), sent concurrently.
+  - Objects of an old digest, a node that left or a namespace no longer listed are pruned, except a PVC that a
+    running pod still mounts; it is reported as C(Outdated) and pruned by a later run once unused.
+  - Check mode is a server-side dry run and reports the plan; diff mode shows it per object.
+author:
+  - gkm.cluster contributors
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+options:
+  name:
+    description: Cache name, a DNS-1123 label; ReadOnlyMany PVCs carry this name, so workloads use it as claimName.
+    type: str
+    required: true
+  scope:
+    description:
+      - C(namespaced) for a GKMCache living in O(namespace), C(cluster) for a ClusterGKMCache serving
+        O(workload_namespaces).
+    type: str
+    choices: [namespaced, cluster]
+    default: namespaced
+  namespace:
+    description: Namespace of a namespaced cache. Not allowed with O(scope=cluster).
+    type: str
+  workload_namespaces:
+    description: Namespaces whose pods mount a cluster cache. Required with O(scope=cluster) and O(state=present).
+    type: list
+    elements: str
+  create_namespaces:
+    description: Create missing namespaces instead of failing.
+    type: bool
+    default: false
+  image:
+    description:
+      - Kernel-cache image, by tag or digest, with its registry host. A tag is resolved to a digest on every run
+        and all objects are pinned to that digest. Required with O(state=present).
+    type: str
+  registry_username:
+    description: Registry user for resolving O(image).
+    type: str
+  registry_password:
+    description: Password or token of O(registry_username).
+    type: str
+  registry_docker_config:
+    description: Docker C(config.json) with registry credentials, instead of O(registry_username).
+    type: path
+  registry_ca_file:
+    description: CA bundle for the registry's TLS certificate.
+    type: path
+  registry_validate_certs:
+    description: Verify the registry's TLS certificate (also passed on to the extraction Jobs).
+    type: bool
+    default: true
+  registry_plain_http:
+    description: Talk plain HTTP to the registry, here and in the extraction Jobs. Only for loopback or test registries.
+    type: bool
+    default: false
+  access_modes:
+    description: PVC access modes. Include C(ReadOnlyMany) when the storage backend shares one volume across nodes.
+    type: list
+    elements: str
+    choices: [ReadWriteOnce, ReadOnlyMany, ReadWriteMany, ReadWriteOncePod]
+    default: [ReadWriteOnce]
+  storage_class_name:
+    description: Storage class of the PVCs; the cluster's default class when omitted.
+    type: str
+  size:
+    description:
+      - PVC size as a Kubernetes quantity. Defaults to the image's C(cache-size-bytes) label times 1.5 plus 32Mi.
+    type: str
+  pod_template:
+    description:
+      - GKM's C(podTemplate) for the extraction Jobs' pods. C(metadata) may hold C(labels) and C(annotations);
+        C(spec) may hold C(nodeSelector), C(tolerations), C(affinity) and C(priorityClassName).
+      - C(spec.nodeSelector) is merged with the per-node pin, never replacing it.
+    type: dict
+  node_selector:
+    description: Labels a node must carry to get the cache.
+    type: dict
+  compatibility:
+    description:
+      - What to do with GPU nodes whose C(gkm.io/gpu-*) labels match none of the image's targets. C(skip) leaves
+        them out and reports them C(Incompatible), C(fail) stops before any change, C(ignore) skips the check
+        (and includes nodes without GPU labels).
+    type: str
+    choices: [skip, fail, ignore]
+    default: skip
+  create_pvs:
+    description:
+      - Create hostPath PersistentVolumes for the PVCs. C(auto) does when the storage class has no provisioner
+        (as on kind); each cache, namespace and digest gets its own directory under O(host_path_root).
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  host_path_root:
+    description: Directory on the nodes under which hostPath PVs keep the extracted caches.
+    type: str
+    default: /var/lib/gkm-cluster/caches
+  extract_image:
+    description: The gkm.cluster tools image whose cache_extract command the Jobs run. Required with O(state=present).
+    type: str
+  job_limits:
+    description: Bounds of the extraction Jobs.
+    type: dict
+    suboptions:
+      backoff_limit:
+        description: Retries before a Job fails.
+        type: int
+        default: 2
+      active_deadline_seconds:
+        description: Time a Job may run in total.
+        type: int
+        default: 900
+      ttl_seconds_after_finished:
+        description:
+          - Time a finished Job is kept. Finished extractions are also recorded on the PVC, so a Job removed by
+            this TTL is not run again.
+        type: int
+        default: 86400
+  state:
+    description: C(present) distributes the cache; C(absent) removes every object of it.
+    type: str
+    choices: [present, absent]
+    default: present
+  prune:
+    description: Delete objects no longer desired (old digests, nodes that left, namespaces removed).
+    type: bool
+    default: true
+  force:
+    description: Delete PVCs even while pods mount them (they stay Terminating until those pods end).
+    type: bool
+    default: false
+  wait:
+    description:
+      - Wait until every extraction Job has finished (or failed), then record finished extractions on the PVCs.
+      - Fails early when no node is eligible.
+    type: bool
+    default: false
+  wait_timeout:
+    description: Seconds to wait for extractions, and for replaced objects to be deleted.
+    type: int
+    default: 300
+  concurrency:
+    description: Parallel API requests.
+    type: int
+    default: 16
+requirements:
+  - kubernetes >= 24.2.0
+  - oras
+notes:
+  - The extraction Jobs run under the restricted Pod Security profile (uid 1000, fsGroup 1000). Directories of
+    hostPath PVs are created by the kubelet and do not honour fsGroup; make O(host_path_root) writable for uid 1000
+    on the nodes.
+  - Registry credentials are used to resolve O(image) only; the Jobs pull anonymously.
+seealso:
+  - module: gkm.cluster.cache_info
+  - module: gkm.cluster.cache_extract
+"""
+
+EXAMPLES = r"""
+- name: Per-node cache for one namespace, tolerating the GPU taint
+  gkm.cluster.cache_distribute:
+    name: vector-add
+    namespace: team-a
+    image: quay.io/gkm/cache-examples:vector-add-cache-rocm-v2
+    extract_image: quay.io/gkm/gkm-cluster-tools:0.1.0
+    pod_template:
+      spec:
+        tolerations:
+          - key: gpu
+            operator: Exists
+            effect: NoSchedule
+    wait: true
+
+- name: Cluster cache on a ReadOnlyMany storage class, shared by two namespaces
+  gkm.cluster.cache_distribute:
+    name: vllm-llama
+    scope: cluster
+    workload_namespaces: [serving-a, serving-b]
+    access_modes: [ReadWriteOnce, ReadOnlyMany]
+    storage_class_name: cephfs
+    image: registry.example.com/caches/vllm-llama:2026-08
+    extract_image: registry.example.com/gkm/tools:0.1.0
+
+- name: Remove a cache, keeping PVCs still mounted
+  gkm.cluster.cache_distribute:
+    name: vector-add
+    namespace: team-a
+    state: absent
+"""
+
+RETURN = r"""
+cache:
+  description: The cache as distributed.
+  returned: success
+  type: dict
+  sample: {"name": "vector-add", "namespace": "team-a", "scope": "namespaced", "digest": "sha256:...",
+           "image": "registry/caches/vector-add@sha256:...", "size": "33Mi", "access_modes": ["ReadWriteOnce"],
+           "state": "present"}
+plan:
+  description: What this run wrote (or, in check mode, would write).
+  returned: success
+  type: dict
+  contains:
+    summary:
+      description: Counts per action (create, update, replace, delete) and kind.
+      type: dict
+      sample: {"create": {"PersistentVolumeClaim": 3, "PersistentVolume": 3, "Job": 3}}
+    actions:
+      description: One entry per object with action, kind, namespace, name and reason.
+      type: list
+      elements: dict
+status:
+  description: Phase per namespace and node, and GKM's counts, computed.
+  returned: success
+  type: dict
+  contains:
+    phase:
+      description: Error, Pending, Outdated, Running or Extracted, in that precedence.
+      type: str
+    counts:
+      description: nodes, node_in_use, node_not_in_use, node_error, pod_running, pod_outdated.
+      type: dict
+    entries:
+      description:
+        - One per namespace and node (node empty for ReadOnlyMany) with pvc, job, digest, phase (Pending,
+          Extracting, Extracted, Error, Incompatible, Outdated), message, fix and mounted_by.
+      type: list
+      elements: dict
+    unschedulable:
+      description: Jobs whose pod the scheduler cannot place, with its message and the option that would fix it.
+      type: list
+      elements: dict
+eligible_nodes:
+  description: Nodes that get the cache.
+  returned: success
+  type: list
+  elements: str
+excluded_nodes:
+  description: Every other node with the reasons (node_selector, taints, affinity, GPU compatibility).
+  returned: success
+  type: dict
+api_requests:
+  description: API requests made by this run.
+  returned: success
+  type: int
+api_writes:
+  description: Writes made by this run (0 on a run that changed nothing; dry runs do not count).
+  returned: success
+  type: int
+duration_seconds:
+  description: Wall time of the run.
+  returned: success
+  type: float
+diff:
+  description: Per-object before and after, in diff mode.
+  returned: when diff mode is on
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import DistributeError, distribute  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.kube import (  # noqa: E402
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    Kube,
+    KubeError,
+    api_client_from_auth,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.oci import HAS_ORAS, ORAS_IMPORT_ERROR  # noqa: E402
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
+
+CACHE_ARG_SPEC = dict(
+    name=dict(type="str", required=True),
+    scope=dict(type="str", choices=["namespaced", "cluster"], default="namespaced"),
+    namespace=dict(type="str"),
+    workload_namespaces=dict(type="list", elements="str"),
+    create_namespaces=dict(type="bool", default=False),
+    image=dict(type="str"),
+    registry_username=dict(type="str"),
+    registry_password=dict(type="str", no_log=True),
+    registry_docker_config=dict(type="path"),
+    registry_ca_file=dict(type="path"),
+    registry_validate_certs=dict(type="bool", default=True),
+    registry_plain_http=dict(type="bool", default=False),
+    access_modes=dict(type="list", elements="str", default=["ReadWriteOnce"],
+                      choices=["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]),
+    storage_class_name=dict(type="str"),
+    size=dict(type="str"),
+    pod_template=dict(type="dict"),
+    node_selector=dict(type="dict"),
+    compatibility=dict(type="str", choices=["skip", "fail", "ignore"], default="skip"),
+    create_pvs=dict(type="str", choices=["auto", "always", "never"], default="auto"),
+    host_path_root=dict(type="str", default="/var/lib/gkm-cluster/caches"),
+    extract_image=dict(type="str"),
+    job_limits=dict(type="dict", options=dict(
+        backoff_limit=dict(type="int", default=2),
+        active_deadline_seconds=dict(type="int", default=900),
+        ttl_seconds_after_finished=dict(type="int", default=86400),
+    )),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    prune=dict(type="bool", default=True),
+    force=dict(type="bool", default=False),
+    wait=dict(type="bool", default=False),
+    wait_timeout=dict(type="int", default=300),
+    concurrency=dict(type="int", default=16),
+)
+
+
+def main():
+    argument_spec = dict(AUTH_ARG_SPEC)
+    argument_spec.update(CACHE_ARG_SPEC)
+    module = AnsibleModule(
+        argument_spec=argument_spec,
+        supports_check_mode=True,
+        mutually_exclusive=[("registry_username", "registry_docker_config")],
+    )
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    if not HAS_ORAS:
+        module.fail_json(msg=missing_required_lib("oras"), exception=ORAS_IMPORT_ERROR)
+
+    auth = {key: module.params.get(key) for key in AUTH_ARG_SPEC}
+    try:
+        kube = Kube(api_client_from_auth(auth, module.params["concurrency"]), dry_run=module.check_mode,
+                    workers=module.params["concurrency"])
+        result = distribute(kube, module.params, check_mode=module.check_mode, want_diff=module._diff)
+    except (DistributeError, KubeError) as error:
+        module.fail_json(msg=str(error), **getattr(error, "result", {}))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

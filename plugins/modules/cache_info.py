@@ -1,0 +1,108 @@
+#!/usr/bin/python
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: cache_info
+short_description: Report the distribution status of GPU kernel caches, changing nothing
+version_added: "0.1.0"
+description:
+  - Reads the PVCs and extraction Jobs that M(gkm.cluster.cache_distribute) manages (one label-selected LIST per
+    kind, plus the pods of their namespaces) and returns, per cache, the same status as cache_distribute.
+  - Without the cache's options this module cannot know which nodes are eligible, so C(nodes) counts the nodes
+    holding a per-node PVC of the newest digest (0 for ReadOnlyMany caches), and PVCs of older digests are
+    reported C(Outdated).
+author:
+  - gkm.cluster contributors
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+options:
+  name:
+    description: Report only this cache. All caches when omitted.
+    type: str
+  namespace:
+    description: Namespace of a namespaced cache given in O(name); omit it for a cluster cache.
+    type: str
+requirements:
+  - kubernetes >= 24.2.0
+seealso:
+  - module: gkm.cluster.cache_distribute
+"""
+
+EXAMPLES = r"""
+- name: Status of every distributed cache
+  gkm.cluster.cache_info:
+  register: caches
+
+- name: Status of one namespaced cache
+  gkm.cluster.cache_info:
+    name: vector-add
+    namespace: team-a
+"""
+
+RETURN = r"""
+caches:
+  description: One entry per cache.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Cache name.
+      type: str
+    namespace:
+      description: Namespace of a namespaced cache, empty for a cluster cache.
+      type: str
+    scope:
+      description: namespaced or cluster.
+      type: str
+    status:
+      description: phase, counts (GKM's columns), entries per namespace and node, unschedulable Jobs.
+      type: dict
+api_requests:
+  description: API requests made.
+  returned: always
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import DistributeError, describe  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.kube import (  # noqa: E402
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    Kube,
+    KubeError,
+    api_client_from_auth,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.naming import name_problem  # noqa: E402
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
+
+
+def main():
+    argument_spec = dict(AUTH_ARG_SPEC)
+    argument_spec.update(name=dict(type="str"), namespace=dict(type="str"))
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           required_by={"namespace": "name"})
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    for field in ("name", "namespace"):
+        problem = module.params[field] and name_problem(field, module.params[field])
+        if problem:
+            module.fail_json(msg=problem)
+    auth = {key: module.params.get(key) for key in AUTH_ARG_SPEC}
+    try:
+        kube = Kube(api_client_from_auth(auth))
+        result = describe(kube, module.params["name"], module.params["namespace"])
+    except (DistributeError, KubeError) as error:
+        module.fail_json(msg=str(error))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
