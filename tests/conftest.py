@@ -48,12 +48,31 @@ def _running(name):
     return sim_control.is_running(sim_control.load_state()["processes"].get(name))
 
 
+def _other_live_sessions(users_dir):
+    """Pids of other test sessions that use the simulated cluster right now."""
+    others = []
+    for name in os.listdir(users_dir):
+        pid = int(name)
+        if pid != os.getpid() and os.path.exists("/proc/%d" % pid):
+            others.append(pid)
+    return others
+
+
 @pytest.fixture(scope="session")
 def _sim_lifecycle():
-    """Remembers what was running before the session, and stops at the end whatever the session started."""
+    """Stops at the end what the session found stopped, unless another live test session still uses it.
+
+    Sessions register under .sim/users/<pid>, so parallel runs (or a developer's shell) never lose the
+    cluster under them.
+    """
     found = {name: _running(name) for name in [*sim_control.CONTROL_PLANE, "registry"]}
+    users_dir = os.path.join(sim_control.SIM_DIR, "users")
+    os.makedirs(users_dir, exist_ok=True)
+    marker = os.path.join(users_dir, str(os.getpid()))
+    open(marker, "w").close()
     yield found
-    if not any(found.values()) and any(_running(name) for name in found):
+    os.unlink(marker)
+    if not any(found.values()) and not _other_live_sessions(users_dir) and any(_running(name) for name in found):
         _run_sim("down")
 
 

@@ -23,7 +23,8 @@ def params(**overrides):
     base = dict(name="gkm-webhook", namespace="gkm-system", state="present", endpoint="service", url=None,
                 image="reg/tools:1", image_pull_policy="IfNotPresent", replicas=2, tls_mode="self_signed",
                 ca_bundle=None, cert_valid_days=365, ca_valid_days=3650, renew_before_days=30,
-                failure_policy="Fail", timeout_seconds=5, excluded_namespaces=[], wait=True, wait_timeout=120)
+                failure_policy="Fail", timeout_seconds=5, excluded_namespaces=[], wait=True, wait_timeout=120,
+                tolerations=[], node_selector={})
     base.update(overrides)
     return base
 

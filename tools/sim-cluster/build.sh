@@ -12,10 +12,17 @@ ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$here/g
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 bin="${XDG_CACHE_HOME:-$HOME/.cache}/gkm-cluster/$key/bin"
 wanted=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# kwok's own Stage CRD and stage definitions, taken from the same kwok module version; sim.py applies
+# them so that tests can add stages of their own (for example one that fails chosen Job pods).
+stages="$bin/kwok-stages"
+stage_files=(crd/bases/kwok.x-k8s.io_stages.yaml stage/node/fast/node-initialize.yaml
+  stage/node/heartbeat/node-heartbeat.yaml stage/pod/fast/pod-ready.yaml stage/pod/fast/pod-complete.yaml
+  stage/pod/fast/pod-delete.yaml)
 
 complete() {
   local name
   for name in "${wanted[@]}"; do [ -x "$bin/$name" ] || return 1; done
+  [ -f "$stages/.complete" ]
 }
 
 if complete; then
@@ -46,5 +53,11 @@ if [ ! -x "$bin/kwok" ]; then
   GOBIN="$bin/.kwok" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
   mv "$bin/.kwok/kwok" "$bin/kwok"
   rmdir "$bin/.kwok"
+fi
+if [ ! -f "$stages/.complete" ]; then
+  kwok_dir=$(go mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" | awk -F'"' '$2 == "Dir" {print $4}')
+  mkdir -p "$stages"
+  for file in "${stage_files[@]}"; do cp "$kwok_dir/kustomize/$file" "$stages/"; done
+  touch "$stages/.complete"
 fi
 echo "$bin"

@@ -18,6 +18,7 @@ one control-plane node and $GKM_SIM_GPU_NODES (default 3) GPU workers of $GKM_SI
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -101,10 +102,8 @@ def stop_process(name, record, timeout=15):
     os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and _process_start_time(pid) is not None:
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
         time.sleep(0.05)
     if _process_start_time(pid) is not None:
         log("%s did not stop in %ss, killing it" % (name, timeout))
@@ -217,7 +216,7 @@ def write_registry_config(state):
 
 
 def write_kwok_config():
-    """kwok's defaults, plus the Stage CRDs, so tests can add stages (e.g. make chosen Job pods fail)."""
+    """kwok reads its stages from Stage objects in the cluster, so tests can add their own."""
     path = os.path.join(SIM_DIR, "kwok.yaml")
     _write(path, yaml.safe_dump({
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -346,11 +345,7 @@ def apply_nodes(state, pki, groups):
     to_remove = sorted(existing - set(desired))
 
     def create(node):
-        try:
-            api_request(state, pki, "POST", "/api/v1/nodes", node)
-        except urllib.error.HTTPError as error:
-            if error.code != 409:
-                raise
+        create_if_missing(state, pki, "/api/v1/nodes", node)
 
     def delete(name):
         try:
@@ -374,6 +369,37 @@ def nodes_ready(state, pki, names):
     return set(names) <= ready
 
 
+def create_if_missing(state, pki, path, body):
+    try:
+        api_request(state, pki, "POST", path, body)
+    except urllib.error.HTTPError as error:
+        if error.code != 409:
+            raise
+
+
+def apply_kwok_stages(state, pki, binaries):
+    """The Stage CRD and kwok's fast node and pod stages (Job pods Succeed, others Run)."""
+    stage_dir = os.path.join(binaries, "kwok-stages")
+    documents = []
+    for name in sorted(os.listdir(stage_dir)):
+        if name.endswith(".yaml"):
+            with open(os.path.join(stage_dir, name)) as handle:
+                documents.extend(doc for doc in yaml.safe_load_all(handle) if doc)
+    crds = [doc for doc in documents if doc["kind"] == "CustomResourceDefinition"]
+    for crd in crds:
+        create_if_missing(state, pki, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+
+    def established():
+        crd = api_request(state, pki, "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/%s"
+                          % crds[0]["metadata"]["name"])
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in crd.get("status", {}).get("conditions", []))
+
+    wait_for("the kwok Stage CRD", established, 30)
+    for stage in (doc for doc in documents if doc["kind"] == "Stage"):
+        create_if_missing(state, pki, "/apis/kwok.x-k8s.io/v1alpha1/stages", stage)
+
+
 def ensure_default_storage_class(state, pki):
     """A storage class without a provisioner, as kind-like clusters without CSI have: PVs are made by hand."""
     body = {
@@ -381,11 +407,7 @@ def ensure_default_storage_class(state, pki):
         "metadata": {"name": "local-manual", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
         "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer",
     }
-    try:
-        api_request(state, pki, "POST", "/apis/storage.k8s.io/v1/storageclasses", body)
-    except urllib.error.HTTPError as error:
-        if error.code != 409:
-            raise
+    create_if_missing(state, pki, "/apis/storage.k8s.io/v1/storageclasses", body)
 
 
 # ---------------------------------------------------------------- commands
@@ -421,6 +443,8 @@ def cmd_up(_args):
     for name in CONTROL_PLANE:
         if is_running(state["processes"].get(name)):
             continue
+        if name == "kwok":
+            apply_kwok_stages(state, pki, binaries)
         start_process(state, name, component_argv(name, state, binaries, pki))
         started_any = True
         wait_for(name, readiness_check(name, state, pki), 60, [name], state)
@@ -448,7 +472,7 @@ def cmd_apply_nodes(_args):
 
 def cmd_down(_args):
     state = load_state()
-    for name in reversed(CONTROL_PLANE + ["registry"]):
+    for name in reversed([*CONTROL_PLANE, "registry"]):
         stop_process(name, state["processes"].get(name))
     if os.path.isdir(SIM_DIR):
         subprocess.run(["rm", "-rf", SIM_DIR], check=True)
@@ -457,7 +481,7 @@ def cmd_down(_args):
 
 def cmd_status(_args):
     state = load_state()
-    for name in CONTROL_PLANE + ["registry"]:
+    for name in [*CONTROL_PLANE, "registry"]:
         record = state["processes"].get(name)
         print("%-24s %s" % (name, "running pid %d" % record["pid"] if is_running(record) else "stopped"))
     print("ports: %s" % json.dumps(state.get("ports", {}), sort_keys=True))

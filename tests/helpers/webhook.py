@@ -1,0 +1,179 @@
+"""Test-side helpers for the PVC-mutation webhook: a local server process, its certificates, installs.
+
+The simulated cluster runs no containers, so the server runs here as a plain process
+(`python -m ...webhook_server`) and the API server calls it through `clientConfig.url`.
+"""
+
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+
+from kubernetes import client
+
+from ansible_collections.gkm.cluster.plugins.module_utils import naming, tls
+from ansible_collections.gkm.cluster.plugins.module_utils import webhook_install
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
+SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook_server"
+GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+DIGEST = "sha256:" + "c0ffee" * 10 + "abcd"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_atomically(path, text):
+    """Replace a file in one rename, as the kubelet swaps a Secret volume's files."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+class CertificateFiles:
+    """A CA and a serving certificate for 127.0.0.1, written where the server reads them."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.cert_file = os.path.join(directory, "tls.crt")
+        self.key_file = os.path.join(directory, "tls.key")
+        self.ca, self.ca_key = tls.new_ca("gkm webhook test CA")
+        self.issue()
+
+    def issue(self, new_ca=False):
+        """Write a new serving certificate (from a new CA when asked); returns the certificate PEM."""
+        if new_ca:
+            self.ca, self.ca_key = tls.new_ca("gkm webhook test CA")
+        cert, key = tls.new_signed_cert(self.ca, self.ca_key, "127.0.0.1", ip_addresses=["127.0.0.1"])
+        # The key goes first: the server keeps its current pair until cert and key match again.
+        write_atomically(self.key_file, key)
+        write_atomically(self.cert_file, cert)
+        return cert
+
+
+class LocalWebhookServer:
+    """The webhook server as a child process of the test, on a free loopback port."""
+
+    def __init__(self, kubeconfig, cert_file, key_file, port=None, log_path=None):
+        self.kubeconfig = kubeconfig
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.port = port or free_port()
+        self.log_path = log_path or os.path.join(os.path.dirname(cert_file), "server.log")
+        self.process = None
+
+    @property
+    def url(self):
+        return "https://127.0.0.1:%d/mutate" % self.port
+
+    def start(self):
+        env = dict(os.environ, PYTHONPATH=COLLECTIONS)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", SERVER_MODULE, "--cert-file", self.cert_file, "--key-file", self.key_file,
+                 "--listen", "127.0.0.1:%d" % self.port, "--kubeconfig", self.kubeconfig,
+                 "--cert-check-seconds", "0.2"],
+                stdout=log, stderr=subprocess.STDOUT, env=env)
+        return self
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def alive(self):
+        return self.process is not None and self.process.poll() is None
+
+    def get(self, path, ca):
+        context = ssl.create_default_context(cadata=ca)
+        try:
+            with urllib.request.urlopen("https://127.0.0.1:%d%s" % (self.port, path), context=context,
+                                        timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def wait_ready(self, ca, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.alive(), "webhook server exited; log: %s" % self.log_path
+            try:
+                if self.get("/readyz", ca)[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("webhook server not ready after %ss; log: %s" % (timeout, self.log_path))
+
+    def metric(self, ca, name):
+        """Sum of a metric's samples whose line starts with name (labels included in name if given)."""
+        text = self.get("/metrics", ca)[1]
+        return sum(float(m.group(1)) for m in re.finditer(r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(name), text,
+                                                          re.MULTILINE))
+
+    def served_certificate(self):
+        """The PEM certificate a new TLS connection gets."""
+        return ssl.get_server_certificate(("127.0.0.1", self.port))
+
+
+def install_params(kubeconfig, **overrides):
+    params = dict(
+        name="gkm-webhook", namespace="gkm-system", state="present", endpoint="url", url=None, image=None,
+        image_pull_policy="IfNotPresent", replicas=2, tolerations=[], node_selector={}, tls_mode="provided",
+        ca_bundle=None, cert_valid_days=365, ca_valid_days=3650, renew_before_days=30, failure_policy="Fail",
+        timeout_seconds=5, excluded_namespaces=[], wait=True, wait_timeout=60, kubeconfig=kubeconfig,
+    )
+    params.update(overrides)
+    return params
+
+
+def install(kubeconfig, check_mode=False, **overrides):
+    """Run webhook_install in-process (as the module does) and return (result, diffs)."""
+    params = install_params(kubeconfig, **overrides)
+    return webhook_install.run(params, check_mode, lambda: webhook_install.kube_access.api_client_from_auth(
+        {"kubeconfig": kubeconfig}))
+
+
+def node_pvc(namespace, cache, node, digest=DIGEST, cluster=False):
+    """A PVC named and labelled as cache_distribute writes it for one node (it stays Pending here)."""
+    slot = naming.Slot(cache, "" if cluster else namespace, namespace, node, digest)
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": slot.pvc_name(), "namespace": namespace, "labels": slot.labels()},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "gkm-webhook-test-none",
+                 "resources": {"requests": {"storage": "1Mi"}}},
+    }
+
+
+def create_node_pvcs(kube, namespace, cache, nodes, **kwargs):
+    core = client.CoreV1Api(kube)
+    names = {}
+    for node in nodes:
+        body = node_pvc(namespace, cache, node, **kwargs)
+        core.create_namespaced_persistent_volume_claim(namespace, body)
+        names[node] = body["metadata"]["name"]
+    return names
+
+
+def wait_until(what, check, timeout=60, interval=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(interval)
+    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# ansible-test sanity needs the collection at ansible_collections/<namespace>/<name>: copy the tracked
+# (and new, not ignored) files into such a tree outside the checkout (inside it, ansible-test would
+# ask git, which ignores the copy) and run it there, with no ignore file.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+# The tree is kept between runs (only tests/output survives a refresh): ansible-test caches its venvs there.
+tree="${XDG_CACHE_HOME:-$HOME/.cache}/gkm-cluster/sanity/$(echo "$root" | sha256sum | cut -c1-12)/ansible_collections/gkm/cluster"
+if [ -d "$tree" ]; then
+  find "$tree" -mindepth 1 -maxdepth 1 ! -name tests -exec rm -rf {} +
+  find "$tree/tests" -mindepth 1 -maxdepth 1 ! -name output -exec rm -rf {} +
+fi
+mkdir -p "$tree"
+# ansible-test bootstraps pip in its venvs with a script it downloads from a host we cannot reach.
+pip_version=$("$root/.venv/bin/python" -c \
+  "import re, ansible_test, pathlib; print(re.search(r\"pip='([0-9.]+)'\", (pathlib.Path(ansible_test.__file__).parent / '_internal/python_requirements.py').read_text()).group(1))")
+bootstrap="$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py"
+[ -f "$bootstrap" ] || install -D -m 0644 "$root/tools/ci/get_pip_offline.py" "$bootstrap"
+
+cd "$root"
+git ls-files -co --exclude-standard -z | grep -zv '^tools/sim-cluster/' | xargs -0 cp --parents -t "$tree"
+cd "$tree"
+rm -rf tests/sanity  # the rule is no ignore entries at all
+"$root/.venv/bin/ansible-test" sanity --venv --python 3.11 --color no "$@"
