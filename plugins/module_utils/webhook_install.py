@@ -65,12 +65,12 @@ def validate(params):
     problems = [problem for problem in problems if problem]
     present = params["state"] == "present"
     endpoint = params["endpoint"]
-    if endpoint == "url":
+    if endpoint == "url" and (present or params.get("url")):
         url = params.get("url") or ""
         parts = urlsplit(url)
         if parts.scheme != "https" or not parts.hostname:
             problems.append("url must be an https:// URL with a host when endpoint=url, got {0!r}".format(url))
-    elif params.get("url"):
+    elif endpoint == "service" and params.get("url"):
         problems.append("url is only used with endpoint=url; remove it or set endpoint: url")
     if present and endpoint == "service" and not params.get("image"):
         problems.append("image is required with endpoint=service: the tools image that runs the webhook server")
@@ -96,7 +96,8 @@ def validate(params):
         failure_policy=params["failure_policy"], timeout_seconds=params["timeout_seconds"],
         excluded_namespaces=params.get("excluded_namespaces") or [], cert_valid_days=params["cert_valid_days"],
         renew_before_days=params["renew_before_days"], ca_valid_days=params["ca_valid_days"],
-        image_pull_policy=params["image_pull_policy"],
+        image_pull_policy=params["image_pull_policy"], tolerations=params.get("tolerations") or [],
+        node_selector=params.get("node_selector") or {},
     )
 
 
@@ -195,6 +196,9 @@ class Installer:
 
     def install(self):
         settings = self.settings
+        if settings.tls_mode == "cert_manager" and not self._cert_manager_served():
+            raise InstallError("tls_mode=cert_manager needs cert-manager (its cert-manager.io/v1 API is not served); "
+                               "install cert-manager first or use tls_mode=self_signed")
         self.namespace_exists = self.kube.get("Namespace", settings.namespace) is not None
         self.ensure(objects.namespace(settings))
         if settings.serves_in_cluster:
@@ -256,10 +260,6 @@ class Installer:
 
     def _cert_manager(self):
         settings = self.settings
-        status, _ = self.kube.request("GET", "/apis/cert-manager.io/v1", what="the cert-manager API")
-        if status == 404:
-            raise InstallError("tls_mode=cert_manager needs cert-manager (its cert-manager.io/v1 API is not served); "
-                               "install cert-manager first or use tls_mode=self_signed")
         for obj in objects.cert_manager_objects(settings):
             self.ensure(obj)
         if self.check_mode:
@@ -271,6 +271,10 @@ class Installer:
         # cert-manager's CA injector keeps the bundle current afterwards; setting it now closes the
         # gap between registering the webhook and the first injection.
         return ca_bundle, {"mode": "cert_manager"}
+
+    def _cert_manager_served(self):
+        status, _ = self.kube.request("GET", "/apis/cert-manager.io/v1", what="the cert-manager API")
+        return status != 404
 
     def _wait_for(self, probe, what):
         deadline = time.monotonic() + self.wait_timeout
@@ -304,8 +308,7 @@ class Installer:
         self.remove("MutatingWebhookConfiguration", settings.cluster_name)
         for kind in ("Service", "PodDisruptionBudget", "Deployment"):
             self.remove(kind, settings.name, settings.namespace)
-        status, _ = self.kube.request("GET", "/apis/cert-manager.io/v1", what="the cert-manager API")
-        if status != 404:
+        if self._cert_manager_served():
             for obj in reversed(objects.cert_manager_objects(settings)):
                 self.remove(*_ref(obj))
         for secret in (settings.serving_secret, settings.ca_secret):

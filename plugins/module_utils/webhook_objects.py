@@ -32,7 +32,7 @@ class Settings:
     def __init__(self, name, namespace, image=None, replicas=2, endpoint="service", url=None,
                  tls_mode="self_signed", failure_policy="Fail", timeout_seconds=5,
                  excluded_namespaces=(), cert_valid_days=365, renew_before_days=30, ca_valid_days=3650,
-                 image_pull_policy="IfNotPresent"):
+                 image_pull_policy="IfNotPresent", tolerations=(), node_selector=None):
         self.name = name
         self.namespace = namespace
         self.image = image
@@ -47,6 +47,8 @@ class Settings:
         self.renew_before_days = renew_before_days
         self.ca_valid_days = ca_valid_days
         self.image_pull_policy = image_pull_policy
+        self.tolerations = list(tolerations)
+        self.node_selector = dict(node_selector or {})
 
     @property
     def serves_in_cluster(self):
@@ -216,6 +218,10 @@ def deployment(settings):
             "podAffinityTerm": {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"},
         }]}},
     }
+    if settings.tolerations:
+        pod_spec["tolerations"] = settings.tolerations
+    if settings.node_selector:
+        pod_spec["nodeSelector"] = settings.node_selector
     return _object("apps/v1", "Deployment", settings.name, settings, spec={
         "replicas": settings.replicas,
         "selector": {"matchLabels": selector},

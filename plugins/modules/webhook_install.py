@@ -60,8 +60,8 @@ options:
     default: service
   url:
     description:
-      - The webhook URL when O(endpoint=url), C(https://host:port/mutate). The serving certificate must name
-        the host (an IP SAN for an address).
+      - The webhook URL when O(endpoint=url), C(https://host:port/mutate); required with O(state=present).
+        The serving certificate must name the host (an IP SAN for an address).
     type: str
   image:
     description: The tools image (C(containers/tools)) that runs the server. Required when O(endpoint=service).
@@ -75,6 +75,16 @@ options:
     description: Server replicas; a PodDisruptionBudget keeps one available during voluntary disruptions.
     type: int
     default: 2
+  tolerations:
+    description:
+      - Tolerations of the server pods, in the Kubernetes format, for clusters whose nodes are all tainted.
+    type: list
+    elements: dict
+    default: []
+  node_selector:
+    description: Node labels the server pods must match.
+    type: dict
+    default: {}
   tls_mode:
     description:
       - V(self_signed) makes a CA and a serving certificate with C(cryptography), keeps them in the Secrets
@@ -226,6 +236,8 @@ def argument_spec():
         image=dict(type="str"),
         image_pull_policy=dict(type="str", choices=["Always", "IfNotPresent", "Never"], default="IfNotPresent"),
         replicas=dict(type="int", default=2),
+        tolerations=dict(type="list", elements="dict", default=[]),
+        node_selector=dict(type="dict", default={}),
         tls_mode=dict(type="str", choices=["self_signed", "cert_manager", "provided"], default="self_signed"),
         ca_bundle=dict(type="str"),
         cert_valid_days=dict(type="int", default=365),
@@ -242,8 +254,7 @@ def argument_spec():
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           required_if=[("endpoint", "url", ["url"])])
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     if not kube.HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=kube.KUBERNETES_IMPORT_ERROR)
     if not tls.HAS_CRYPTOGRAPHY:

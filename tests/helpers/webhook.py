@@ -12,12 +12,12 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 from kubernetes import client
 
-from ansible_collections.gkm.cluster.plugins.module_utils import naming, tls
-from ansible_collections.gkm.cluster.plugins.module_utils import webhook_install
+from ansible_collections.gkm.cluster.plugins.module_utils import naming, tls, webhook_install
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes
+from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes, tls
 from tests.helpers.webhook import (
     GPU_TOLERATION,
     CertificateFiles,
@@ -217,10 +217,10 @@ def test_certificate_rotation_under_load_fails_no_admission(kube, namespace, web
     failures, admitted = [], []
     stop = threading.Event()
 
-    def load():
+    def load(worker):
         index = 0
         while not stop.is_set():
-            name = "load-%d" % index
+            name = "load-%d-%d" % (worker, index)
             index += 1
             try:
                 pod = core.create_namespaced_pod(namespace, labelled_pod(name, node=node))
@@ -228,7 +228,7 @@ def test_certificate_rotation_under_load_fails_no_admission(kube, namespace, web
             except ApiException as error:
                 failures.append(error.body)
 
-    workers = [threading.Thread(target=load) for _ in range(2)]
+    workers = [threading.Thread(target=load, args=(worker,)) for worker in range(2)]
     for worker in workers:
         worker.start()
     try:
@@ -239,8 +239,7 @@ def test_certificate_rotation_under_load_fails_no_admission(kube, namespace, web
         time.sleep(2)
         # 2. A new CA: trust old and new, switch the certificate, then drop the old CA.
         old_ca = webhook.certs.ca
-        new_ca, new_key = __import__("ansible_collections.gkm.cluster.plugins.module_utils.tls",
-                                     fromlist=["new_ca"]).new_ca("rotated CA")
+        new_ca, new_key = tls.new_ca("rotated CA")
         webhook.register(ca_bundle=new_ca + old_ca)
         time.sleep(2)
         webhook.certs.ca, webhook.certs.ca_key = new_ca, new_key
