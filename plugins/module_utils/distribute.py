@@ -176,7 +176,11 @@ def execute(kube, plan, replace_timeout):
                            "error": "still terminating after %ss (finalizers); re-run later" % replace_timeout})
         stuck_refs = set(stuck)
         applies += [a for a in replaced if (a.kind, a.namespace, a.name) not in stuck_refs]
-    record(applies, kube.map(lambda a: kube.apply(a.body), applies))
+    # Kind by kind: a PVC that names its PV binds at once only if the PV exists, and a Job's pod is
+    # scheduled at once only if its PVC is bound; otherwise the controllers retry seconds later.
+    for kind in planner.KIND_ORDER[1:]:
+        batch = [a for a in applies if a.kind == kind]
+        record(batch, kube.map(lambda a: kube.apply(a.body), batch))
     return errors
 
 

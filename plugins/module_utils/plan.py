@@ -253,15 +253,17 @@ def render_pv(spec, slot, node, storage_class_name):
     return _object("PersistentVolume", slot.pv_name(), None, slot.labels(), {IMAGE_ANNOTATION: spec.image}, body)
 
 
-def render_pvc(spec, slot, storage_class_name, volume_name, extracted):
+def render_pvc(spec, slot, storage_class_name, extracted):
+    """The slot's PVC. Our PVs name it in claimRef, which binds them; the PVC itself leaves volumeName
+    empty, so with a WaitForFirstConsumer class the scheduler binds it while placing the Job's pod
+    (a PVC naming a volume not yet bound would count as an unbound immediate claim and stall the pod).
+    """
     body = {
         "accessModes": list(spec.access_modes),
         "resources": {"requests": {"storage": spec.size}},
     }
     if storage_class_name is not None:
         body["storageClassName"] = storage_class_name
-    if volume_name:
-        body["volumeName"] = volume_name
     annotations = {IMAGE_ANNOTATION: spec.image}
     if extracted:
         annotations[EXTRACTED_ANNOTATION] = spec.digest
@@ -564,7 +566,7 @@ class _Planner:
         job_done = job_live is not None and job_condition(job_live, "Complete") is not None
         marked = pvc_live is not None and (pvc_live["metadata"].get("annotations") or {}).get(
             EXTRACTED_ANNOTATION) == spec.digest
-        pvc = render_pvc(spec, slot, storage_class_name, pv["metadata"]["name"] if pv else None, False)
+        pvc = render_pvc(spec, slot, storage_class_name, False)
         fresh = pvc_live is None or _differs(pvc_live, pvc) or (pv is not None and (
             pv_live is None or _differs(pv_live, pv)))
         state = SlotState("current", slot.namespace, slot.node, short_digest(spec.digest), slot.pvc_name(),
@@ -582,7 +584,7 @@ class _Planner:
                 return
         extracted = not fresh and (marked or job_done)
         if extracted:
-            pvc = render_pvc(spec, slot, storage_class_name, pv["metadata"]["name"] if pv else None, True)
+            pvc = render_pvc(spec, slot, storage_class_name, True)
         job = render_job(spec, slot, node if spec.per_node else None)
         plan.desired.extend(obj for obj in (pv, pvc, job) if obj is not None)
         if fresh:

@@ -161,7 +161,7 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
         assert pvc["metadata"]["name"] == slot.pvc_name() and pvc["metadata"]["namespace"] == "team-a"
         assert pvc["metadata"]["labels"] == slot.labels()
         assert pvc["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "33Mi"}},
-                               "storageClassName": "local-manual", "volumeName": slot.pv_name()}
+                               "storageClassName": "local-manual"}
         assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": slot.pvc_name()}
         assert pv["spec"]["hostPath"]["path"] == slot.host_path("/var/lib/gkm-cluster/caches")
         assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
@@ -224,7 +224,7 @@ def test_provisioner_class_gets_no_pvs_and_create_pvs_overrides():
     result = planner.plan(make_spec(storage_class_name="fast"), facts(storage_class=CSI_CLASS))
     assert by_kind(result.desired, "PersistentVolume") == []
     pvc = by_kind(result.desired, "PersistentVolumeClaim")[0]
-    assert pvc["spec"]["storageClassName"] == "fast" and "volumeName" not in pvc["spec"]
+    assert pvc["spec"]["storageClassName"] == "fast"
     forced = planner.plan(make_spec(create_pvs="always"), facts(storage_class=CSI_CLASS))
     assert len(by_kind(forced.desired, "PersistentVolume")) == 3
     never = planner.plan(make_spec(create_pvs="never"), facts())
