@@ -14,7 +14,7 @@ SIM         := $(PY) tools/sim-cluster/sim.py
 PYTEST      := $(PY) -m pytest
 
 .PHONY: help setup venv debian-packages binaries collection-link sim-up sim-down sim-status demo \
-        test lint ruff ansible-lint sanity unit integration molecule build \
+        test pytest lint ruff ansible-lint sanity unit integration molecule build \
         bench-extract bench-distribute bench-webhook
 
 help: ## List the targets
@@ -56,7 +56,10 @@ sim-status: venv ## Show the simulated cluster's processes, ports and nodes
 demo: sim-up ## Bring up the simulated GPU cluster and show its GPU nodes
 	$(SIM) nodes
 
-test: setup lint unit integration molecule ## Run every test
+test: setup lint molecule pytest ## Run every test (lint, molecule scenarios, unit and integration tests)
+
+pytest: setup ## Unit and integration tests in one run (starts and stops the simulated cluster if needed)
+	$(PYTEST) tests
 
 lint: ruff ansible-lint sanity ## ruff, ansible-lint (production profile), ansible-test sanity
 
