@@ -1,0 +1,102 @@
+"""The GKMCache and ClusterGKMCache CRDs: GKM's manifests apply unchanged, bad specs are refused."""
+
+import glob
+import json
+import os
+import time
+
+import pytest
+import yaml
+from kubernetes import client, dynamic
+from kubernetes.client.rest import ApiException
+
+CRD_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "gkm", "files", "crds")
+GROUP, VERSION = "gkm.io", "v1alpha1"
+
+
+@pytest.fixture(scope="module")
+def crds(kube):
+    extensions = client.ApiextensionsV1Api(kube)
+    crd_api = dynamic.DynamicClient(kube).resources.get(
+        api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    names = []
+    for path in sorted(glob.glob(os.path.join(CRD_DIR, "*.yaml"))):
+        with open(path) as handle:
+            crd = yaml.safe_load(handle)
+        names.append(crd["metadata"]["name"])
+        crd_api.server_side_apply(body=crd, name=crd["metadata"]["name"], field_manager="gkm.cluster",
+                                  force_conflicts=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        established = [
+            any(c.type == "Established" and c.status == "True" for c in extensions.read_custom_resource_definition(
+                name).status.conditions or [])
+            for name in names
+        ]
+        if all(established):
+            return client.CustomObjectsApi(kube)
+        time.sleep(0.2)
+    raise AssertionError("CRDs not Established: %s" % names)
+
+
+def test_upstream_gkm_manifests_apply_unchanged(crds, namespace):
+    # Shapes of GKM's own examples (seed 000): RWO default, ROX + RWO, a podTemplate.
+    crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+        "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+        "metadata": {"name": "vector-add-cache-rocm", "namespace": namespace},
+        "spec": {"image": "quay.io/gkm/cache-examples:vector-add-cache-rocm",
+                 "podTemplate": {"spec": {"tolerations": [
+                     {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}}},
+    })
+    created = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", "vector-add-cache-rocm")
+    assert created["spec"]["accessModes"] == ["ReadWriteOnce"]  # GKM's default
+    crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+        "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "metadata": {"name": "shared"},
+        "spec": {"image": "quay.io/example/my-image:tag", "storageClassName": "standard",
+                 "accessModes": ["ReadWriteOnce", "ReadOnlyMany"]},
+    })
+    name = "cache-cl-%s" % namespace[-5:]
+    crds.create_cluster_custom_object(GROUP, VERSION, "clustergkmcaches", {
+        "apiVersion": "gkm.io/v1alpha1", "kind": "ClusterGKMCache", "metadata": {"name": name},
+        "spec": {"image": "quay.io/example/my-image@sha256:" + "a" * 64, "workloadNamespaces": ["myns1", "myns2"]},
+    })
+    crds.delete_cluster_custom_object(GROUP, VERSION, "clustergkmcaches", name)
+
+
+@pytest.mark.parametrize("plural, spec, complaint", [
+    ("clustergkmcaches", {"image": "quay.io/x:y"}, "workloadNamespaces: Required value"),
+    ("clustergkmcaches", {"image": "quay.io/x:y", "workloadNamespaces": []}, "should have at least 1 items"),
+    ("clustergkmcaches", {"image": "quay.io/x:y", "workloadNamespaces": ["Not_A_Namespace"]}, "should match"),
+    ("gkmcaches", {}, "image: Required value"),
+    ("gkmcaches", {"image": "quay.io/x:y", "accessModes": ["ReadManyWriteNone"]}, "Unsupported value"),
+    ("gkmcaches", {"image": "has spaces:tag"}, "should match"),
+])
+def test_invalid_specs_are_refused_by_the_api_server(crds, namespace, plural, spec, complaint):
+    kind = "ClusterGKMCache" if plural == "clustergkmcaches" else "GKMCache"
+    body = {"apiVersion": "gkm.io/v1alpha1", "kind": kind, "metadata": {"name": "bad"}, "spec": spec}
+    with pytest.raises(ApiException) as refused:
+        if plural == "clustergkmcaches":
+            crds.create_cluster_custom_object(GROUP, VERSION, plural, body)
+        else:
+            crds.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+    assert refused.value.status == 422
+    assert complaint in refused.value.body
+
+
+def test_status_subresource_and_printer_columns(crds, kube, namespace):
+    crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+        "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "metadata": {"name": "columns"},
+        "spec": {"image": "quay.io/x:y"}})
+    crds.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "gkmcaches", "columns", {
+        "status": {"phase": "Extracted", "nodeCnt": 3, "nodeInUseCnt": 1, "nodeNotInUseCnt": 2, "nodeErrorCnt": 0,
+                   "podRunningCnt": 1, "podOutdatedCnt": 0}})
+    # The table the API server renders for `kubectl get gkmcache` is built from the printer columns.
+    response = kube.call_api(
+        "GET", kube.configuration.host + "/apis/gkm.io/v1alpha1/namespaces/%s/gkmcaches/columns" % namespace,
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    response.read()
+    table = json.loads(response.data)
+    headers = [column["name"] for column in table["columnDefinitions"]]
+    assert headers == ["Name", "Status", "Nodes", "Node-In-Use", "Node-Not-In-Use", "Node-Error", "Pod-Running",
+                       "Pod-Outdated", "Age"]
+    assert table["rows"][0]["cells"][1:8] == ["Extracted", 3, 1, 2, 0, 1, 0]
