@@ -8,6 +8,8 @@
     sim.py status        processes, ports and nodes
     sim.py nodes         the GPU nodes with capacity, labels and taints
     sim.py apply-nodes   create/remove simulated nodes so the cluster matches the node list
+    sim.py webhook-up    run the collection's webhook server as a local process (url endpoint mode)
+    sim.py webhook-down  stop it
 
 State lives in $GKM_SIM_DIR (default .sim/ in the checkout): state.json (pids, ports), pki/, logs/,
 kubeconfig. Ports are picked free on 127.0.0.1 at start, so two checkouts never collide.
@@ -84,12 +86,12 @@ def is_running(record):
     return bool(record) and _process_start_time(record["pid"]) == record["start_time"]
 
 
-def start_process(state, name, argv):
+def start_process(state, name, argv, environment=None):
     os.makedirs(LOG_DIR, exist_ok=True)
     with open(os.path.join(LOG_DIR, name + ".log"), "ab") as log_file:
         process = subprocess.Popen(
             argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=SIM_DIR,
+            start_new_session=True, cwd=SIM_DIR, env=environment,
         )
     state["processes"][name] = {"pid": process.pid, "start_time": _process_start_time(process.pid), "argv": argv}
     save_state(state)
@@ -393,7 +395,7 @@ def apply_kwok_stages(state, pki, binaries):
         crd = api_request(state, pki, "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/%s"
                           % crds[0]["metadata"]["name"])
         return any(c["type"] == "Established" and c["status"] == "True"
-                   for c in crd.get("status", {}).get("conditions", []))
+                   for c in (crd.get("status") or {}).get("conditions") or [])
 
     wait_for("the kwok Stage CRD", established, 30)
     for stage in (doc for doc in documents if doc["kind"] == "Stage"):
@@ -470,9 +472,52 @@ def cmd_apply_nodes(_args):
     print(json.dumps({"added": added, "removed": removed}))
 
 
+WEBHOOK_SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook_server"
+
+
+def cmd_webhook_up(_args):
+    """Run the collection's webhook server here (kwok pods run no containers); print its url and CA as JSON.
+
+    The API server reaches it through clientConfig.url, so its certificate names 127.0.0.1.
+    """
+    state = load_state()
+    directory = os.path.join(SIM_DIR, "webhook")
+    os.makedirs(directory, exist_ok=True)
+    paths = {name: os.path.join(directory, name) for name in ("ca.crt", "tls.crt", "tls.key")}
+    if not all(os.path.exists(path) for path in paths.values()):
+        ca_cert, ca_key = tls.new_ca("gkm-sim-webhook-ca")
+        cert, key = tls.new_signed_cert(ca_cert, ca_key, "127.0.0.1", ip_addresses=["127.0.0.1"])
+        for name, content in (("ca.crt", ca_cert), ("tls.crt", cert), ("tls.key", key)):
+            _write(paths[name], content)
+    changed = False
+    if not is_running(state["processes"].get("webhook")):
+        environment = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".cache", "collections"))
+        argv = [sys.executable, "-m", WEBHOOK_SERVER_MODULE, "--cert-file", paths["tls.crt"],
+                "--key-file", paths["tls.key"], "--listen", "127.0.0.1:%d" % port(state, "webhook"),
+                "--kubeconfig", KUBECONFIG]
+        start_process(state, "webhook", argv, environment)
+        changed = True
+    context = ssl.create_default_context(cafile=paths["ca.crt"])
+    wait_for("the webhook server", lambda: _http_ok("https://127.0.0.1:%d/readyz" % port(state, "webhook"),
+                                                     context), 30, ["webhook"], state)
+    with open(paths["ca.crt"]) as handle:
+        ca_bundle = handle.read()
+    print(json.dumps({"changed": changed, "url": "https://127.0.0.1:%d/mutate" % port(state, "webhook"),
+                      "ca_bundle": ca_bundle}))
+
+
+def cmd_webhook_down(_args):
+    state = load_state()
+    record = state["processes"].pop("webhook", None)
+    running = is_running(record)
+    stop_process("webhook", record)
+    save_state(state)
+    print(json.dumps({"changed": running}))
+
+
 def cmd_down(_args):
     state = load_state()
-    for name in reversed([*CONTROL_PLANE, "registry"]):
+    for name in ["webhook", *reversed([*CONTROL_PLANE, "registry"])]:
         stop_process(name, state["processes"].get(name))
     if os.path.isdir(SIM_DIR):
         subprocess.run(["rm", "-rf", SIM_DIR], check=True)
@@ -481,7 +526,7 @@ def cmd_down(_args):
 
 def cmd_status(_args):
     state = load_state()
-    for name in [*CONTROL_PLANE, "registry"]:
+    for name in [*CONTROL_PLANE, "registry", "webhook"]:
         record = state["processes"].get(name)
         print("%-24s %s" % (name, "running pid %d" % record["pid"] if is_running(record) else "stopped"))
     print("ports: %s" % json.dumps(state.get("ports", {}), sort_keys=True))
@@ -503,7 +548,8 @@ def cmd_nodes(_args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = {"up": cmd_up, "registry-up": cmd_registry_up, "down": cmd_down, "status": cmd_status,
-                "nodes": cmd_nodes, "apply-nodes": cmd_apply_nodes}
+                "nodes": cmd_nodes, "apply-nodes": cmd_apply_nodes,
+                "webhook-up": cmd_webhook_up, "webhook-down": cmd_webhook_down}
     parser.add_argument("command", choices=sorted(commands))
     args = parser.parse_args()
     commands[args.command](args)
