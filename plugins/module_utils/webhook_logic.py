@@ -25,15 +25,22 @@ INVALID = "invalid"
 
 
 class Decision:
-    """The HTTP status and body to answer with, plus the outcome for metrics and logs."""
+    """The HTTP status and body to answer with, plus the outcome for metrics and logs.
 
-    __slots__ = ("body", "http_status", "message", "outcome")
+    message may be given as a function: a patch's description is only built when it is logged.
+    """
+
+    __slots__ = ("_message", "body", "http_status", "outcome")
 
     def __init__(self, http_status, body, outcome, message=""):
         self.http_status = http_status
         self.body = body
         self.outcome = outcome
-        self.message = message
+        self._message = message
+
+    @property
+    def message(self):
+        return self._message() if callable(self._message) else self._message
 
 
 def _invalid(message):
@@ -151,9 +158,9 @@ def admit(review, view):
         return _allow(uid, "no volume names a per-node cache")
 
     pod_label = _pod_label(metadata, namespace)
-    caches = ", ".join(sorted({claim.describe() for _, _, claim in claims}))
     node = pod_node(spec)
     if node is None:
+        caches = ", ".join(sorted({claim.describe() for _, _, claim in claims}))
         return _deny(uid, (
             "pod {0} mounts {1}, whose ReadWriteOnce storage has one PVC per node, but its node is "
             "not known at admission: run the workload as a DaemonSet (its pods are pinned with a "
@@ -172,11 +179,12 @@ def admit(review, view):
             "path": "/spec/volumes/{0}/persistentVolumeClaim/claimName".format(index),
             "value": pvc,
         })
-        rewrites.append("volume {0} -> {1}".format(volume_name, pvc))
+        rewrites.append((volume_name, pvc))
     if missing:
         return _deny(uid, "; ".join(_missing_message(claim, node) for claim in missing) + (
             " (pod {0}; a DaemonSet controller retries on its own)".format(pod_label)))
-    return _patch(uid, operations, "pod {0} on node {1}: {2}".format(pod_label, node, ", ".join(rewrites)))
+    return _patch(uid, operations, lambda: "pod {0} on node {1}: {2}".format(
+        pod_label, node, ", ".join("volume {0} -> {1}".format(*rewrite) for rewrite in rewrites)))
 
 
 def _missing_message(claim, node):

@@ -109,6 +109,8 @@ def test_labelled_pod_with_node_affinity_gets_its_node_pvc(view):
         "path": "/spec/volumes/1/persistentVolumeClaim/claimName",
         "value": Slot("vector-add", "apps", "apps", "worker-2", DIGEST_A).pvc_name(),
     }]
+    assert decision.message == 'pod "apps/ds-<generated>" on node worker-2: volume cache-0 -> {0}'.format(
+        Slot("vector-add", "apps", "apps", "worker-2", DIGEST_A).pvc_name())
 
 
 def test_node_name_wins_over_affinity(view):

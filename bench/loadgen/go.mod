@@ -1,0 +1,3 @@
+module gkm.io/bench/loadgen
+
+go 1.24
