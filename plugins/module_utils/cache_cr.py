@@ -1,0 +1,136 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""GKMCache and ClusterGKMCache custom resources: spec to distribution options, status back.
+
+Pure functions: the cache_reconcile module reads a resource, turns its spec into cache_distribute
+options with `distribute_params`, and writes `resource_status` of the result to its status subresource.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+
+GROUP = "gkm.io"
+VERSION = "v1alpha1"
+# kind -> (plural, namespaced)
+KINDS = {"GKMCache": ("gkmcaches", True), "ClusterGKMCache": ("clustergkmcaches", False)}
+
+# The distribution module's counts under GKM's status names (its printer columns read these).
+COUNT_NAMES = (
+    ("nodes", "nodeCnt"),
+    ("node_in_use", "nodeInUseCnt"),
+    ("node_not_in_use", "nodeNotInUseCnt"),
+    ("node_error", "nodeErrorCnt"),
+    ("pod_running", "podRunningCnt"),
+    ("pod_outdated", "podOutdatedCnt"),
+)
+# Fields of a status that say when it was written rather than what it says.
+_TIMESTAMP_FIELDS = ("lastReconcileTime",)
+_ENTRY_FIELDS = ("namespace", "node", "pvc", "job", "digest", "phase", "message", "fix")
+
+
+class ResourceError(ValueError):
+    """A cache resource cannot be reconciled as written; the message names the field."""
+
+
+def resource_path(kind, name=None, namespace=None):
+    """API path of a cache resource (collection path without a name)."""
+    if kind not in KINDS:
+        raise ResourceError("kind must be one of %s, got %r" % (", ".join(sorted(KINDS)), kind))
+    plural, namespaced = KINDS[kind]
+    path = "/apis/%s/%s" % (GROUP, VERSION)
+    if namespaced:
+        if not namespace:
+            raise ResourceError("a %s needs a namespace" % kind)
+        path += "/namespaces/%s" % namespace
+    path += "/" + plural
+    return path + ("/" + name if name else "")
+
+
+def distribute_params(resource, defaults):
+    """cache_distribute options for a cache resource: its spec over the operator's defaults.
+
+    defaults holds the options a resource cannot set (extract_image, registry access, create_pvs,
+    wait, ...); the resource's spec decides image, access modes, storage class and pod template.
+    """
+    kind = resource.get("kind")
+    metadata = resource.get("metadata") or {}
+    spec = resource.get("spec") or {}
+    if kind not in KINDS:
+        raise ResourceError("kind must be one of %s, got %r" % (", ".join(sorted(KINDS)), kind))
+    if not spec.get("image"):
+        raise ResourceError("%s %s: spec.image is required" % (kind, metadata.get("name")))
+    params = copy.deepcopy(defaults)
+    params.update(
+        name=metadata["name"],
+        image=spec["image"],
+        access_modes=list(spec.get("accessModes") or ["ReadWriteOnce"]),
+        storage_class_name=spec.get("storageClassName") or None,
+        pod_template=copy.deepcopy(spec.get("podTemplate")) or None,
+    )
+    if kind == "GKMCache":
+        params.update(scope="namespaced", namespace=metadata.get("namespace"), workload_namespaces=None)
+    else:
+        if not spec.get("workloadNamespaces"):
+            raise ResourceError("ClusterGKMCache %s: spec.workloadNamespaces must list at least one namespace"
+                                % metadata["name"])
+        params.update(scope="cluster", namespace=None, workload_namespaces=list(spec["workloadNamespaces"]))
+    return params
+
+
+def resource_status(result, now):
+    """The status subresource for a distribution result (now: an RFC 3339 timestamp)."""
+    status = result["status"]
+    counts = status.get("counts") or {}
+    phase = status.get("phase") or "Pending"
+    unschedulable = status.get("unschedulable") or []
+    conditions = [{
+        "type": "Ready",
+        "status": "True" if phase in ("Extracted", "Running") else "False",
+        "reason": phase,
+        "message": _ready_message(phase, counts, unschedulable),
+        "lastTransitionTime": now,
+    }]
+    body = {
+        "phase": phase,
+        "resolvedDigest": result["cache"].get("digest") or "",
+        "lastReconcileTime": now,
+        "conditions": conditions,
+        "nodes": [{key: entry.get(key) or "" for key in _ENTRY_FIELDS} for entry in status.get("entries") or []],
+    }
+    body.update({crd_name: int(counts.get(name, 0)) for name, crd_name in COUNT_NAMES})
+    return body
+
+
+def _ready_message(phase, counts, unschedulable):
+    if unschedulable:
+        first = unschedulable[0]
+        return "%d extraction Job(s) cannot be scheduled: %s (fix: %s)" % (
+            len(unschedulable), first.get("message", ""), first.get("fix", ""))
+    return "%s on %d node(s); %d in use, %d with errors" % (
+        phase, counts.get("nodes", 0), counts.get("node_in_use", 0), counts.get("node_error", 0))
+
+
+def status_differs(current, desired):
+    """True when the status says something new; timestamps alone never justify a write."""
+    def meaning(status):
+        status = copy.deepcopy(status or {})
+        for field in _TIMESTAMP_FIELDS:
+            status.pop(field, None)
+        for condition in status.get("conditions") or []:
+            condition.pop("lastTransitionTime", None)
+        return status
+
+    return meaning(current) != meaning(desired)
+
+
+def carry_transition_times(current, desired):
+    """Keep a condition's lastTransitionTime while its status has not changed."""
+    previous = {c.get("type"): c for c in (current or {}).get("conditions") or []}
+    for condition in desired.get("conditions") or []:
+        before = previous.get(condition["type"])
+        if before and before.get("status") == condition["status"] and before.get("lastTransitionTime"):
+            condition["lastTransitionTime"] = before["lastTransitionTime"]
+    return desired
