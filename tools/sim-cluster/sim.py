@@ -475,7 +475,7 @@ def cmd_apply_nodes(_args):
 WEBHOOK_SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook_server"
 
 
-def cmd_webhook_up(_args):
+def cmd_webhook_up(args):
     """Run the collection's webhook server here (kwok pods run no containers); print its url and CA as JSON.
 
     The API server reaches it through clientConfig.url, so its certificate names 127.0.0.1.
@@ -489,21 +489,23 @@ def cmd_webhook_up(_args):
         cert, key = tls.new_signed_cert(ca_cert, ca_key, "127.0.0.1", ip_addresses=["127.0.0.1"])
         for name, content in (("ca.crt", ca_cert), ("tls.crt", cert), ("tls.key", key)):
             _write(paths[name], content)
-    changed = False
-    if not is_running(state["processes"].get("webhook")):
+    with open(paths["ca.crt"]) as handle:
+        ca_bundle = handle.read()
+    url = "https://127.0.0.1:%d/mutate" % port(state, "webhook")
+    running = is_running(state["processes"].get("webhook"))
+    if args.dry_run:
+        print(json.dumps({"changed": not running, "url": url, "ca_bundle": ca_bundle}))
+        return
+    if not running:
         environment = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".cache", "collections"))
         argv = [sys.executable, "-m", WEBHOOK_SERVER_MODULE, "--cert-file", paths["tls.crt"],
                 "--key-file", paths["tls.key"], "--listen", "127.0.0.1:%d" % port(state, "webhook"),
                 "--kubeconfig", KUBECONFIG]
         start_process(state, "webhook", argv, environment)
-        changed = True
     context = ssl.create_default_context(cafile=paths["ca.crt"])
     wait_for("the webhook server", lambda: _http_ok("https://127.0.0.1:%d/readyz" % port(state, "webhook"),
                                                      context), 30, ["webhook"], state)
-    with open(paths["ca.crt"]) as handle:
-        ca_bundle = handle.read()
-    print(json.dumps({"changed": changed, "url": "https://127.0.0.1:%d/mutate" % port(state, "webhook"),
-                      "ca_bundle": ca_bundle}))
+    print(json.dumps({"changed": not running, "url": url, "ca_bundle": ca_bundle}))
 
 
 def cmd_webhook_down(_args):
@@ -551,6 +553,7 @@ def main():
                 "nodes": cmd_nodes, "apply-nodes": cmd_apply_nodes,
                 "webhook-up": cmd_webhook_up, "webhook-down": cmd_webhook_down}
     parser.add_argument("command", choices=sorted(commands))
+    parser.add_argument("--dry-run", action="store_true", help="webhook-up: say what would be started, start nothing")
     args = parser.parse_args()
     commands[args.command](args)
 
