@@ -21,6 +21,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import ctypes
 import ctypes.util
 import errno
@@ -36,6 +37,7 @@ import tempfile
 import time
 import traceback
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 try:
     from isal import igzip_threaded, isal_zlib
@@ -57,6 +59,11 @@ _CACHE_ROOTS = re.compile(r"^io\.[A-Za-z0-9_-]+\.(cache|manifest)$")
 _GROUP_FILE = re.compile(r"^__grp__.*\.json$")
 _MAX_GROUP_FILE = 16 * 1024 * 1024
 _CHUNK = 1024 * 1024
+# Files up to this size are read into memory and written by a pool of threads: creating many small
+# files is bound by file-system latency, not CPU, and open/write/close release the GIL.
+_POOLED_FILE_MAX = 4 * 1024 * 1024
+_POOL_THREADS = 8
+_POOL_MAX_INFLIGHT_BYTES = 64 * 1024 * 1024
 _REGULAR_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -190,8 +197,13 @@ class DigestReader:
         return "sha256:" + self._sha.hexdigest()
 
 
-class LimitedReader:
-    """Counts decompressed bytes and stops a layer that expands beyond its limits."""
+class ForwardStream:
+    """The decompressed layer as a forward-only seekable file, so tarfile can read it in "r:" mode.
+
+    tarfile's own stream mode ("r|") re-slices its whole read buffer on every small read; plain
+    mode only needs tell() and forward seeks, which are served by reading and discarding. It also
+    counts decompressed bytes and stops a layer that expands beyond its limits.
+    """
 
     def __init__(self, source, max_total):
         self._source = source
@@ -199,12 +211,26 @@ class LimitedReader:
         self.total = 0
 
     def read(self, n=-1):
-        data = self._source.read(n)
+        data = self._source.read(_CHUNK if n is None or n < 0 else n)
         self.total += len(data)
         if self.total > self._max_total:
             raise ExtractError("the layer expands beyond %d bytes (max_bytes / expansion-ratio limit); refused as a "
                                "decompression bomb" % self._max_total)
         return data
+
+    def tell(self):
+        return self.total
+
+    def seekable(self):
+        return True
+
+    def seek(self, offset, whence=os.SEEK_SET):
+        if whence != os.SEEK_SET or offset < self.total:
+            raise ExtractError("the tar archive asks to move backwards in the stream; it is malformed")
+        while self.total < offset:
+            if not self.read(min(_CHUNK, offset - self.total)):
+                break
+        return self.total
 
 
 def open_gunzip(reader):
@@ -359,6 +385,31 @@ class _Extraction:
         self.dirs = {""}
         self.setid_stripped = 0
         self.groups_rewritten = 0
+        self.pool = ThreadPoolExecutor(_POOL_THREADS)
+        self.pending = {}  # path -> future of a pooled write
+        self.inflight = collections.deque()  # (future, size) in submission order
+        self.inflight_bytes = 0
+
+    def _wait_for(self, path):
+        future = self.pending.pop(path, None)
+        if future is not None:
+            future.result()
+
+    def _submit(self, path, data, mode):
+        while self.inflight and (self.inflight_bytes > _POOL_MAX_INFLIGHT_BYTES or self.inflight[0][0].done()):
+            future, size = self.inflight.popleft()
+            future.result()
+            self.inflight_bytes -= size
+        future = self.pool.submit(_write_file, os.path.join(self.root, path), (data,), mode)
+        self.pending[path] = future
+        self.inflight.append((future, len(data)))
+        self.inflight_bytes += len(data)
+
+    def close(self):
+        """Wait for every pooled write; raise the first error any of them hit."""
+        self.pool.shutdown(wait=True)
+        for future in self.pending.values():
+            future.result()
 
     def _parent(self, path):
         parent = path.rpartition("/")[0]
@@ -373,6 +424,7 @@ class _Extraction:
             raise ExtractError("entry %r is a file but the layer also has it as a directory" % path)
         previous = self.files.pop(path, None)
         if previous is not None:  # a later tar entry replaces an earlier one, as tar does
+            self._wait_for(path)
             self.bytes -= previous
             os.unlink(os.path.join(self.root, path))
         if len(self.files) + len(self.symlinks) + 1 > self.limits.max_files:
@@ -404,6 +456,7 @@ class _Extraction:
                 raise ExtractError("hardlink %r -> %r does not point at a regular file extracted from this layer"
                                    % (path, member.linkname))
             self._claim(path, self.files[source])
+            self._wait_for(source)
             self._parent(path)
             os.link(os.path.join(self.root, source), os.path.join(self.root, path))
             self.files[path] = self.files[source]
@@ -415,21 +468,20 @@ class _Extraction:
         name = path.rpartition("/")[2]
         if self.rewrite_groups and _GROUP_FILE.match(name) and member.size <= _MAX_GROUP_FILE:
             final_dir = os.path.join(self.final_dest, path.rpartition("/")[0])
-            chunks = [rewrite_group_file(source.read(), final_dir, path)]
+            data = rewrite_group_file(source.read(), final_dir, path)
             self.groups_rewritten += 1
+        elif member.size <= _POOLED_FILE_MAX:
+            data = source.read()
         else:
-            chunks = iter(lambda: source.read(_CHUNK), b"")
-        written = 0
-        fd = os.open(os.path.join(self.root, path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, mode)
-        try:
-            for chunk in chunks:
-                os.write(fd, chunk)
-                written += len(chunk)
-        finally:
-            os.close(fd)
-        self.files[path] = written
-        self.bytes += written
+            written = _write_file(os.path.join(self.root, path), iter(lambda: source.read(_CHUNK), b""), mode)
+            self.files[path] = written
+            self.bytes += written
+            return
+        if len(data) != member.size and not _GROUP_FILE.match(name):
+            raise ExtractError("the layer is truncated inside entry %r" % path)
+        self._submit(path, data, mode)
+        self.files[path] = len(data)
+        self.bytes += len(data)
 
     def finish_symlinks(self):
         for path, target in self.symlinks.items():
@@ -440,6 +492,19 @@ class _Extraction:
                 os.symlink(target, os.path.join(self.root, path))
             except FileExistsError:
                 raise ExtractError("symlink %r conflicts with a file or directory of the same name" % path) from None
+
+
+def _write_file(path, chunks, mode):
+    """Create a new file (never through a symlink, never over an existing one); return bytes written."""
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        for chunk in chunks:
+            os.write(fd, chunk)
+            written += len(chunk)
+    finally:
+        os.close(fd)
+    return written
 
 
 def extract_layer(read, layer_digest, layer_size, dest, limits=None, whole_layer=False, rewrite_groups=True,
@@ -483,10 +548,13 @@ def _extract_into(read, layer_digest, layer_size, root, final_dest, limits, whol
     extraction = _Extraction(root, final_dest, limits, whole_layer, rewrite_groups)
     try:
         with open_gunzip(digest_reader) as gunzipped:
-            stream = LimitedReader(gunzipped, max_total)
-            with tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK) as tar:
-                for member in tar:
-                    extraction.add(tar, member)
+            stream = ForwardStream(gunzipped, max_total)
+            try:
+                with tarfile.open(fileobj=stream, mode="r:") as tar:
+                    for member in tar:
+                        extraction.add(tar, member)
+            finally:
+                extraction.close()
             while stream.read(_CHUNK):  # tar padding after the end-of-archive blocks, to finish the digest
                 pass
     except EOFError:
