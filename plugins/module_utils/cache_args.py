@@ -1,0 +1,36 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""Argument specs shared by the cache modules; their docs are the doc fragment gkm.cluster.distribution."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# How a cache is distributed, independent of which cache: set by the operator, not by a GKMCache.
+DISTRIBUTION_ARG_SPEC = dict(
+    registry_username=dict(type="str"),
+    registry_password=dict(type="str", no_log=True),
+    registry_docker_config=dict(type="path"),
+    registry_ca_file=dict(type="path"),
+    registry_validate_certs=dict(type="bool", default=True),
+    registry_plain_http=dict(type="bool", default=False),
+    node_selector=dict(type="dict"),
+    compatibility=dict(type="str", choices=["skip", "fail", "ignore"], default="skip"),
+    create_namespaces=dict(type="bool", default=False),
+    create_pvs=dict(type="str", choices=["auto", "always", "never"], default="auto"),
+    host_path_root=dict(type="str", default="/var/lib/gkm-cluster/caches"),
+    extract_image=dict(type="str"),
+    job_limits=dict(type="dict", options=dict(
+        backoff_limit=dict(type="int", default=2),
+        active_deadline_seconds=dict(type="int", default=900),
+        ttl_seconds_after_finished=dict(type="int", default=86400),
+    )),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    prune=dict(type="bool", default=True),
+    force=dict(type="bool", default=False),
+    wait=dict(type="bool", default=False),
+    wait_timeout=dict(type="int", default=300),
+    concurrency=dict(type="int", default=16),
+)
+
+MUTUALLY_EXCLUSIVE = [("registry_username", "registry_docker_config")]

@@ -1,0 +1,160 @@
+#!/usr/bin/python
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: cache_reconcile
+short_description: Reconcile a GKMCache or ClusterGKMCache and write its status
+version_added: "0.1.0"
+description:
+  - Reads one C(GKMCache) (namespaced) or C(ClusterGKMCache) (cluster-scoped) from the cluster, distributes it
+    exactly as M(gkm.cluster.cache_distribute) would with the resource's spec (C(image), C(accessModes),
+    C(storageClassName), C(podTemplate), C(workloadNamespaces)) and this module's distribution options, and
+    writes the outcome to the resource's status subresource, so C(kubectl get gkmcache) shows GKM's columns.
+  - One module call reconciles one cache, whatever the number of nodes and namespaces.
+  - The status is written only when it says something new, so a run that changes nothing writes nothing.
+  - With O(state=absent) the cache's distributed objects are removed; the resource itself is left to the caller.
+  - Check mode is a server-side dry run and reports the plan; no status is written.
+author:
+  - gkm.cluster contributors
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - gkm.cluster.distribution
+options:
+  kind:
+    description: Kind of the cache resource.
+    type: str
+    choices: [GKMCache, ClusterGKMCache]
+    default: GKMCache
+  name:
+    description: Name of the cache resource.
+    type: str
+    required: true
+  namespace:
+    description: Namespace of a C(GKMCache). Not used for a C(ClusterGKMCache).
+    type: str
+requirements:
+  - kubernetes >= 24.2.0
+  - oras
+seealso:
+  - module: gkm.cluster.cache_distribute
+  - module: gkm.cluster.cache_info
+"""
+
+EXAMPLES = r"""
+- name: Reconcile a namespaced cache on the simulated cluster and wait for its extractions
+  gkm.cluster.cache_reconcile:
+    kind: GKMCache
+    name: vector-add
+    namespace: team-a
+    extract_image: quay.io/gkm-cluster/tools:0.1.0
+    registry_plain_http: true
+    wait: true
+
+- name: Remove the objects of a cluster cache
+  gkm.cluster.cache_reconcile:
+    kind: ClusterGKMCache
+    name: llama
+    state: absent
+"""
+
+RETURN = r"""
+resource:
+  description: The reconciled resource and the status written to it.
+  returned: success
+  type: dict
+  sample: {"kind": "GKMCache", "name": "vector-add", "namespace": "team-a", "found": true,
+           "status": {"phase": "Extracted", "nodeCnt": 3, "resolvedDigest": "sha256:..."}}
+status_changed:
+  description: Whether the status subresource was (or, in check mode, would be) updated.
+  returned: when state is present
+  type: bool
+cache:
+  description: The cache as distributed (as M(gkm.cluster.cache_distribute) returns it).
+  returned: success
+  type: dict
+plan:
+  description: What this run wrote (or, in check mode, would write); see M(gkm.cluster.cache_distribute).
+  returned: success
+  type: dict
+status:
+  description: Phase per namespace and node and GKM's counts; see M(gkm.cluster.cache_distribute).
+  returned: success
+  type: dict
+eligible_nodes:
+  description: Nodes that get the cache.
+  returned: success
+  type: list
+  elements: str
+excluded_nodes:
+  description: Every other node with the reasons.
+  returned: success
+  type: dict
+api_requests:
+  description: API requests made by the distribution.
+  returned: success
+  type: int
+api_writes:
+  description: Writes made by the distribution (the status write is not counted).
+  returned: success
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.gkm.cluster.plugins.module_utils.cache_args import (  # noqa: E402
+    DISTRIBUTION_ARG_SPEC,
+    MUTUALLY_EXCLUSIVE,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.cache_cr import ResourceError  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.kube import (  # noqa: E402
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    Kube,
+    KubeError,
+    api_client_from_auth,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.oci import HAS_ORAS, ORAS_IMPORT_ERROR  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.reconcile import DistributeError, reconcile  # noqa: E402
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
+
+
+def main():
+    argument_spec = dict(AUTH_ARG_SPEC)
+    argument_spec.update(DISTRIBUTION_ARG_SPEC)
+    argument_spec.update(
+        kind=dict(type="str", choices=["GKMCache", "ClusterGKMCache"], default="GKMCache"),
+        name=dict(type="str", required=True),
+        namespace=dict(type="str"),
+    )
+    module = AnsibleModule(
+        argument_spec=argument_spec,
+        supports_check_mode=True,
+        mutually_exclusive=MUTUALLY_EXCLUSIVE,
+        required_if=[("kind", "GKMCache", ("namespace",))],
+    )
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    if not HAS_ORAS:
+        module.fail_json(msg=missing_required_lib("oras"), exception=ORAS_IMPORT_ERROR)
+
+    options = {key: module.params[key] for key in DISTRIBUTION_ARG_SPEC}
+    auth = {key: module.params.get(key) for key in AUTH_ARG_SPEC}
+    namespace = module.params["namespace"] if module.params["kind"] == "GKMCache" else None
+    try:
+        kube = Kube(api_client_from_auth(auth, options["concurrency"]), dry_run=module.check_mode,
+                    workers=options["concurrency"])
+        result = reconcile(kube, module.params["kind"], module.params["name"], namespace, options,
+                           check_mode=module.check_mode, want_diff=module._diff)
+    except (DistributeError, KubeError, ResourceError) as error:
+        module.fail_json(msg=str(error), **getattr(error, "result", {}))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
