@@ -1,0 +1,78 @@
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: cache_table
+short_description: Render caches as the table GKM's kubectl columns show
+version_added: 0.1.0
+description:
+  - Turns the C(caches) list returned by M(gkm.cluster.cache_info) into aligned text lines with GKM's columns
+    (STATUS, NODES, NODE-IN-USE, NODE-NOT-IN-USE, NODE-ERROR, POD-RUNNING, POD-OUTDATED).
+  - With O(nodes=true), one indented line per namespace and node follows each cache (PVC, phase, message).
+positional: nodes
+options:
+  _input:
+    description: The C(caches) list of M(gkm.cluster.cache_info).
+    type: list
+    elements: dict
+    required: true
+  nodes:
+    description: Add the per-namespace, per-node lines.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Print the cache table
+  ansible.builtin.debug:
+    msg: "{{ info.caches | gkm.cluster.cache_table }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The table, one string per line, header first.
+  type: list
+  elements: str
+"""
+
+COLUMNS = (
+    ("NAMESPACE", None), ("NAME", None), ("STATUS", None), ("NODES", "nodes"), ("NODE-IN-USE", "node_in_use"),
+    ("NODE-NOT-IN-USE", "node_not_in_use"), ("NODE-ERROR", "node_error"), ("POD-RUNNING", "pod_running"),
+    ("POD-OUTDATED", "pod_outdated"),
+)
+
+
+def _row(cache):
+    status = cache.get("status") or {}
+    counts = status.get("counts") or {}
+    fixed = [cache.get("namespace") or "(cluster)", cache.get("name", ""), status.get("phase", "Pending")]
+    return fixed + [str(counts.get(key, 0)) for _title, key in COLUMNS[3:]]
+
+
+def _align(rows):
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def cache_table(caches, nodes=False):
+    lines = _align([[title for title, _key in COLUMNS]] + [_row(cache) for cache in caches])
+    if not nodes:
+        return lines
+    out = [lines[0]]
+    for line, cache in zip(lines[1:], caches):
+        out.append(line)
+        for entry in (cache.get("status") or {}).get("entries") or []:
+            detail = "    %s %s pvc=%s phase=%s" % (entry.get("namespace", ""), entry.get("node") or "(shared)",
+                                                   entry.get("pvc", ""), entry.get("phase", ""))
+            if entry.get("message"):
+                detail += " (%s)" % entry["message"]
+            out.append(detail)
+    return out
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"cache_table": cache_table}
