@@ -128,6 +128,7 @@ def main():
             skopeo_dir = os.path.join(work, "skopeo")
 
             def skopeo_tar():
+                os.makedirs(skopeo_dir)
                 run(["skopeo", "copy", "--insecure-policy", "--quiet", "--src-tls-verify=false",
                      "docker://" + image.ref, "dir:" + os.path.join(skopeo_dir, "image")])
                 os.makedirs(os.path.join(skopeo_dir, "out"))
@@ -181,7 +182,8 @@ def playbook_timing(image, dest, runs):
     for _ in range(runs):
         fresh(dest)
         start = time.perf_counter()
-        out = run([binary, "-i", "localhost,", "-c", "local", playbook], env=env).stdout
+        out = run([binary, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
+                   playbook], env=env).stdout
         walls.append(time.perf_counter() - start)
         task = json.loads(out)["plays"][0]["tasks"][0]
         assert task["hosts"]["localhost"]["changed"] is True

@@ -464,7 +464,7 @@ def hostile_layer(name):
         entries, labels = _variant_entries([])
         blob = _gz(entries)
         opts = {"layer_descriptor_overrides": {"size": len(blob) - 100}}
-        return blob, labels, opts, "size"
+        return blob, labels, opts, "descriptor"
     elif name == "missing_summary":
         entries, labels = _variant_entries([])
         labels_patch = {"cache.triton.image/summary": None}
@@ -604,9 +604,21 @@ def cosign_cli_generate_key(binary, workdir, password="test"):
     return os.path.join(workdir, "cosign.pub")
 
 
-def cosign_cli_sign(binary, image, workdir, extra_args=(), password="test"):
-    """Sign `image` by digest with the real cosign CLI and the key in workdir (no transparency log)."""
+def cosign_cli_sign(binary, image, workdir, v3=False, password="test"):
+    """Sign `image` by digest with the real cosign CLI and the key in workdir, without a transparency log.
+
+    cosign v3 refuses --tlog-upload=false; it takes a signing config without services instead, and
+    then stores a sigstore bundle as an OCI 1.1 referrer.
+    """
     env = dict(os.environ, COSIGN_PASSWORD=password, COSIGN_YES="true", HOME=workdir)
-    cmd = [binary, "sign", "--key", os.path.join(workdir, "cosign.key"), "--tlog-upload=false",
-           "--allow-insecure-registry", "--allow-http-registry", *extra_args, image.digest_ref]
-    return subprocess.run(cmd, cwd=workdir, env=env, check=True, capture_output=True, text=True, timeout=120)
+    if v3:
+        config = os.path.join(workdir, "signing-config.json")
+        if not os.path.exists(config):
+            subprocess.run([binary, "signing-config", "create", "--out", config], cwd=workdir, env=env, check=True,
+                           capture_output=True, timeout=60)
+        no_tlog = ["--signing-config", config]
+    else:
+        no_tlog = ["--tlog-upload=false"]
+    cmd = [binary, "sign", "--key", os.path.join(workdir, "cosign.key"), *no_tlog, "--allow-insecure-registry",
+           "--allow-http-registry", image.digest_ref]
+    return subprocess.run(cmd, cwd=workdir, env=env, check=True, capture_output=True, text=True, timeout=180)
