@@ -16,7 +16,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.naming import MANAGED_
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook_logic import MUTATION_LABEL
 
 SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook_server"
-WEBHOOK_NAME = "pvc-mutation.gkm.io"
+# The webhook's name carries the install's name and namespace: the API server's denial messages and
+# its per-webhook metrics (apiserver_admission_webhook_*{name=...}) then tell installs apart.
+WEBHOOK_NAME_SUFFIX = "pvc-mutation.gkm.io"
 SERVER_PORT = 8443
 CERT_DIR = "/etc/gkm-webhook/tls"
 # The tools image's unprivileged user (containers/tools).
@@ -62,6 +64,10 @@ class Settings:
     @property
     def rbac_name(self):
         return "gkm.cluster:{0}:{1}".format(self.namespace, self.name)
+
+    @property
+    def webhook_name(self):
+        return "{0}.{1}.{2}".format(self.name, self.namespace, WEBHOOK_NAME_SUFFIX)
 
     @property
     def serving_secret(self):
@@ -260,7 +266,7 @@ def mutating_webhook_configuration(settings, ca_bundle):
     excluded += [ns for ns in settings.excluded_namespaces if ns not in excluded]
     obj = _object("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", settings.cluster_name,
                   settings, namespaced=False, webhooks=[{
-                      "name": WEBHOOK_NAME,
+                      "name": settings.webhook_name,
                       "clientConfig": client_config(settings, ca_bundle),
                       "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
                                  "operations": ["CREATE"], "scope": "Namespaced"}],

@@ -62,6 +62,7 @@ def test_webhook_configuration_matches_the_contract():
     config = objects.mutating_webhook_configuration(settings, "PEM")
     assert config["metadata"]["name"] == "gkm-webhook-gkm-system"
     [hook] = config["webhooks"]
+    assert hook["name"] == "gkm-webhook.gkm-system.pvc-mutation.gkm.io"
     assert hook["objectSelector"] == {"matchLabels": {"gkm.io/pvc-mutation": "true"}}
     assert hook["namespaceSelector"]["matchExpressions"] == [{
         "key": "kubernetes.io/metadata.name", "operator": "NotIn",
