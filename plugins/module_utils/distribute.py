@@ -218,7 +218,7 @@ def plan_diff(plan, facts):
 def _status(spec, plan, facts):
     eligibility = plan.eligibility
     return cache_status(plan.slots, [n["metadata"]["name"] for n in eligibility.eligible], eligibility.incompatible,
-                        eligibility.excluded, facts.objects, facts.pods)
+                        eligibility.excluded, facts.objects, facts.pods, eligibility.untolerated_taints)
 
 
 def _settled(status):

@@ -162,13 +162,15 @@ def gpu_incompatibility(labels, targets):
 class Eligibility:
     """Nodes that get the cache, and for every other node the reasons it does not.
 
-    `incompatible` lists GPU nodes whose GPUs cannot run the image (status phase Incompatible).
+    `incompatible` lists GPU nodes whose GPUs cannot run the image (status phase Incompatible);
+    `untolerated_taints` counts, per taint, the nodes that only taints keep the Job's pod off.
     """
 
     def __init__(self):
         self.eligible = []
         self.excluded = {}
         self.incompatible = []
+        self.untolerated_taints = {}
 
 
 def node_eligibility(spec, nodes):
@@ -191,9 +193,12 @@ def node_eligibility(spec, nodes):
                 "%s=%s" % (key, pod_selector[key]) for key in mismatched))
         if not required_affinity_matches(node, affinity):
             reasons.append("does not match the required node affinity in pod_template.spec.affinity")
-        reasons.extend(
-            "untolerated taint %s (add a toleration to %s)" % (format_taint(taint), TOLERATIONS_FIX)
-            for taint in untolerated_taints(node, tolerations))
+        placeable_but_for_taints = not reasons
+        for taint in untolerated_taints(node, tolerations):
+            taint_text = format_taint(taint)
+            if placeable_but_for_taints:
+                result.untolerated_taints[taint_text] = result.untolerated_taints.get(taint_text, 0) + 1
+            reasons.append("untolerated taint %s (add a toleration to %s)" % (taint_text, TOLERATIONS_FIX))
         if spec.compatibility != "ignore":
             is_gpu_node, reason = gpu_incompatibility(labels, spec.targets)
             if reason:

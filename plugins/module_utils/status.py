@@ -107,11 +107,13 @@ def _entry(slot, phase, message=None, fixes=None):
     return entry
 
 
-def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods):
+def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, untolerated_taints=None):
     """The status dict of one cache.
 
     slots: SlotStates (plan.slots, or slots_from_live for a cache known only from the cluster).
     eligible_nodes: names of the nodes that should hold the cache. live: {kind: [objects]} of the cache.
+    untolerated_taints: {taint: node count} from the planner; the scheduler's own message stops naming
+    taints on large clusters, so an unschedulable Job is reported with these as well.
     """
     pvcs = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in live.get("PersistentVolumeClaim", [])}
     jobs = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in live.get("Job", [])}
@@ -131,7 +133,10 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods):
                                            job_pods.get(job_key, []))
         entries.append(_entry(slot, phase, message, fixes))
         if fixes:
-            unschedulable.append({"namespace": slot.namespace, "job": slot.job, "message": message, "fix": fixes})
+            diagnosis = {"namespace": slot.namespace, "job": slot.job, "message": message, "fix": fixes}
+            if untolerated_taints and "taint" in message:
+                diagnosis["untolerated_taints"] = dict(untolerated_taints)
+            unschedulable.append(diagnosis)
     for node in incompatible:
         entries.append({"namespace": "", "node": node, "phase": INCOMPATIBLE, "message": excluded[node][-1]})
 

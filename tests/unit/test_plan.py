@@ -77,6 +77,8 @@ def test_gpu_taint_without_toleration_leaves_no_eligible_node_and_names_the_tain
     result = planner.plan(spec, facts())
     assert result.eligibility.eligible == []
     assert result.actions == []
+    assert result.eligibility.untolerated_taints == {"gpu=true:NoSchedule": 3,
+                                                     "node-role.kubernetes.io/control-plane:NoSchedule": 1}
     for worker in WORKERS:
         reasons = result.eligibility.excluded[worker]
         assert reasons == ["untolerated taint gpu=true:NoSchedule (add a toleration to pod_template.spec.tolerations)"]

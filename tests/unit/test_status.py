@@ -67,13 +67,14 @@ def test_extracted_marker_survives_the_job_ttl_and_idle_nodes_count_as_not_in_us
 def test_unschedulable_job_reports_the_scheduler_message_and_the_fix():
     shared = slot("")
     result = status.cache_status([shared], NODES, [], {}, {"Job": [job(shared.job)]},
-                                 [job_pod(shared.job, unschedulable=TAINT_MESSAGE)])
+                                 [job_pod(shared.job, unschedulable=TAINT_MESSAGE)], {"gpu=true:NoSchedule": 3})
     entry = result["entries"][0]
     assert entry["phase"] == "Pending"
     assert "untolerated taint {gpu: true}" in entry["message"]
     assert entry["fix"] == ["pod_template.spec.tolerations"]
     assert result["unschedulable"] == [{"namespace": "ns", "job": shared.job, "message": TAINT_MESSAGE,
-                                        "fix": ["pod_template.spec.tolerations"]}]
+                                        "fix": ["pod_template.spec.tolerations"],
+                                        "untolerated_taints": {"gpu=true:NoSchedule": 3}}]
     assert result["phase"] == "Pending"
 
 

@@ -1,0 +1,47 @@
+"""Run a gkm.cluster module the way users do (the `ansible` CLI), and read the API server's audit log."""
+
+import json
+import os
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
+AUDIT_LOG = os.path.join(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")), "logs", "audit.log")
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def run_module(module, kubeconfig, check=False, diff=False, **args):
+    """The module's result for localhost (a dict with changed/failed/msg and the module's return values)."""
+    command = [os.path.join(ROOT, ".venv", "bin", "ansible"), "localhost", "-m", "gkm.cluster.%s" % module,
+               "-a", json.dumps(dict(args, kubeconfig=kubeconfig))]
+    command += (["--check"] if check else []) + (["--diff"] if diff else [])
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_LOCALHOST_WARNING="0",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    try:
+        return json.loads(completed.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    except (ValueError, KeyError, IndexError) as error:
+        raise AssertionError("ansible gave no JSON result: %s %s" % (
+            completed.stdout[-2000:], completed.stderr[-2000:])) from error
+
+
+class AuditWrites:
+    """Counts writes recorded by the API server's audit log after this point whose URI mentions a marker."""
+
+    def __init__(self):
+        self.offset = os.path.getsize(AUDIT_LOG)
+
+    def since(self, *markers):
+        writes = []
+        with open(AUDIT_LOG, encoding="utf-8") as log:
+            log.seek(self.offset)
+            for line in log:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                uri = event.get("requestURI", "")
+                if event.get("verb") in WRITE_VERBS and any(marker in uri for marker in markers):
+                    writes.append("%s %s" % (event["verb"], uri))
+        return writes
