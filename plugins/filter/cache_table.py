@@ -9,13 +9,14 @@ name: cache_table
 short_description: Render caches as the table GKM's kubectl columns show
 version_added: 0.1.0
 description:
-  - Turns the C(caches) list returned by M(gkm.cluster.cache_info) into aligned text lines with GKM's columns
-    (STATUS, NODES, NODE-IN-USE, NODE-NOT-IN-USE, NODE-ERROR, POD-RUNNING, POD-OUTDATED).
+  - Turns the C(caches) list returned by M(gkm.cluster.cache_info), or a list of M(gkm.cluster.cache_reconcile)
+    or M(gkm.cluster.cache_distribute) results, into aligned text lines with GKM's columns (STATUS, NODES,
+    NODE-IN-USE, NODE-NOT-IN-USE, NODE-ERROR, POD-RUNNING, POD-OUTDATED).
   - With O(nodes=true), one indented line per namespace and node follows each cache (PVC, phase, message).
 positional: nodes
 options:
   _input:
-    description: The C(caches) list of M(gkm.cluster.cache_info).
+    description: The C(caches) list of M(gkm.cluster.cache_info), or results of the distribution modules.
     type: list
     elements: dict
     required: true
@@ -45,9 +46,10 @@ COLUMNS = (
 )
 
 
-def _row(cache):
-    status = cache.get("status") or {}
+def _row(item):
+    status = item.get("status") or {}
     counts = status.get("counts") or {}
+    cache = item.get("cache") or item  # a module result names its cache under "cache"
     fixed = [cache.get("namespace") or "(cluster)", cache.get("name", ""), status.get("phase", "Pending")]
     return fixed + [str(counts.get(key, 0)) for _title, key in COLUMNS[3:]]
 

@@ -21,3 +21,21 @@ def test_node_detail_lines():
     lines = cache_table(CACHES, nodes=True)
     assert lines[2] == "    team-a gpu-1 pvc=vector-add-gpu-1-abc phase=Extracted"
     assert len(lines) == 4
+
+
+def test_module_results_render_like_cache_info():
+    result = {"cache": {"name": "vector-add", "namespace": "team-a"}, "status": CACHES[0]["status"]}
+    assert cache_table([result]) == cache_table(CACHES[:1])
+
+
+def test_cache_namespaces_once_each_in_order():
+    from ansible_collections.gkm.cluster.plugins.filter.cache_namespaces import cache_namespaces
+
+    resources = [
+        {"kind": "GKMCache", "metadata": {"name": "a", "namespace": "ns-2"}},
+        {"kind": "ClusterGKMCache", "metadata": {"name": "b"}},
+        {"kind": "GKMCache", "metadata": {"name": "c", "namespace": "ns-1"}},
+        {"kind": "GKMCache", "metadata": {"name": "d", "namespace": "ns-2"}},
+    ]
+    assert [ns["metadata"]["name"] for ns in cache_namespaces(resources)] == ["ns-2", "ns-1"]
+    assert "labels" not in cache_namespaces(resources)[0]["metadata"]
