@@ -53,8 +53,10 @@ sim-down: venv ## Stop the simulated cluster and registry and remove their state
 sim-status: venv ## Show the simulated cluster's processes, ports and nodes
 	$(SIM) status
 
-demo: sim-up ## Bring up the simulated GPU cluster and show its GPU nodes
+demo: sim-up ## Simulated GPU cluster, sample caches, deploy.yml with inventories/sim, the cache table
 	$(SIM) nodes
+	$(PY) tools/sample_caches.py
+	$(VENV)/bin/ansible-playbook -i inventories/sim playbooks/deploy.yml
 
 test: setup lint molecule pytest ## Run every test (lint, molecule scenarios, unit and integration tests)
 
