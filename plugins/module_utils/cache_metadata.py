@@ -58,8 +58,8 @@ def parse_targets(summary, label="summary"):
                                  % (label, summary))
     parsed = []
     for index, target in enumerate(targets):
-        if not isinstance(target, dict) or any(target.get(key) in (None, "") for key in ("backend", "arch",
-                                                                                          "warp_size")):
+        required = ("backend", "arch", "warp_size")
+        if not isinstance(target, dict) or any(target.get(key) in (None, "") for key in required):
             raise CacheMetadataError("label %s: target %d needs backend, arch and warp_size, got %r"
                                      % (label, index, target))
         try:

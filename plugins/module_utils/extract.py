@@ -26,6 +26,7 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import gzip
 import hashlib
 import json
 import os
@@ -46,8 +47,6 @@ try:
     HAS_ISAL = True
     ISAL_IMPORT_ERROR = None
 except ImportError:
-    import gzip
-
     _GZIP_ERRORS = (zlib.error,)
     HAS_ISAL = False
     ISAL_IMPORT_ERROR = traceback.format_exc()
@@ -265,14 +264,10 @@ def tree_listing(root):
 def tree_fingerprint(root):
     """(file count, bytes, sha256 of the listing) for root; changes when a file is added, removed or resized."""
     listing = tree_listing(root)
-    sha = hashlib.sha256()
-    files = size = 0
-    for name, kind, value in listing:
-        sha.update(("%s\0%s\0%s\n" % (name, kind, value)).encode("utf-8", "surrogateescape"))
-        if kind == "f":
-            files += 1
-            size += value
-    return files, size, "sha256:" + sha.hexdigest()
+    text = "".join("%s\0%s\0%s\n" % entry for entry in listing)
+    files = [value for _, kind, value in listing if kind == "f"]
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+    return len(files), sum(files), "sha256:" + digest
 
 
 def read_marker(dest):

@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import hashlib
 import json
 import re
@@ -39,6 +40,8 @@ INDEX_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TRANSIENT_STATUS = (429, 502, 503, 504)
+
+Manifest = collections.namedtuple("Manifest", "digest media_type document raw")
 
 
 class OCIError(Exception):
@@ -171,10 +174,10 @@ class RegistryClient:
         digest = response.headers.get("Docker-Content-Digest")
         if digest and _DIGEST.match(digest):
             return digest
-        return self.get_manifest(container, reference)[0]
+        return self.get_manifest(container, reference).digest
 
     def get_manifest(self, container, reference=None):
-        """(digest, media type, manifest dict, raw bytes); a digest reference is verified."""
+        """A Manifest(digest, media_type, document, raw); a digest reference is verified."""
         reference = reference or container.digest or container.tag
         url = self._url(container, "manifests", reference)
         response = self._request(url, headers={"Accept": ", ".join(MANIFEST_TYPES)}, what="manifest %s" % reference)
@@ -190,17 +193,19 @@ class RegistryClient:
         except ValueError as exc:
             raise OCIError("manifest %s is not JSON: %s" % (reference, exc)) from exc
         media_type = manifest.get("mediaType") or response.headers.get("Content-Type", "").split(";")[0]
-        return digest, media_type, manifest, raw
+        return Manifest(digest, media_type, manifest, raw)
 
     def resolve_image_manifest(self, container):
         """(digest, manifest) of the image; a one-entry index is followed to its image manifest."""
-        digest, media_type, manifest, _ = self.get_manifest(container)
-        if media_type in INDEX_TYPES or "manifests" in manifest:
+        found = self.get_manifest(container)
+        digest, manifest = found.digest, found.document
+        if found.media_type in INDEX_TYPES or "manifests" in manifest:
             entries = manifest.get("manifests") or []
             if len(entries) != 1:
                 raise OCIError("image %s is an index of %d manifests; a kernel-cache image has exactly one: "
                                "reference the image manifest by digest" % (container, len(entries)))
-            digest, _, manifest, _ = self.get_manifest(container, entries[0]["digest"])
+            found = self.get_manifest(container, entries[0]["digest"])
+            digest, manifest = found.digest, found.document
         if "config" not in manifest or "layers" not in manifest:
             raise OCIError("manifest %s of %s is not an image manifest" % (digest, container))
         return digest, manifest
@@ -240,7 +245,7 @@ class RegistryClient:
         except NotFound:
             pass
         try:
-            _, _, index, _ = self.get_manifest(container, digest.replace(":", "-"))
+            index = self.get_manifest(container, digest.replace(":", "-")).document
         except NotFound:
             return []
         return index.get("manifests") or []

@@ -91,7 +91,7 @@ def pae(payload_type, payload):
 def verify_v2(client, container, image_digest, key):
     """Number of v2 signatures found and whether one verified (key and image digest)."""
     try:
-        _, _, manifest, _ = client.get_manifest(container, image_digest.replace(":", "-") + ".sig")
+        manifest = client.get_manifest(container, image_digest.replace(":", "-") + ".sig").document
     except NotFound:
         return 0, False
     found = 0
@@ -141,7 +141,7 @@ def verify_v3(client, container, image_digest, key):
     for descriptor in client.referrers(container, image_digest):
         if not (descriptor.get("artifactType") or "").startswith(BUNDLE_PREFIX):
             continue
-        _, _, manifest, _ = client.get_manifest(container, descriptor["digest"])
+        manifest = client.get_manifest(container, descriptor["digest"]).document
         if (manifest.get("subject") or {}).get("digest") != image_digest:
             continue
         for layer in manifest.get("layers") or []:

@@ -29,7 +29,7 @@ description:
     C(python -m ansible_collections.gkm.cluster.plugins.module_utils.cache_extract_cli).
 version_added: "0.1.0"
 author:
-  - gkm.cluster contributors
+  - gkm.cluster contributors (@gkm-cluster)
 options:
   image:
     description:
@@ -142,8 +142,10 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 attributes:
   check_mode:
+    description: Reads the registry and reports what would change; writes nothing.
     support: full
   diff_mode:
+    description: Shows the digest in O(dest) before and after.
     support: full
 requirements:
   - oras (oras-py)

@@ -46,5 +46,5 @@ def test_node_without_gpu_labels_has_no_gpu():
 
 
 def test_incomplete_node_labels_name_the_missing_label():
-    with pytest.raises(gpu_compat.GPUSpecError, match="gkm.io/gpu-warp-size"):
+    with pytest.raises(gpu_compat.GPUSpecError, match=r"gkm\.io/gpu-warp-size"):
         gpu_compat.gpus_from_node_labels({"gkm.io/gpu-backend": "hip", "gkm.io/gpu-arch": "gfx90a"})
