@@ -1,0 +1,185 @@
+#!/usr/bin/python
+# Copyright: gkm.cluster contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: component_ownership
+short_description: Tell whether gkm.cluster installed a platform component, and record or forget that it did
+description:
+  - Platform components such as cert-manager, Kyverno or Node Feature Discovery may already be on a cluster,
+    installed by someone else. This module keeps one ConfigMap (O(ownership_configmap) in
+    O(ownership_namespace)) with a JSON record per component that this collection installed, so an undeploy
+    removes only what this collection put there.
+  - O(state=query) reads the record and detects the component (a CRD only it defines, and its Deployment for
+    the version) and returns a plan - V(install), V(upgrade), V(apply), V(skip), V(remove), V(keep) or V(none) -
+    with a reason a human can read. It never changes anything.
+  - O(state=present) records an install; O(state=absent) forgets it (the ConfigMap is deleted when no record
+    is left). Each is written only when the record changes, so re-runs report C(changed=false).
+  - Check mode runs writes as server-side dry runs; diff mode shows the record before and after.
+version_added: "0.1.0"
+author:
+  - gkm.cluster contributors
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+requirements:
+  - kubernetes >= 24.2.0
+options:
+  component:
+    description: Name of the component, the data key of its record, for example C(cert-manager).
+    type: str
+    required: true
+  state:
+    description: V(query) plans, V(present) records an install, V(absent) forgets it.
+    type: str
+    choices: [query, present, absent]
+    default: query
+  wanted:
+    description: With O(state=query), whether the caller wants the component V(present) or V(absent).
+    type: str
+    choices: [present, absent]
+    default: present
+  version:
+    description:
+      - The pinned version wanted (O(state=query)) or installed (O(state=present); required then).
+    type: str
+  method:
+    description: How it was installed; required with O(state=present).
+    type: str
+    choices: [helm, manifest]
+  source:
+    description: Where it came from (chart reference or manifest URL or path), kept for the uninstall.
+    type: str
+  install_namespace:
+    description: Namespace the component runs in; used for detection and kept in the record.
+    type: str
+  namespace_created:
+    description: With O(state=present), whether the install created O(install_namespace), so removal deletes it.
+    type: bool
+    default: false
+  detect_crd:
+    description:
+      - Name of a CustomResourceDefinition only this component defines, for example C(certificates.cert-manager.io).
+    type: str
+  detect_deployment:
+    description:
+      - Name of the component's main Deployment in O(install_namespace); its version label gives the version found.
+    type: str
+  ownership_namespace:
+    description: Namespace of the ownership ConfigMap; created when missing.
+    type: str
+    default: gkm-system
+  ownership_configmap:
+    description: Name of the ownership ConfigMap.
+    type: str
+    default: gkm-cluster-ownership
+"""
+
+EXAMPLES = r"""
+- name: Plan cert-manager
+  gkm.cluster.component_ownership:
+    component: cert-manager
+    version: v1.18.2
+    install_namespace: cert-manager
+    detect_crd: certificates.cert-manager.io
+    detect_deployment: cert-manager
+  register: cert_manager_plan
+
+- name: Record that we installed it
+  gkm.cluster.component_ownership:
+    component: cert-manager
+    state: present
+    version: v1.18.2
+    method: manifest
+    source: https://github.com/cert-manager/cert-manager/releases/download/v1.18.2/cert-manager.yaml
+    install_namespace: cert-manager
+"""
+
+RETURN = r"""
+component:
+  description: The component asked about.
+  returned: always
+  type: str
+  sample: cert-manager
+owned:
+  description: Whether a record says gkm.cluster installed the component (after this run).
+  returned: always
+  type: bool
+record:
+  description: The record after this run, or null.
+  returned: always
+  type: dict
+  sample: {version: v1.18.2, method: manifest, source: ./cert-manager.yaml, namespace: cert-manager,
+           namespace_created: true, recorded_at: "2026-08-01T10:00:00Z"}
+found:
+  description: Whether the component is on the cluster (its CRD or its Deployment exists).
+  returned: when O(state=query)
+  type: bool
+found_version:
+  description: The version of the Deployment found, or null.
+  returned: when O(state=query)
+  type: str
+namespace_exists:
+  description: Whether O(install_namespace) exists.
+  returned: when O(state=query)
+  type: bool
+plan:
+  description: What to do and why.
+  returned: when O(state=query)
+  type: dict
+  sample: {action: skip, owned: false,
+           reason: "found (version v1.17.0) and not installed by gkm.cluster: leaving it as it is"}
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.gkm.cluster.plugins.module_utils import kube  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.ownership import OwnershipError  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.ownership_store import run  # noqa: E402
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
+
+
+def argument_spec():
+    spec = dict(
+        component=dict(type="str", required=True),
+        state=dict(type="str", choices=["query", "present", "absent"], default="query"),
+        wanted=dict(type="str", choices=["present", "absent"], default="present"),
+        version=dict(type="str"),
+        method=dict(type="str", choices=["helm", "manifest"]),
+        source=dict(type="str"),
+        install_namespace=dict(type="str"),
+        namespace_created=dict(type="bool", default=False),
+        detect_crd=dict(type="str"),
+        detect_deployment=dict(type="str"),
+        ownership_namespace=dict(type="str", default="gkm-system"),
+        ownership_configmap=dict(type="str", default="gkm-cluster-ownership"),
+    )
+    spec.update(AUTH_ARG_SPEC)
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
+                           required_if=[("state", "present", ("version", "method"))])
+    if not kube.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=kube.KUBERNETES_IMPORT_ERROR)
+    try:
+        result, diff = run(module.params, module.check_mode,
+                           lambda: kube.api_client_from_auth({key: module.params[key] for key in AUTH_ARG_SPEC}))
+    except (OwnershipError, kube.KubeError) as error:
+        module.fail_json(msg=str(error))
+    except Exception as error:  # the client's own errors (auth, connection) with their trace for -vvv
+        module.fail_json(msg="component_ownership failed: {0}".format(error), exception=traceback.format_exc())
+    if module._diff and diff:
+        result["diff"] = diff
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

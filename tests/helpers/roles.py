@@ -1,0 +1,90 @@
+"""Run gkm.cluster roles the way users do (ansible-playbook) and read back what happened."""
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIONS = os.pathsep.join([
+    os.path.join(ROOT, ".cache", "collections"),
+    os.path.join(ROOT, ".venv", "lib", "python3.11", "site-packages"),
+])
+
+
+@dataclass
+class PlaybookRun:
+    returncode: int
+    stats: dict
+    tasks: list = field(repr=False)
+    stderr: str = field(repr=False, default="")
+
+    @property
+    def ok(self):
+        return self.returncode == 0 and not self.stats.get("failures")
+
+    @property
+    def changed(self):
+        return self.stats.get("changed", 0)
+
+    @property
+    def facts(self):
+        """Facts set by set_fact, later ones winning."""
+        merged = {}
+        for _name, result in self.tasks:
+            merged.update(result.get("ansible_facts") or {})
+        return merged
+
+    def failures(self):
+        """Failure messages of failed tasks (not rescued ones' originals: those are marked ignored by rescue)."""
+        messages = []
+        for _name, result in self.tasks:
+            for item in result.get("results") or [result]:
+                if item.get("failed") and item.get("msg"):
+                    messages.append(item["msg"])
+        return messages
+
+    def changed_tasks(self):
+        return [name for name, result in self.tasks if result.get("changed")]
+
+    def result(self, task_name):
+        """The last result of the task whose name contains task_name."""
+        found = [result for name, result in self.tasks if task_name in name]
+        if not found:
+            raise AssertionError("no task named like %r ran; tasks: %s" % (task_name, [n for n, _ in self.tasks]))
+        return found[-1]
+
+
+def run_playbook(play, tmp_path, check=False, diff=False, env=None, timeout=900):
+    """Run one play (a dict) on localhost; returns a PlaybookRun."""
+    path = os.path.join(str(tmp_path), "playbook-%d.yml" % len(os.listdir(str(tmp_path))))
+    with open(path, "w") as handle:
+        yaml.safe_dump([dict({"hosts": "localhost", "gather_facts": False}, **play)], handle, sort_keys=False)
+    command = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), path]
+    command += (["--check"] if check else []) + (["--diff"] if diff else [])
+    run_env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="json",
+                   ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+                   ANSIBLE_DEPRECATION_WARNINGS="0", **(env or {}))
+    completed = subprocess.run(command, env=run_env, capture_output=True, text=True, timeout=timeout, check=False)
+    try:
+        report = json.loads(completed.stdout)
+    except ValueError as error:
+        raise AssertionError("ansible-playbook gave no JSON: %s %s" % (
+            completed.stdout[-3000:], completed.stderr[-3000:])) from error
+    tasks = []
+    for play_report in report.get("plays", []):
+        for task in play_report.get("tasks", []):
+            result = task["hosts"].get("localhost")
+            if result is not None:
+                tasks.append((task["task"]["name"], result))
+    return PlaybookRun(completed.returncode, report.get("stats", {}).get("localhost", {}), tasks, completed.stderr)
+
+
+def run_role(role, tmp_path, role_vars=None, check=False, diff=False, env=None, post_tasks=None):
+    """Run gkm.cluster.<role> with role_vars in a one-play playbook."""
+    play = {"roles": [dict({"role": "gkm.cluster.%s" % role}, **({"vars": role_vars} if role_vars else {}))]}
+    if post_tasks:
+        play["post_tasks"] = post_tasks
+    return run_playbook(play, tmp_path, check=check, diff=diff, env=env)
