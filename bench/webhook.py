@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Webhook benchmark -> bench/results/webhook.json.
 
 1. Loopback: AdmissionReview load over HTTPS keep-alive against one server process, at 500, 1000 and
@@ -288,7 +287,7 @@ def loopback(args, ours_url, floor_url, ca_file, body_file):
         row = {"target_rps": rate or "max", "connections": connections}
         for label, url in (("ours", ours_url), ("floor", floor_url)):
             runs = []
-            for _ in range(args.repeats):
+            for _repeat in range(args.repeats):
                 runs.append(run_load(url, ca_file, body_file, rate, args.seconds, connections))
             failed = sum(run["failed"] for run in runs)
             row[label] = {
@@ -306,8 +305,8 @@ def loopback(args, ours_url, floor_url, ca_file, body_file):
 def through_apiserver(api, core, apps, server, certs, kubeconfig, namespace, name, webhook_namespace, node_names,
                       install, wait_until, node_pvc):
     def apiserver_metrics():
-        method, url, headers, body, _ = api.param_serialize(method="GET", resource_path="/metrics",
-                                                            auth_settings=["BearerToken"])
+        method, url, headers, body, _timeout = api.param_serialize(
+            method="GET", resource_path="/metrics", auth_settings=["BearerToken"])
         return api.call_api(method, url, header_params=headers, body=body).read().decode()
 
     install(kubeconfig, name=name, namespace=webhook_namespace, url=server.url, ca_bundle=certs.ca)
@@ -347,7 +346,7 @@ def through_apiserver(api, core, apps, server, certs, kubeconfig, namespace, nam
         "pods": len(pods),
         "pods_with_wrong_claim": wrong,
         "seconds_to_create_all_pods": round(elapsed, 1),
-        "admissions_counted": int(max(count for _, count in delta)),
+        "admissions_counted": int(max(count for _bound, count in delta)),
         "apiserver_p50_ms": round(histogram_quantile(0.50, delta) * 1000, 2),
         "apiserver_p99_ms": round(histogram_quantile(0.99, delta) * 1000, 2),
         "apiserver_buckets": {("+Inf" if bound == float("inf") else str(bound)): int(count)

@@ -18,9 +18,8 @@ import copy
 import ssl
 import time
 
-from ansible.module_utils.six.moves.urllib.error import URLError
+from ansible.module_utils.six.moves import http_client
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
-from ansible.module_utils.six.moves.urllib.request import urlopen
 
 from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
 from ansible_collections.gkm.cluster.plugins.module_utils import webhook_objects as objects
@@ -222,11 +221,11 @@ class Installer:
             return self._self_signed()
         if mode == "cert_manager":
             return self._cert_manager()
-        if self.settings.serves_in_cluster and self.kube.get("Secret", self.settings.serving_secret,
-                                                              self.settings.namespace) is None:
+        settings = self.settings
+        if settings.serves_in_cluster and self.kube.get("Secret", settings.serving_secret, settings.namespace) is None:
             raise InstallError(
                 "tls_mode=provided needs the Secret {0}/{1} with tls.crt and tls.key of the serving certificate; "
-                "create it first".format(self.settings.namespace, self.settings.serving_secret))
+                "create it first".format(settings.namespace, settings.serving_secret))
         return self.provided_ca_bundle, {"mode": mode}
 
     def _self_signed(self):
@@ -273,7 +272,7 @@ class Installer:
         return ca_bundle, {"mode": "cert_manager"}
 
     def _cert_manager_served(self):
-        status, _ = self.kube.request("GET", "/apis/cert-manager.io/v1", what="the cert-manager API")
+        status = self.kube.request("GET", "/apis/cert-manager.io/v1", what="the cert-manager API")[0]
         return status != 404
 
     def _wait_for(self, probe, what):
@@ -326,11 +325,14 @@ def url_ready(url, ca_bundle, timeout=5):
     """True when the server behind url answers 200 on /readyz over TLS verified with ca_bundle."""
     parts = urlsplit(url)
     context = ssl.create_default_context(cadata=ca_bundle) if ca_bundle else ssl.create_default_context()
+    connection = http_client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout, context=context)
     try:
-        response = urlopen("https://{0}/readyz".format(parts.netloc), timeout=timeout, context=context)
-        return response.getcode() == 200
-    except (URLError, OSError, ssl.SSLError):
+        connection.request("GET", "/readyz")
+        return connection.getresponse().status == 200
+    except (OSError, ssl.SSLError, http_client.HTTPException):
         return False
+    finally:
+        connection.close()
 
 
 def run(params, check_mode, make_api_client):

@@ -160,7 +160,7 @@ def admit(review, view):
     pod_label = _pod_label(metadata, namespace)
     node = pod_node(spec)
     if node is None:
-        caches = ", ".join(sorted({claim.describe() for _, _, claim in claims}))
+        caches = ", ".join(sorted({claim.describe() for _index, _volume, claim in claims}))
         return _deny(uid, (
             "pod {0} mounts {1}, whose ReadWriteOnce storage has one PVC per node, but its node is "
             "not known at admission: run the workload as a DaemonSet (its pods are pinned with a "

@@ -379,7 +379,7 @@ def build_app(cert_file, key_file, kubeconfig=None, context=None, cert_check_sec
 
 
 def _parse_listen(value):
-    host, _, port = value.rpartition(":")
+    host, _colon, port = value.rpartition(":")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
@@ -409,4 +409,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

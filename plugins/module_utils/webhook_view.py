@@ -233,7 +233,7 @@ class CacheView:
 
     def _caches_changed(self, kind):
         if kind == CLUSTER_KIND:
-            self._cluster_caches_by_name = {name: cache for (_, name), cache in self._caches[kind].items()}
+            self._cluster_caches_by_name = {name: cache for (_namespace, name), cache in self._caches[kind].items()}
 
     def _forget_pvc(self, key):
         group_key = self._pvc_group_of.pop(key, None)

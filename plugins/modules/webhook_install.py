@@ -27,7 +27,7 @@ description:
   - Check mode runs every write as a server-side dry run; diff mode shows each changed object (Secret values hidden).
 version_added: "0.1.0"
 author:
-  - gkm.cluster contributors
+  - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 requirements:

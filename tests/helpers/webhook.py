@@ -141,11 +141,16 @@ def install_params(kubeconfig, **overrides):
     return params
 
 
-def install(kubeconfig, check_mode=False, **overrides):
+def install_with_diffs(kubeconfig, check_mode=False, **overrides):
     """Run webhook_install in-process (as the module does) and return (result, diffs)."""
     params = install_params(kubeconfig, **overrides)
     return webhook_install.run(params, check_mode, lambda: webhook_install.kube_access.api_client_from_auth(
         {"kubeconfig": kubeconfig}))
+
+
+def install(kubeconfig, **overrides):
+    """Run webhook_install in-process and return its result."""
+    return install_with_diffs(kubeconfig, **overrides)[0]
 
 
 def node_pvc(namespace, cache, node, digest=DIGEST, cluster=False):

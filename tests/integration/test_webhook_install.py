@@ -22,6 +22,7 @@ from tests.helpers.webhook import (
     LocalWebhookServer,
     free_port,
     install,
+    install_with_diffs,
     wait_until,
     write_atomically,
 )
@@ -107,7 +108,7 @@ def test_install_and_uninstall_never_break_pods_elsewhere(sim, kube, namespace, 
     starter.start()
     try:
         time.sleep(1)
-        result, _ = install(sim.kubeconfig, name=name, namespace=webhook_namespace, url=url, tls_mode="self_signed")
+        result = install(sim.kubeconfig, name=name, namespace=webhook_namespace, url=url, tls_mode="self_signed")
         kinds = [entry["kind"] for entry in result["objects"]]
         assert kinds == ["Namespace", "Secret", "Secret", "MutatingWebhookConfiguration"]
         assert result["changed"] and result["tls"]["certificate_renewed"]
@@ -121,10 +122,10 @@ def test_install_and_uninstall_never_break_pods_elsewhere(sim, kube, namespace, 
                                                "spec": {"containers": [PAUSE]}})
         assert server.metric(ca, "gkm_webhook_requests_total") >= before + 1
 
-        again, _ = install(sim.kubeconfig, name=name, namespace=webhook_namespace, url=url, tls_mode="self_signed")
+        again = install(sim.kubeconfig, name=name, namespace=webhook_namespace, url=url, tls_mode="self_signed")
         assert not again["changed"] and again["api_writes"] == 0
 
-        removed, _ = install(sim.kubeconfig, name=name, namespace=webhook_namespace, state="absent")
+        removed = install(sim.kubeconfig, name=name, namespace=webhook_namespace, state="absent")
         assert removed["objects"][0] == {"kind": "MutatingWebhookConfiguration", "namespace": None,
                                          "name": "%s-%s" % (name, webhook_namespace), "action": "deleted"}
         server.stop()
@@ -147,7 +148,7 @@ def test_service_mode_install_is_ordered_idempotent_and_renews(sim, kube):
     options = dict(name=name, namespace=namespace, endpoint="service", image="gkm/tools:test",
                    tls_mode="self_signed", tolerations=[GPU_TOLERATION], failure_policy="Ignore")
     try:
-        first, _ = install(sim.kubeconfig, **options)
+        first = install(sim.kubeconfig, **options)
         assert [(entry["kind"], entry["action"]) for entry in first["objects"]] == [
             ("Namespace", "created"), ("ServiceAccount", "created"), ("ClusterRole", "created"),
             ("ClusterRoleBinding", "created"), ("Secret", "created"), ("Secret", "created"),
@@ -166,11 +167,11 @@ def test_service_mode_install_is_ordered_idempotent_and_renews(sim, kube):
         rules = client.RbacAuthorizationV1Api(kube).read_cluster_role("gkm.cluster:%s:%s" % (namespace, name)).rules
         assert sorted(verb for rule in rules for verb in rule.verbs) == ["get", "get", "list", "list", "watch", "watch"]
 
-        again, _ = install(sim.kubeconfig, **options)
+        again = install(sim.kubeconfig, **options)
         assert not again["changed"] and again["api_writes"] == 0
         assert {entry["action"] for entry in again["objects"]} == {"unchanged"}
 
-        checked, diffs = install(sim.kubeconfig, check_mode=True, **dict(options, failure_policy="Fail"))
+        checked, diffs = install_with_diffs(sim.kubeconfig, check_mode=True, **dict(options, failure_policy="Fail"))
         assert checked["changed"] and checked["api_writes"] == 0
         assert [d["after_header"] for d in diffs] == ["MutatingWebhookConfiguration %s-%s" % (name, namespace)]
         assert diffs[0]["after"]["webhooks"][0]["failurePolicy"] == "Fail"
@@ -178,13 +179,13 @@ def test_service_mode_install_is_ordered_idempotent_and_renews(sim, kube):
             "%s-%s" % (name, namespace)).webhooks[0].failure_policy == "Ignore"
 
         # A serving certificate within renew_before is renewed from the same CA; the caBundle stays.
-        renewed, _ = install(sim.kubeconfig, **dict(options, cert_valid_days=400, renew_before_days=370))
+        renewed = install(sim.kubeconfig, **dict(options, cert_valid_days=400, renew_before_days=370))
         assert renewed["changed"] and renewed["tls"]["certificate_renewed"] and not renewed["tls"]["ca_renewed"]
         assert [(e["kind"], e["name"]) for e in renewed["objects"] if e["action"] == "updated"] == [
             ("Secret", name + "-tls")]
         assert secret_text(core, name + "-tls", namespace, "tls.crt") != serving
     finally:
-        removed, _ = install(sim.kubeconfig, name=name, namespace=namespace, endpoint="service", state="absent")
+        removed = install(sim.kubeconfig, name=name, namespace=namespace, endpoint="service", state="absent")
     assert removed["objects"][0]["kind"] == "MutatingWebhookConfiguration"
     assert {entry["action"] for entry in removed["objects"]} == {"deleted"}
     with pytest.raises(ApiException) as gone:
