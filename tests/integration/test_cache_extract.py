@@ -291,3 +291,14 @@ def test_gpus_from_node_labels_reads_the_simulated_node(registry, sim, tmp_path)
                 "--gpus-from-node-labels", "gkm-gpu-worker-1", "--compatibility", "skip")
     out, _ = proc.communicate(timeout=120)
     assert json.loads(out)["skipped"] is True and not (tmp_path / "c").exists()
+
+
+@pytest.mark.cluster
+def test_module_reads_node_labels_with_kubernetes_core_auth(registry, sim, tmp_path):
+    image = ki.build_image(registry.host, _repo("module-node"), "v1", ki.CacheSpec(backend="hip", kernels=1))
+    task = {"image": image.ref, "dest": str(tmp_path / "cache"), "registry_plain_http": True,
+            "gpus_from_node_labels": "gkm-gpu-worker-2", "kubeconfig": sim.kubeconfig}
+    result = _playbook(tmp_path, task)
+    assert result["changed"] is True and result["compatible_gpus"] == [HIP]
+    missing = _playbook(tmp_path, dict(task, gpus_from_node_labels="gkm-control-plane", dest=str(tmp_path / "x")))
+    assert missing.get("failed") is True and "none advertised" in missing["msg"]
