@@ -112,10 +112,11 @@ class Kube:
             query.append(("dryRun", "All"))
         headers = {"Accept": "application/json", "Content-Type": content_type}
         for attempt in range(MAX_ATTEMPTS):
-            method_, url, header_params, body_, _ = self.api.param_serialize(
+            serialized = self.api.param_serialize(
                 method=method, resource_path=path, query_params=query, header_params=dict(headers), body=body,
                 auth_settings=["BearerToken"])
-            response = self.api.call_api(method_, url, header_params=header_params, body=body_)
+            response = self.api.call_api(serialized[0], serialized[1], header_params=serialized[2],
+                                         body=serialized[3])
             data = response.read()
             # Dry runs change nothing, so they do not count as writes.
             self._count(write and not self.dry_run and response.status < 300)
@@ -123,10 +124,10 @@ class Kube:
                 return response.status, json.loads(data) if data else None
             if response.status == 404:
                 return 404, None
-            if response.status not in RETRY_STATUS or attempt == MAX_ATTEMPTS - 1 or (
-                    response.status == 409 and not write):
-                raise KubeError("%s %s failed: HTTP %s %s" % (method, what or path, response.status,
-                                                             _server_message(data)), response.status)
+            final = response.status not in RETRY_STATUS or attempt == MAX_ATTEMPTS - 1
+            if final or (response.status == 409 and not write):
+                message = "%s %s failed: HTTP %s %s" % (method, what or path, response.status, _server_message(data))
+                raise KubeError(message, response.status)
             time.sleep(_backoff(attempt, response.getheader("Retry-After")))
         raise AssertionError("unreachable")
 
@@ -163,8 +164,8 @@ class Kube:
     def delete(self, kind, name, namespace=None):
         """Delete in the background (a Job's pods go with it); a missing object is already deleted."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
-        status, _ = self.request("DELETE", resource_path(kind, namespace, name), body=body,
-                                 what=_describe(kind, namespace, name))
+        status = self.request("DELETE", resource_path(kind, namespace, name), body=body,
+                              what=_describe(kind, namespace, name))[0]
         return status != 404
 
     def wait_gone(self, refs, timeout):

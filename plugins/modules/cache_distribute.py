@@ -23,7 +23,7 @@ description:
     running pod still mounts; it is reported as C(Outdated) and pruned by a later run once unused.
   - Check mode is a server-side dry run and reports the plan; diff mode shows it per object.
 author:
-  - gkm.cluster contributors
+  - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 options:

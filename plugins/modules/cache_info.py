@@ -18,7 +18,7 @@ description:
     holding a per-node PVC of the newest digest (0 for ReadOnlyMany caches), and PVCs of older digests are
     reported C(Outdated).
 author:
-  - gkm.cluster contributors
+  - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 options:
