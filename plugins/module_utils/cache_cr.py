@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """GKMCache and ClusterGKMCache custom resources: spec to distribution options, status back.
 
 Pure functions: the cache_reconcile module reads a resource, turns its spec into cache_distribute

@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Kernel-cache image metadata: the MCV config labels and the manifest.json inside the layer.
 
 An image is a Triton cache when its config carries `cache.triton.image/*` labels and a vLLM cache

@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Bring a kernel-cache image's contents to a directory: the steps the module and the CLI share.
 
 resolve the tag -> compare with the marker in dest (no download when nothing changed) -> read the

@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The desired state of one distributed cache, validated before anything touches the cluster.
 
 `cache_spec_from_params` turns cache_distribute's options (GKM's GKMCache/ClusterGKMCache spec in

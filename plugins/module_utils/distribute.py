@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One reconcile of a distributed cache, and the read-only report of any cache: the modules' bodies.
 
 `distribute` resolves the image to a digest, reads the cluster with one label-selected LIST per

@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Safe, atomic, streaming extraction of a gzip tar layer into a directory.
 
 One pass: the compressed bytes are hashed as they arrive, gunzipped in a helper thread (isal when

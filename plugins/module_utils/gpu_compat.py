@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Which GPUs a kernel cache can run on (MCV's rule).
 
 A GPU matches a cache target when backend, arch and warp size are all equal; for CUDA the arch

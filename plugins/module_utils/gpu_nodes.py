@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Simulated GPU nodes: turn a declarative node list into kwok-managed Node objects.
 
 Pure functions, shared by the local simulated cluster (tools/sim-cluster/sim.py) and the gpu_sim role.

@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Kubernetes access for the distribution: label-selected LISTs and concurrent server-side apply.
 
 The client is configured exactly as kubernetes.core configures its own (same auth options and

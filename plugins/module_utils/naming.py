@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Deterministic names, labels and label selectors for the objects a cache is distributed with.
 
 Every PVC, PV and Job name is a pure function of the slot it serves: (cache, cache namespace, target

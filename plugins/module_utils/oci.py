@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read-only OCI registry access through oras-py: resolve tags, fetch manifests, configs and blobs.
 
 Every manifest and small blob is checked against its digest. Plain HTTP is used only when asked

@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ownership records: which platform components (cert-manager, Kyverno, NFD...) this collection installed.
 
 GKM's Makefile cannot tell whether it installed cert-manager itself, so its undeploy either strands it or

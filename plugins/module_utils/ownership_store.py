@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read a platform component's presence and ownership record from the cluster, and record or forget it.
 
 The steps behind gkm.cluster.component_ownership: detection (a CRD that only the component defines, and

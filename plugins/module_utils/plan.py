@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The distribution planner: from a cache's desired state and the cluster's facts to objects and actions.
 
 Pure: no API calls. `plan(spec, facts)` returns which nodes are eligible (and why the others are not),

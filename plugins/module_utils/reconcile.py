@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Reconcile one GKMCache or ClusterGKMCache: distribute it as its spec says, write what came of it to its status."""
 
 from __future__ import absolute_import, division, print_function

@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Verify cosign signatures of an image with a public key, in both storage formats.
 
 - cosign v2: a manifest tagged `sha256-<hex>.sig` whose layers are simple-signing payloads, each

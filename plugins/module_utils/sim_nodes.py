@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Make a cluster's simulated GPU nodes match a declarative list of node groups (gpu_nodes.py renders them).
 
 Two modes:

@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A distributed cache's status, computed from the plan's slots and what the cluster reports.
 
 Per namespace and node: the PVC, the Job and a phase (Pending, Extracting, Extracted, Error,

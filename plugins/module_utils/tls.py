@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Certificates made with `cryptography`: a CA, certificates it signs, and expiry checks.
 
 Used by the webhook's self-signed TLS mode and by the local simulated cluster's control plane.
@@ -153,6 +153,6 @@ def issued_by(cert_pem, ca_cert_pem):
     """True when cert_pem's signature verifies with ca_cert_pem's public key."""
     try:
         load_cert(cert_pem).verify_directly_issued_by(load_cert(ca_cert_pem))
-    except Exception:  # noqa: BLE001 - any verification failure means "not issued by"
+    except Exception:
         return False
     return True

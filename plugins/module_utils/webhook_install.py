@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Install or remove the PVC-mutation webhook: the ordered steps behind gkm.cluster.webhook_install.
 
 Order (state=present): namespace, ServiceAccount and RBAC, TLS, server Deployment, PDB and Service,

@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Admission decisions of the PVC-mutation webhook: AdmissionReview v1 in, AdmissionReview v1 out.
 
 Pure: the only input besides the review is a CacheView (webhook_view.py). For a pod labelled

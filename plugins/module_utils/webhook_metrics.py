@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The webhook server's counters and latency histogram, rendered in the Prometheus text format.
 
 A few counters do not justify a client library: the text format (version 0.0.4) is a handful of lines.

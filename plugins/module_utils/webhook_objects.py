@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Kubernetes objects of the PVC-mutation webhook, rendered from validated settings (pure).
 
 webhook_install applies them in the order of `install_steps`, so that the

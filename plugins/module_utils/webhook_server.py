@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The PVC-mutation admission webhook server (aiohttp over TLS).
 
     python -m ansible_collections.gkm.cluster.plugins.module_utils.webhook_server \\

@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Self-signed TLS for the webhook: decide what to keep, renew or issue, given what the Secrets hold.
 
 Pure apart from key generation (tls.py): no API calls. Two Secrets hold the material:

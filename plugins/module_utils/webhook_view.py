@@ -1,5 +1,5 @@
 # Copyright: gkm.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The webhook's in-memory view of caches and their per-node PVCs, fed by list+watch events.
 
 Pure data: no API calls. The server applies watch events to it on its event loop and the
