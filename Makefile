@@ -13,14 +13,14 @@ DEBIAN_PACKAGES := docker-registry skopeo
 SIM         := $(PY) tools/sim-cluster/sim.py
 PYTEST      := $(PY) -m pytest
 
-.PHONY: help setup venv debian-packages binaries collection-link sim-up sim-down sim-status demo \
+.PHONY: help setup venv debian-packages binaries cli-tools collection-link sim-up sim-down sim-status demo \
         test pytest lint ruff ansible-lint sanity unit integration molecule build \
         bench-extract bench-distribute bench-webhook
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-setup: venv debian-packages binaries collection-link ## Everything the tests and the demo need
+setup: venv debian-packages binaries cli-tools collection-link ## Everything the tests and the demo need
 
 venv: $(VENV)/.installed ## Python virtualenv with the pinned requirements
 $(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt
@@ -39,6 +39,9 @@ debian-packages: ## Install missing Debian packages (root only; otherwise says w
 
 binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 	@tools/sim-cluster/build.sh >/dev/null
+
+cli-tools: ## Build or reuse the oras and cosign CLIs (benchmarks, signature tests)
+	@tools/bench-tools.sh
 
 collection-link: ## Make the checkout importable as ansible_collections.gkm.cluster
 	@mkdir -p $(COLLECTIONS)/ansible_collections/gkm

@@ -27,6 +27,7 @@ _spec.loader.exec_module(sim_control)
 @dataclass
 class Registry:
     host: str
+    storage: str  # the registry's filesystem root, for tests that tamper with stored blobs
 
     @property
     def url(self):
@@ -80,7 +81,7 @@ def _sim_lifecycle():
 def registry(_sim_lifecycle):
     if not _running("registry"):
         _run_sim("registry-up")
-    return Registry(host=sim_control.load_state()["registry"])
+    return Registry(host=sim_control.load_state()["registry"], storage=os.path.join(sim_control.SIM_DIR, "registry"))
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Build the oras and cosign CLIs from the Go module proxy into ~/.cache/gkm-cluster/tools/bin.
-# The extraction benchmark compares against the oras CLI; the signature tests sign with the real cosign.
-# Each tool is built once and reused; a tool that cannot be built is reported and skipped.
+# The extraction benchmark compares against the oras CLI; the signature tests sign with the real cosign
+# (v2 as `cosign`, v3 as `cosign3`). Versions are pinned here; the directory records which versions it
+# holds and is rebuilt when they change. A tool that cannot be built is reported and skipped.
 set -uo pipefail
 
 BIN="${GKM_TOOLS_BIN:-$HOME/.cache/gkm-cluster/tools/bin}"
-ORAS_VERSION="${ORAS_VERSION:-v1.3.6}"
-COSIGN_V2_VERSION="${COSIGN_V2_VERSION:-latest}"
-COSIGN_V3_VERSION="${COSIGN_V3_VERSION:-latest}"
+ORAS_VERSION=v1.3.6
+COSIGN_V2_VERSION=v2.6.5
+COSIGN_V3_VERSION=v3.1.3
+versions="oras-$ORAS_VERSION cosign-$COSIGN_V2_VERSION cosign3-$COSIGN_V3_VERSION"
 mkdir -p "$BIN"
+if [ "$(cat "$BIN/.versions" 2>/dev/null)" != "$versions" ]; then
+  rm -f "$BIN/oras" "$BIN/cosign" "$BIN/cosign3"
+  echo "$versions" > "$BIN/.versions"
+fi
 
 build() {  # build <binary name in BIN> <package@version>
   local name="$1" pkg="$2" tmp
@@ -27,4 +33,3 @@ build() {  # build <binary name in BIN> <package@version>
 build oras "oras.land/oras/cmd/oras@$ORAS_VERSION"
 build cosign "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_V2_VERSION"
 build cosign3 "github.com/sigstore/cosign/v3/cmd/cosign@$COSIGN_V3_VERSION"
-ls "$BIN"
