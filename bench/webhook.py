@@ -103,6 +103,13 @@ def port_open(port):
     return False
 
 
+def cpu_seconds(pid):
+    """User plus system CPU time a process has used so far."""
+    with open("/proc/%d/stat" % pid) as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def histogram_quantile(quantile, buckets):
     """Prometheus-style quantile from cumulative (upper bound, count) pairs, linear within a bucket."""
     buckets = sorted(buckets)
@@ -202,7 +209,7 @@ def run_benchmark(args):
     server = LocalWebhookServer(kubeconfig, certs.cert_file, certs.key_file)
     floor_port = free_port()
     floor_process = None
-    results = {}
+    results = {"load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     try:
         log("creating %d nodes and one PVC per node" % len(nodes))
         for error in raw.map(lambda node: raw.request("POST", "/api/v1/nodes", body=node), nodes):
@@ -222,8 +229,9 @@ def run_benchmark(args):
         check = post_review(server.url, certs.ca, body_file)
         assert check["response"].get("patchType") == "JSONPatch", check
         wait_until("the floor server to listen", lambda: port_open(floor_port), timeout=30)
-        results["loopback"] = loopback(args, server.url, "https://127.0.0.1:%d/mutate" % floor_port, ca_file,
-                                       body_file)
+        results["loopback"] = loopback(args, (server.url, server.process.pid),
+                                       ("https://127.0.0.1:%d/mutate" % floor_port, floor_process.pid),
+                                       ca_file, body_file)
         log("admitting a DaemonSet of %d pods through the API server" % len(node_names))
         results["apiserver"] = through_apiserver(api, core, apps, server, certs, kubeconfig, namespace, name,
                                                  webhook_namespace, node_names, install, wait_until, node_pvc)
@@ -280,21 +288,31 @@ def daemonset_pod_review(namespace, node):
         "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
 
 
-def loopback(args, ours_url, floor_url, ca_file, body_file):
+def loopback(args, ours, floor, ca_file, body_file):
+    """Per rate, ours and the floor: throughput, latency and the server process's CPU time per request.
+
+    CPU time per request does not depend on how busy the shared machine is; latencies do.
+    """
     table = []
     points = [(rate, 8) for rate in RATES] + [(0, 16)]
     for rate, connections in points:
         row = {"target_rps": rate or "max", "connections": connections}
-        for label, url in (("ours", ours_url), ("floor", floor_url)):
+        for label, (url, pid) in (("ours", ours), ("floor", floor)):
             runs = []
             for _repeat in range(args.repeats):
-                runs.append(run_load(url, ca_file, body_file, rate, args.seconds, connections))
+                cpu_before = cpu_seconds(pid)
+                run = run_load(url, ca_file, body_file, rate, args.seconds, connections)
+                # The load generator's 2 s warm-up is included in the CPU time but not in "sent".
+                run["cpu_us_per_request"] = (cpu_seconds(pid) - cpu_before) * 1e6 / max(
+                    1, run["sent"] * (args.seconds + 2) / args.seconds)
+                runs.append(run)
             failed = sum(run["failed"] for run in runs)
             row[label] = {
                 "achieved_rps": round(median_of(runs, "achieved_rps"), 1),
                 "p50_ms": median_of(runs, "p50_ms"),
                 "p99_ms": median_of(runs, "p99_ms"),
                 "max_ms": median_of(runs, "max_ms"),
+                "cpu_us_per_request": round(median_of(runs, "cpu_us_per_request"), 1),
                 "failed": failed,
             }
             log("%s at %s rps: %s" % (label, row["target_rps"], row[label]))
@@ -351,6 +369,7 @@ def through_apiserver(api, core, apps, server, certs, kubeconfig, namespace, nam
         "apiserver_p99_ms": round(histogram_quantile(0.99, delta) * 1000, 2),
         "apiserver_buckets": {("+Inf" if bound == float("inf") else str(bound)): int(count)
                               for bound, count in sorted(delta)},
+        "server_side_p50_ms": round(histogram_quantile(0.50, ours_delta) * 1000, 2),
         "server_side_p99_ms": round(histogram_quantile(0.99, ours_delta) * 1000, 2),
     }
 
@@ -367,13 +386,16 @@ def write_results(results, args):
         "floor_max_rps": maximum["floor"]["achieved_rps"],
         "ratio_max_rps_vs_floor": round(maximum["ours"]["achieved_rps"] / maximum["floor"]["achieved_rps"], 3),
         "apiserver_p99_ms": results["apiserver"]["apiserver_p99_ms"],
+        "cpu_us_per_request": maximum["ours"]["cpu_us_per_request"],
+        "floor_cpu_us_per_request": maximum["floor"]["cpu_us_per_request"],
         "per_rate": table,
         "apiserver": results["apiserver"],
         "goals": {"p99_ms_at_1000rps": 5, "sustained_rps": 2000, "apiserver_p99_ms": 10},
         "method": {
             "seconds_per_point": args.seconds, "repeats": args.repeats, "statistic": "median of repeats",
             "nodes": args.nodes, "load_generator": "bench/loadgen (Go, open-loop, HTTPS keep-alive)",
-            "cpus": os.cpu_count(), "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            "cpus": os.cpu_count(), "load_average_at_start": results["load_average_at_start"],
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
             "note": "load generator, server, floor and control plane share the same CPUs",
         },
     }
