@@ -265,7 +265,7 @@ def tree_fingerprint(root):
     """(file count, bytes, sha256 of the listing) for root; changes when a file is added, removed or resized."""
     listing = tree_listing(root)
     text = "".join("%s\0%s\0%s\n" % entry for entry in listing)
-    files = [value for _, kind, value in listing if kind == "f"]
+    files = [value for _name, kind, value in listing if kind == "f"]
     digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
     return len(files), sum(files), "sha256:" + digest
 

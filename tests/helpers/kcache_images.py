@@ -57,7 +57,7 @@ class Entry:
 
 def kernel_hash(rng):
     """A Triton kernel directory name: unpadded base32 of a 32-byte hash (52 chars A-Z2-7)."""
-    return "".join(rng.choice(_BASE32) for _ in range(52))
+    return "".join(rng.choice(_BASE32) for _position in range(52))
 
 
 def _ir_text(rng, dialect, size):
@@ -451,7 +451,7 @@ def hostile_layer(name):
         entries, labels = _variant_entries([Entry(K + "/big.cubin", random.Random(3).randbytes(300_000))])
         expect = "max_bytes"
     elif name == "zip_bomb":
-        _, labels = _variant_entries([])
+        labels = _variant_entries([])[1]
         return _zeros_gz(300_000_000), labels, opts, "expands"
     elif name == "truncated_blob":
         entries, labels = _variant_entries([])

@@ -32,7 +32,7 @@ def _pull(image_ref, dest, **options):
 
 def _snapshot(root):
     found = {}
-    for dirpath, _, files in os.walk(root):
+    for dirpath, _dirs, files in os.walk(root):
         for name in files:
             path = os.path.join(dirpath, name)
             with open(path, "rb") as f:
@@ -82,7 +82,7 @@ def test_cache_images_extract_with_rewritten_group_files(registry, tmp_path, spe
 
 @pytest.mark.parametrize("variant", ki.HOSTILE_VARIANTS)
 def test_hostile_image_is_refused_and_dest_is_unchanged(registry, extracted, variant):
-    _, dest, before = extracted
+    dest, before = extracted[1:]
     bad, fragment = ki.push_hostile(registry.host, _repo("bad"), variant)
     limits = {"max_files": 40, "max_bytes": 250_000} if variant in ("too_many_files", "oversized_entry") else {}
     with pytest.raises(cache_pull.CachePullError, match=fragment):
@@ -92,7 +92,7 @@ def test_hostile_image_is_refused_and_dest_is_unchanged(registry, extracted, var
 
 
 def test_blob_tampered_in_the_registry_is_refused(registry, extracted):
-    _, dest, before = extracted
+    dest, before = extracted[1:]
     image = ki.build_image(registry.host, _repo("tampered"), "v1", ki.CacheSpec(kernels=1, seed=11))
     good = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1, seed=11))[0])[0]
     ki.tamper_blob(_registry_storage(), image.layer_digest, good[:-8] + b"\0" * 8)
@@ -147,12 +147,12 @@ def test_incompatible_gpu_fails_or_skips_without_writing(registry, tmp_path):
     skipped = _pull(image.ref, dest, gpus=[H100], compatibility="skip")
     assert skipped["skipped"] is True and skipped["changed"] is False and not dest.exists()
     forced = _pull(image.ref, dest, gpus=[H100], compatibility="ignore")
-    assert forced["changed"] is True and forced["incompatible_gpus"] == [{"backend": "cuda", "arch": "90",
-                                                                           "warp_size": 32}]
+    assert forced["changed"] is True
+    assert forced["incompatible_gpus"] == [{"backend": "cuda", "arch": "90", "warp_size": 32}]
 
 
 def test_absent_removes_only_our_own_tree(extracted, tmp_path):
-    _, dest, _ = extracted
+    dest = extracted[1]
     assert cache_pull.ensure_cache({"dest": str(dest), "state": "absent"}, check_mode=True)["changed"] is True
     assert dest.exists()
     assert cache_pull.ensure_cache({"dest": str(dest), "state": "absent"})["changed"] is True
@@ -236,7 +236,7 @@ def test_killed_extraction_leaves_dest_intact_and_the_next_run_completes(registr
     assert proc.returncode == -signal.SIGKILL
     assert _snapshot(dest) == before
     done = _cli("--image", big.ref, "--dest", str(dest), "--plain-http")
-    out, _ = done.communicate(timeout=300)
+    out = done.communicate(timeout=300)[0]
     result = json.loads(out)
     assert done.returncode == 0 and result["changed"] is True and result["digest"] == big.digest
     assert not [n for n in os.listdir(dest.parent) if ".gkm-tmp-" in n]
@@ -244,9 +244,9 @@ def test_killed_extraction_leaves_dest_intact_and_the_next_run_completes(registr
 
 
 def test_cli_reports_failures_as_json_with_exit_status_1(registry, tmp_path):
-    bad, _ = ki.push_hostile(registry.host, _repo("cli-bad"), "path_traversal")
+    bad = ki.push_hostile(registry.host, _repo("cli-bad"), "path_traversal")[0]
     proc = _cli("--image", bad.ref, "--dest", str(tmp_path / "c"), "--plain-http")
-    out, _ = proc.communicate(timeout=120)
+    out = proc.communicate(timeout=120)[0]
     assert proc.returncode == 1
     assert "'..'" in json.loads(out)["msg"]
 
@@ -289,7 +289,7 @@ def test_gpus_from_node_labels_reads_the_simulated_node(registry, sim, tmp_path)
     assert json.loads(out)["compatible_gpus"] == [HIP]
     proc = _cli("--image", cuda.ref, "--dest", str(tmp_path / "c"), "--plain-http", "--kubeconfig", sim.kubeconfig,
                 "--gpus-from-node-labels", "gkm-gpu-worker-1", "--compatibility", "skip")
-    out, _ = proc.communicate(timeout=120)
+    out = proc.communicate(timeout=120)[0]
     assert json.loads(out)["skipped"] is True and not (tmp_path / "c").exists()
 
 

@@ -46,8 +46,8 @@ def test_bad_summary_is_refused_with_the_reason(summary, fragment):
 
 
 def test_non_numeric_count_label_names_the_label():
-    labels = {"cache.triton.image/summary": json.dumps({"targets": [{"backend": "hip", "arch": "gfx90a",
-                                                                      "warp_size": 64}]}),
+    target = {"backend": "hip", "arch": "gfx90a", "warp_size": 64}
+    labels = {"cache.triton.image/summary": json.dumps({"targets": [target]}),
               "cache.triton.image/entry-count": "lots"}
     with pytest.raises(cache_metadata.CacheMetadataError, match="entry-count"):
         cache_metadata.parse_cache_metadata(_config(labels))

@@ -18,7 +18,9 @@ bootstrap="$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py"
 [ -f "$bootstrap" ] || install -D -m 0644 "$root/tools/ci/get_pip_offline.py" "$bootstrap"
 
 cd "$root"
-git ls-files -co --exclude-standard -z | grep -zv '^tools/sim-cluster/' | xargs -0 cp --parents -t "$tree"
+# What the collection ships is what is checked: galaxy.yml's build_ignore paths (bench/, tools/, ...) stay out.
+git ls-files -co --exclude-standard -z | grep -zvE '^(\.ci|bench|tools|requirements)/|^(Makefile|pyproject\.toml)$' \
+  | xargs -0 cp --parents -t "$tree"
 # Our modules use kubernetes.core's doc fragment and client; ansible-test finds it beside the collection.
 ln -sfn "$root/.venv/lib/python3.11/site-packages/ansible_collections/kubernetes" "$tree/../../kubernetes"
 cd "$tree"
