@@ -236,7 +236,9 @@ def run_benchmark(args):
         results["apiserver"] = through_apiserver(api, core, apps, server, certs, kubeconfig, namespace, name,
                                                  webhook_namespace, node_names, install, wait_until, node_pvc)
     finally:
-        install(kubeconfig, name=name, namespace=webhook_namespace, state="absent")
+        # Every step runs even if an earlier one fails: nothing of the benchmark may outlive it.
+        with contextlib.suppress(Exception):
+            install(kubeconfig, name=name, namespace=webhook_namespace, state="absent")
         server.stop()
         if floor_process:
             floor_process.terminate()

@@ -61,8 +61,10 @@ def webhook(sim, tmp_path):
         hook.register()
         yield hook
     finally:
-        install(sim.kubeconfig, name=hook.name, namespace=hook.namespace, state="absent")
-        server.stop()
+        try:
+            install(sim.kubeconfig, name=hook.name, namespace=hook.namespace, state="absent")
+        finally:
+            server.stop()
 
 
 def labelled_pod(name, claim=CACHE, node=None, labelled=True):

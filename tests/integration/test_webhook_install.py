@@ -134,8 +134,10 @@ def test_install_and_uninstall_never_break_pods_elsewhere(sim, kube, namespace, 
         churn.stop.set()
         syncer.stop.set()
         churn.join()
-        server.stop()
-        install(sim.kubeconfig, name=name, namespace=webhook_namespace, state="absent")
+        try:
+            install(sim.kubeconfig, name=name, namespace=webhook_namespace, state="absent")
+        finally:
+            server.stop()
     assert churn.failures == []
     assert churn.created >= 20
 
