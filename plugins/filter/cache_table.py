@@ -67,8 +67,9 @@ def cache_table(caches, nodes=False):
     for line, cache in zip(lines[1:], caches):
         out.append(line)
         for entry in (cache.get("status") or {}).get("entries") or []:
-            detail = "    %s %s pvc=%s phase=%s" % (
-                entry.get("namespace", ""), entry.get("node") or "(shared)", entry.get("pvc", ""), entry.get("phase", ""))
+            detail = "    {0} {1} pvc={2} phase={3}".format(
+                entry.get("namespace", ""), entry.get("node") or "(shared)",
+                entry.get("pvc", ""), entry.get("phase", ""))
             if entry.get("message"):
                 detail += " (%s)" % entry["message"]
             out.append(detail)
