@@ -117,7 +117,12 @@ def render_node(name, group):
         "status": {
             "capacity": capacity,
             "allocatable": dict(capacity),
-            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "fake"},
+            # Every field the API's NodeSystemInfo requires, so typed clients accept these objects too.
+            "nodeInfo": {
+                "architecture": "amd64", "operatingSystem": "linux", "osImage": "kwok", "kernelVersion": "kwok",
+                "kubeletVersion": "fake", "kubeProxyVersion": "fake", "containerRuntimeVersion": "kwok://fake",
+                "bootID": name, "machineID": name, "systemUUID": name,
+            },
         },
     }
 
