@@ -274,7 +274,8 @@ def findings(facts):
     for taint in facts["taints"]:
         if not taint["tolerated"]:
             add("warning", "taint %s on %d GPU node(s) is not tolerated: extraction Jobs cannot run there"
-                % (taint["taint"], len(taint["nodes"])), "add the tolerations of pod_template to the cache's podTemplate")
+                % (taint["taint"], len(taint["nodes"])),
+                "add the tolerations of pod_template to the cache's podTemplate")
     for row in facts["proxy"]["apiserver"]:
         if not row["svc_excluded"]:
             add("error", "kube-apiserver pod %s uses proxy %s and its no_proxy lacks .svc: admission webhook calls "
@@ -303,9 +304,15 @@ def report(facts):
             "; ReadOnlyMany probe: %s (%s)" % (probe["result"], probe["detail"]) if probe else ""))
     lines.append("GPU nodes: %d (%s)" % (len(facts["gpu_nodes"]), ", ".join(
         "%s x%d" % item for item in sorted(facts["gpu_summary"].items())) or "none"))
+    # One line per kind of GPU node, so a 500-node cluster gives a few lines, not 500.
+    kinds = {}
     for gpu in facts["gpu_nodes"]:
-        lines.append("  %s: %s arch %s, %d GPU(s), from %s" % (
-            gpu["name"], gpu["vendor"], gpu["arch"] or "unknown", gpu["gpus"], ", ".join(gpu["sources"])))
+        key = (gpu["vendor"], gpu["arch"] or "unknown", gpu["gpus"], ", ".join(gpu["sources"]))
+        kinds.setdefault(key, []).append(gpu["name"])
+    for (vendor, arch, count, sources), names in sorted(kinds.items()):
+        shown = ", ".join(names[:3]) + (", +%d more" % (len(names) - 3) if len(names) > 3 else "")
+        lines.append("  %d node(s) %s arch %s, %d GPU(s) each, from %s: %s" % (
+            len(names), vendor, arch, count, sources, shown))
     lines.append("Taints on GPU nodes:")
     for taint in facts["taints"]:
         lines.append("  %s on %d node(s): %s" % (taint["taint"], len(taint["nodes"]),

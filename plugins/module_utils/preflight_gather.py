@@ -28,8 +28,8 @@ def _probe_name(storage_class):
 
 
 def _latest_event(kube, namespace, name):
-    status, data = kube.request("GET", "/api/v1/namespaces/%s/events" % namespace,
-                                [("fieldSelector", "involvedObject.name=%s" % name)], what="events of %s" % name)
+    _status, data = kube.request("GET", "/api/v1/namespaces/%s/events" % namespace,
+                                 [("fieldSelector", "involvedObject.name=%s" % name)], what="events of %s" % name)
     events = (data or {}).get("items") or []
     if not events:
         return None

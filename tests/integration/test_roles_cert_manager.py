@@ -5,94 +5,25 @@ role's own logic (pinning, skip-if-present, ownership, uninstall-only-if-owned, 
 failure message) works on. kwok runs the Deployments' pods; nothing really serves.
 """
 
-import json
 import os
-import time
-import uuid
 
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
-from ansible_collections.gkm.cluster.plugins.module_utils import sim_nodes
+from tests.helpers import platform
 from tests.helpers.roles import run_role
 
 pytestmark = pytest.mark.cluster
 
-STANDINS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "standins")
 CRD = "certificates.cert-manager.io"
-
-
-def standin(tmp_path, name, version):
-    """The stand-in manifest with its version filled in, as a file the role can read."""
-    with open(os.path.join(STANDINS, name)) as handle:
-        text = handle.read().replace("__VERSION__", version)
-    path = tmp_path / ("%s-%s" % (version, name))
-    path.write_text(text)
-    return str(path), [doc for doc in yaml.safe_load_all(text) if doc]
-
-
-@pytest.fixture(scope="module")
-def plain_node(kube):
-    """One untainted worker, so the stand-in Deployments' pods have a node (the default nodes are tainted)."""
-    kube_raw = kube_access.Kube(kube)
-    sim_nodes.reconcile(kube_raw, [{"name": "gkmt-platform-cpu", "count": 1, "vendor": "none"}], scope="roles-platform")
-    yield
-    sim_nodes.reconcile(kube_raw, [], scope="roles-platform")
-
-
-def delete_objects(kube, objects):
-    """Remove whatever a test left of a stand-in, and wait until the CRDs and namespace are gone."""
-    raw = kube_access.Kube(kube)
-    for obj in reversed(objects):
-        kind, metadata = obj["kind"], obj["metadata"]
-        prefix = "/api/v1" if obj["apiVersion"] == "v1" else "/apis/%s" % obj["apiVersion"]
-        plural = {"Namespace": "namespaces", "CustomResourceDefinition": "customresourcedefinitions",
-                  "Deployment": "deployments", "ValidatingWebhookConfiguration": "validatingwebhookconfigurations"}[kind]
-        path = "%s/%s%s/%s" % (prefix, "namespaces/%s/" % metadata["namespace"] if metadata.get("namespace") else "",
-                               plural, metadata["name"])
-        raw.request("DELETE", path)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        left = [obj for obj in objects if obj["kind"] in ("Namespace", "CustomResourceDefinition")
-                and raw.request("GET", "/api/v1/namespaces/%s" % obj["metadata"]["name"] if obj["kind"] == "Namespace"
-                                else "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/%s"
-                                % obj["metadata"]["name"])[0] != 404]
-        if not left:
-            return
-        time.sleep(0.5)
-    raise AssertionError("stand-in objects not gone: %s" % [obj["metadata"]["name"] for obj in left])
-
-
-@pytest.fixture
-def ownership_namespace(kube):
-    name = "gkmt-own-%s" % uuid.uuid4().hex[:6]
-    yield name
-    try:
-        client.CoreV1Api(kube).delete_namespace(name)
-    except ApiException as error:
-        assert error.status == 404
-
-
-def record(kube, namespace, component="cert-manager"):
-    try:
-        configmap = client.CoreV1Api(kube).read_namespaced_config_map("gkm-cluster-ownership", namespace)
-    except ApiException as error:
-        assert error.status == 404
-        return None
-    text = (configmap.data or {}).get(component)
-    return json.loads(text) if text else None
+plain_node = platform.plain_node
+ownership_namespace = platform.ownership_namespace
+standin, delete_objects, record = platform.standin, platform.delete_objects, platform.record
 
 
 def crd_exists(kube):
-    try:
-        client.ApiextensionsV1Api(kube).read_custom_resource_definition(CRD)
-        return True
-    except ApiException as error:
-        assert error.status == 404
-        return False
+    return platform.crd_exists(kube, CRD)
 
 
 def role_vars(sim, ownership_namespace, **extra):
@@ -107,7 +38,8 @@ def test_argument_spec_and_pin_reject_bad_input(sim, tmp_path):
     message = " ".join(run.failures())
     assert "cert_manager_install_method" in message and "manifest, helm" in message
 
-    run = run_role("cert_manager", tmp_path, {"cert_manager_version": "latest", "cert_manager_kubeconfig": sim.kubeconfig})
+    run = run_role("cert_manager", tmp_path, {"cert_manager_version": "latest",
+                                              "cert_manager_kubeconfig": sim.kubeconfig})
     assert not run.ok
     assert "a pin, never 'latest'" in " ".join(run.failures())
 
@@ -117,8 +49,8 @@ def test_install_is_pinned_recorded_idempotent_upgradable_and_removed(sim, kube,
     path, objects = standin(tmp_path, "cert-manager.yaml", "v1.18.2")
     assert not crd_exists(kube), "a cert-manager CRD is already on the cluster; these tests need it absent"
     try:
-        rehearsal = run_role("cert_manager", tmp_path, role_vars(sim, ownership_namespace, cert_manager_manifest_path=path),
-                             check=True)
+        rehearsal = run_role("cert_manager", tmp_path,
+                             role_vars(sim, ownership_namespace, cert_manager_manifest_path=path), check=True)
         assert rehearsal.ok, rehearsal.failures()
         assert rehearsal.facts["cert_manager_result"]["action"] == "install"
         assert rehearsal.changed >= 1
@@ -167,13 +99,10 @@ def test_install_is_pinned_recorded_idempotent_upgradable_and_removed(sim, kube,
 
 def test_someone_elses_cert_manager_is_left_alone(sim, kube, plain_node, ownership_namespace, tmp_path):
     path, objects = standin(tmp_path, "cert-manager.yaml", "v1.17.0")
-    raw = kube_access.Kube(kube)
-    for obj in objects:
-        raw.request("POST", "/api/v1/namespaces" if obj["kind"] == "Namespace" else
-                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions" if obj["kind"] == "CustomResourceDefinition"
-                    else "/apis/apps/v1/namespaces/cert-manager/deployments", body=obj)
+    platform.create_objects(kube, objects)
     try:
-        present = run_role("cert_manager", tmp_path, role_vars(sim, ownership_namespace, cert_manager_manifest_path=path))
+        present = run_role("cert_manager", tmp_path,
+                           role_vars(sim, ownership_namespace, cert_manager_manifest_path=path))
         assert present.ok, present.failures()
         result = present.facts["cert_manager_result"]
         assert result["action"] == "skip" and result["found_version"] == "v1.17.0"
@@ -193,7 +122,7 @@ def test_someone_elses_cert_manager_is_left_alone(sim, kube, plain_node, ownersh
 
 def test_readiness_failure_names_the_refusal_and_what_to_check(sim, kube, plain_node, ownership_namespace, tmp_path):
     path, objects = standin(tmp_path, "cert-manager.yaml", "v1.18.2")
-    with open(os.path.join(STANDINS, "unreachable-webhook.yaml")) as handle:
+    with open(os.path.join(platform.STANDINS, "unreachable-webhook.yaml")) as handle:
         webhook = yaml.safe_load(handle)
     client.AdmissionregistrationV1Api(kube).create_validating_webhook_configuration(webhook)
     try:
