@@ -164,6 +164,9 @@ class Kube:
     def delete(self, kind, name, namespace=None):
         """Delete in the background (a Job's pods go with it); a missing object is already deleted."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if self.dry_run:
+            # A DELETE's body replaces its query options: without dryRun here the object really goes.
+            body["dryRun"] = ["All"]
         status = self.request("DELETE", resource_path(kind, namespace, name), body=body,
                               what=_describe(kind, namespace, name))[0]
         return status != 404
