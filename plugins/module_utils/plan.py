@@ -368,7 +368,8 @@ def render_job(spec, slot, node):
 
 
 def render_namespace(name):
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGER}}}
+    """Unlabelled: workloads move into it, so it is never ours to delete (undeploy leaves namespaces alone)."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 # ---------------------------------------------------------------- live state helpers
