@@ -21,6 +21,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils import preflight
 
 PROBE_PREFIX = "gkm-rox-probe-"
 POLL_SECONDS = 0.5
+# A deleted PVC goes once the pvc-protection controller drops its finalizer; on a busy control plane that
+# takes seconds, independent of the probe's binding timeout.
+DELETE_WAIT_SECONDS = 60
 
 
 def _probe_name(storage_class):
@@ -41,7 +44,7 @@ def rox_probe(kube, storage_class, namespace, timeout):
     """{'result': bound | unbound | undetermined, 'detail': ...} for one class; the probe PVC is removed."""
     name = _probe_name(storage_class["name"])
     kube.delete("PersistentVolumeClaim", name, namespace)
-    kube.wait_gone([("PersistentVolumeClaim", namespace, name)], timeout)
+    kube.wait_gone([("PersistentVolumeClaim", namespace, name)], DELETE_WAIT_SECONDS)
     kube.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                 "metadata": {"name": name, "namespace": namespace,
                              "labels": {"app.kubernetes.io/managed-by": "gkm.cluster", "gkm.io/probe": "rox"}},
@@ -63,7 +66,7 @@ def rox_probe(kube, storage_class, namespace, timeout):
         return {"result": "unbound", "detail": event or "still Pending after %ss" % timeout}
     finally:
         kube.delete("PersistentVolumeClaim", name, namespace)
-        kube.wait_gone([("PersistentVolumeClaim", namespace, name)], timeout)
+        kube.wait_gone([("PersistentVolumeClaim", namespace, name)], DELETE_WAIT_SECONDS)
 
 
 def _api_groups(kube):
@@ -118,8 +121,11 @@ def gather(kube, params, check_mode, environ=None):
     if params.get("apply_gpu_labels"):
         for gpu in gpus:
             if gpu["labels_to_apply"]:
-                kube.apply({"apiVersion": "v1", "kind": "Node",
-                            "metadata": {"name": gpu["name"], "labels": gpu["derived_labels"]}})
+                # A merge patch, not server-side apply: the labels join whatever set the node's other labels,
+                # and no field manager's earlier apply (e.g. sim_nodes' own) is narrowed to these three.
+                kube.request("PATCH", "/api/v1/nodes/%s" % gpu["name"],
+                             body={"metadata": {"labels": gpu["labels_to_apply"]}},
+                             content_type="application/merge-patch+json", what="labels of Node %s" % gpu["name"])
                 labelled.append(gpu["name"])
                 gpu["gkm_labels"] = dict(gpu["derived_labels"])
                 gpu["labels_to_apply"] = {}

@@ -21,7 +21,11 @@ __metaclass__ = type
 import time
 
 from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes
+from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
 
+# Patch mode applies as its own field manager: nodes it patches may carry fields that another apply as
+# "gkm.cluster" owns (sim_nodes' create mode, for one), and applying under that name would drop them.
+PATCH_FIELD_MANAGER = "gkm.cluster-node-patch"
 # With a scope, only the nodes carrying this label with the scope's value are listed, compared and pruned.
 SCOPE_LABEL = "gkm.io/sim-scope"
 # Labels the kubelet (or kwok) owns; patch mode never sets them.
@@ -157,10 +161,12 @@ def _status_body(desired):
             "status": {"capacity": capacity, "allocatable": dict(capacity)}}
 
 
-def _apply_status(kube, body, field_manager):
-    path = "/api/v1/nodes/%s/status" % body["metadata"]["name"]
+def _apply_as(kube, body, field_manager, subresource=None):
+    """Server-side apply of a Node (or its status) as field_manager."""
+    name = body["metadata"]["name"]
+    path = "/api/v1/nodes/%s%s" % (name, "/" + subresource if subresource else "")
     kube.request("PATCH", path, [("fieldManager", field_manager), ("force", "true")], body,
-                 "application/apply-patch+yaml", what="Node %s status" % body["metadata"]["name"])
+                 "application/apply-patch+yaml", what="Node %s%s" % (name, " " + subresource if subresource else ""))
 
 
 def _raise_failures(results, what):
@@ -178,9 +184,9 @@ def ready_names(kube, label_selector):
     return names
 
 
-def reconcile(kube, groups, mode="create", prune=True, wait=True, timeout=300, scope=None,
-              field_manager="gkm.cluster"):
+def reconcile(kube, groups, mode="create", prune=True, wait=True, timeout=300, scope=None):
     """Make the cluster match groups; returns the module result (without 'diff')."""
+    field_manager = kube_access.FIELD_MANAGER if mode == "create" else PATCH_FIELD_MANAGER
     desired = desired_nodes(groups, mode, scope)
     selector = "%s=true" % gpu_nodes.SIM_LABEL + (",%s=%s" % (SCOPE_LABEL, scope) if scope else "")
     if mode == "create":
@@ -203,9 +209,10 @@ def reconcile(kube, groups, mode="create", prune=True, wait=True, timeout=300, s
     recreated = [] if kube.dry_run else actions["replace"]
     _raise_failures(kube.map(lambda name: kube.apply(desired[name]), actions["create"] + recreated),
                     "node creations")
-    _raise_failures(kube.map(lambda name: kube.apply(_metadata_and_spec(desired[name], live.get(name))),
-                             actions["update"]), "node label and taint updates")
-    _raise_failures(kube.map(lambda name: _apply_status(kube, _status_body(desired[name]), field_manager),
+    _raise_failures(kube.map(lambda name: _apply_as(kube, _metadata_and_spec(desired[name], live.get(name)),
+                                                    field_manager), actions["update"]),
+                    "node label and taint updates")
+    _raise_failures(kube.map(lambda name: _apply_as(kube, _status_body(desired[name]), field_manager, "status"),
                              actions["status"]), "node status updates")
     if kube.dry_run:
         return _result(actions, desired, kube, None)

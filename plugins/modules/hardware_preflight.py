@@ -24,7 +24,7 @@ description:
   - Flags webhook pitfalls: a kube-apiserver with a proxy whose C(no_proxy) lacks C(.svc) (admission webhook
     calls then go to the proxy), and a proxy on this host that the API server is not exempt from.
   - With O(apply_gpu_labels), sets the derived C(gkm.io/gpu-*) labels on GPU nodes that lack them (server-side
-    apply, field manager C(gkm.cluster)); that is the only change the module makes (C(changed) reports it).
+    merge patch that leaves other labels alone); that is the only change the module makes (C(changed) reports it).
   - Check mode creates no probe PVC and sends label writes as server-side dry runs.
 version_added: "0.1.0"
 author:

@@ -122,7 +122,8 @@ def test_kind_node_patches_label_taint_and_set_gpu_capacity_through_status(sim, 
     assert {(t.key, t.value) for t in nvidia.spec.taints} == {("gpu", "true"), ("dedicated", "ml")}
     assert nvidia.metadata.labels["nvidia.com/gpu.present"] == "true"
     managers = {(entry.manager, entry.subresource) for entry in nvidia.metadata.managed_fields}
-    assert ("gkm.cluster", "status") in managers
+    assert ("gkm.cluster-node-patch", "status") in managers
+    assert nvidia.metadata.labels["gkm.io/sim-scope"] == SCOPE   # create mode's labels survive the patch
     again = run_module("sim_nodes", sim.kubeconfig, groups=groups, mode="patch")
     assert not again["changed"] and again["api_writes"] == 0
     missing = run_module("sim_nodes", sim.kubeconfig, mode="patch",

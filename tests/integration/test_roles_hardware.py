@@ -65,17 +65,17 @@ def hardware_cluster(kube, namespace):
                  "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
                      "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}})
     yield {"suffix": suffix, "classes": classes, "namespace": namespace}
-    client.ApiextensionsV1Api(kube).delete_custom_resource_definition(crd_name)
-    core.delete_namespaced_pod(apiserver, "kube-system", grace_period_seconds=0)
-    core.delete_persistent_volume(pv_name)
-    for name in classes.values():
-        storage.delete_storage_class(name)
-    for kind, name in (("cluster_role", "gkm-extraction-scc-nonroot-v2"),):
+    sim_nodes.reconcile(raw, [], scope=SCOPE)
+    cleanups = [lambda: client.ApiextensionsV1Api(kube).delete_custom_resource_definition(crd_name),
+                lambda: core.delete_namespaced_pod(apiserver, "kube-system", grace_period_seconds=0),
+                lambda: core.delete_persistent_volume(pv_name),
+                lambda: client.RbacAuthorizationV1Api(kube).delete_cluster_role("gkm-extraction-scc-nonroot-v2")]
+    cleanups += [lambda name=name: storage.delete_storage_class(name) for name in classes.values()]
+    for cleanup in cleanups:
         try:
-            getattr(client.RbacAuthorizationV1Api(kube), "delete_%s" % kind)(name)
+            cleanup()
         except ApiException as error:
             assert error.status == 404
-    sim_nodes.reconcile(raw, [], scope=SCOPE)
 
 
 def gpu(facts, prefix):
@@ -85,7 +85,8 @@ def gpu(facts, prefix):
 
 def test_preflight_finds_what_was_set_up_and_labels_gpu_nodes(sim, kube, hardware_cluster, tmp_path):
     suffix, classes, namespace = hardware_cluster["suffix"], hardware_cluster["classes"], hardware_cluster["namespace"]
-    role_vars = {"hardware_kubeconfig": sim.kubeconfig, "hardware_rox_probe_storage_classes": list(classes.values()),
+    probed = [classes["noprov"], classes["unbound"]]
+    role_vars = {"hardware_kubeconfig": sim.kubeconfig, "hardware_rox_probe_storage_classes": probed,
                  "hardware_rox_probe_namespace": namespace, "hardware_rox_probe_timeout": 4,
                  "hardware_extraction_tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
                  "hardware_extraction_namespace": namespace}
@@ -93,7 +94,7 @@ def test_preflight_finds_what_was_set_up_and_labels_gpu_nodes(sim, kube, hardwar
     rehearsal = run_role("hardware", tmp_path, dict(role_vars, hardware_label_gpu_nodes=True), check=True)
     assert rehearsal.ok, rehearsal.failures()
     facts = rehearsal.facts["hardware_facts"]
-    assert facts["rox_probe"][classes["bound"]]["result"] == "not probed"
+    assert facts["rox_probe"][classes["unbound"]]["result"] == "not probed"
     assert "gkm.io/gpu-arch" not in client.CoreV1Api(kube).read_node("hw-gfd-%s-1" % suffix).metadata.labels
 
     run = run_role("hardware", tmp_path, dict(role_vars, hardware_label_gpu_nodes=True))
@@ -105,12 +106,12 @@ def test_preflight_finds_what_was_set_up_and_labels_gpu_nodes(sim, kube, hardwar
     rows = {row["name"]: row for row in facts["storage_classes"]}
     assert rows[classes["noprov"]]["dynamic"] is False
     assert rows[classes["unbound"]]["driver_installed"] is False   # no CSIDriver registered for it
-    assert facts["rox_probe"][classes["bound"]]["result"] == "bound"
     assert facts["rox_probe"][classes["unbound"]]["result"] == "unbound"
     assert "external provisioner" in facts["rox_probe"][classes["unbound"]]["detail"]
     assert facts["rox_probe"][classes["noprov"]]["result"] == "unbound"
-    with pytest.raises(ApiException):
+    with pytest.raises(ApiException) as gone:
         client.CoreV1Api(kube).read_namespaced_persistent_volume_claim("gkm-rox-probe-" + classes["unbound"], namespace)
+    assert gone.value.status == 404
 
     nvidia = gpu(facts, "hw-gfd-%s" % suffix)
     assert (nvidia["vendor"], nvidia["arch"]) == ("nvidia", "90")
@@ -145,15 +146,19 @@ def test_preflight_finds_what_was_set_up_and_labels_gpu_nodes(sim, kube, hardwar
     report = "\n".join(facts["report"])
     assert "(OpenShift)" in report and "Findings:" in report
     assert "nvidia.com/gpu=present:NoSchedule on 1 node(s): NOT tolerated" in report
-    assert "ReadOnlyMany probe: bound" in report
 
     binding = client.RbacAuthorizationV1Api(kube).read_namespaced_role_binding("gkm-extraction-scc", namespace)
     assert binding.role_ref.name == "gkm-extraction-scc-nonroot-v2"
     assert binding.subjects[0].name == "gkm-extract"
 
-    again = run_role("hardware", tmp_path, dict(role_vars, hardware_label_gpu_nodes=True, hardware_rox_probe=False))
+    # The PV controller may take its resync period to bind a claim to a pre-made PV, hence the longer timeout.
+    again = run_role("hardware", tmp_path, dict(role_vars, hardware_label_gpu_nodes=True,
+                                                hardware_rox_probe_storage_classes=[classes["bound"]],
+                                                hardware_rox_probe_timeout=90))
     assert again.ok, again.failures()
     assert not [name for name in again.facts["hardware_facts"]["labelled"] if suffix in name]
+    assert again.facts["hardware_facts"]["rox_probe"][classes["bound"]]["result"] == "bound"
+    assert "ReadOnlyMany probe: bound" in "\n".join(again.facts["hardware_facts"]["report"])
 
     strict = run_role("hardware", tmp_path, dict(role_vars, hardware_rox_probe=False, hardware_fail_on_errors=True))
     assert not strict.ok
