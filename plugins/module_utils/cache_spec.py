@@ -78,7 +78,8 @@ class CacheSpec:
         return dict((self.pod_template.get("metadata") or {}).get(field) or {})
 
     def pod_spec(self, field, default=None):
-        return copy.deepcopy((self.pod_template.get("spec") or {}).get(field, default))
+        """A pod_template.spec field, shared by every rendered Job: callers copy before changing it."""
+        return (self.pod_template.get("spec") or {}).get(field, default)
 
 
 def _require_name(field, value):

@@ -283,13 +283,17 @@ def distribute(kube, params, check_mode=False, want_diff=False):
 def _wait(kube, spec, facts, plan, deadline):
     """Poll until every current slot is Extracted or Error, then record finished extractions on the PVCs."""
     status = _status(spec, plan, facts)
+    polled = False
     while not _settled(status):
+        polled = True
         if time.monotonic() > deadline:
             raise DistributeError("timed out waiting for extraction: %s" % _phase_counts(status),
                                   status=status, plan=_plan_result(plan), writes=kube.writes)
         time.sleep(WAIT_POLL_SECONDS)
         facts = gather_facts(kube, spec)
         status = _status(spec, plan, facts)
+    if not polled and not kube.writes:
+        return facts, plan  # nothing changed since the plan was made from these facts
     plan = _plan(spec, facts)
     errors = execute(kube, plan, max(deadline - time.monotonic(), 10))
     if errors:

@@ -95,7 +95,7 @@ class Slot:
     `node` is '' for ReadOnlyMany, where one PVC per namespace serves every node.
     """
 
-    __slots__ = ("cache", "cache_namespace", "digest", "namespace", "node")
+    __slots__ = ("_memo", "cache", "cache_namespace", "digest", "namespace", "node")
 
     def __init__(self, cache, cache_namespace, namespace, node, digest):
         self.cache = cache
@@ -103,6 +103,13 @@ class Slot:
         self.namespace = namespace
         self.node = node
         self.digest = digest
+        # Names and labels are asked for several times per object; a 1,000-slot plan should hash once.
+        self._memo = {}
+
+    def _remember(self, key, compute):
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def key(self):
         return (self.cache, self.cache_namespace, self.namespace, self.node, self.digest)
@@ -127,14 +134,14 @@ class Slot:
         """
         if not self.node:
             return self.cache
-        return _join_with_hash([self.cache, self.node], self._hashed("pvc"))
+        return self._remember("pvc", lambda: _join_with_hash([self.cache, self.node], self._hashed("pvc")))
 
     def job_name(self):
-        return _join_with_hash([self.cache, self.node], self._hashed("job"))
+        return self._remember("job", lambda: _join_with_hash([self.cache, self.node], self._hashed("job")))
 
     def pv_name(self):
         """PVs are cluster-scoped: the hash also covers the namespace, so names never collide."""
-        return _join_with_hash(["gkm", self.cache, self.node], self._hashed("pv"))
+        return self._remember("pv", lambda: _join_with_hash(["gkm", self.cache, self.node], self._hashed("pv")))
 
     def host_path(self, root):
         """Each cache, namespace and digest has its own directory, so two caches never share one."""
@@ -148,6 +155,10 @@ class Slot:
         return "/".join(parts)
 
     def labels(self):
+        """A fresh dict each call (callers add to it); computed once."""
+        return dict(self._remember("labels", self._labels))
+
+    def _labels(self):
         labels = {
             MANAGED_BY_LABEL: MANAGER,
             CACHE_LABEL: self.cache,

@@ -17,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import copy
 import hashlib
 import json
 
@@ -292,7 +293,7 @@ def extraction_command(spec, node):
 
 def _pinned_scheduling(spec, node):
     """nodeSelector and affinity of the Job's pod: the user's, with the node pin merged in, never replaced."""
-    node_selector = spec.pod_spec("nodeSelector", {}) or {}
+    node_selector = dict(spec.pod_spec("nodeSelector") or {})
     affinity = spec.pod_spec("affinity")
     if node is None:
         return node_selector, affinity
@@ -301,7 +302,7 @@ def _pinned_scheduling(spec, node):
         node_selector[HOSTNAME_LABEL] = hostname
         return node_selector, affinity
     # Without a hostname label, pin by node name the way the DaemonSet controller does.
-    affinity = affinity or {}
+    affinity = copy.deepcopy(affinity) or {}
     required = affinity.setdefault("nodeAffinity", {}).setdefault(
         "requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = required.get("nodeSelectorTerms") or [{}]
