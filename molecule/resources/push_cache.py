@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Push one kernel-cache image to the simulated cluster's registry unless the tag is already there.
 
-    push_cache.py REPOSITORY TAG [--kind triton|vllm] [--kernels N] [--seed N]
+    push_cache.py REPOSITORY TAG [--kind triton|vllm] [--kernels N] [--seed N] [--registry HOST:PORT]
 
 Prints {"changed": ..., "image": ..., "digest": ...}: the digest is the registry's, pushed now or before.
 
 The molecule scenarios use it for images beyond the demo's samples (tools/sample_caches.py), such as a
-second version of a cache for the day-2 image change. The registry comes from $GKM_SIM_DIR/state.json.
+second version of a cache for the day-2 image change. The registry is the simulated cluster's
+($GKM_SIM_DIR/state.json) unless --registry names another plain-HTTP one (kind's local registry).
 """
 
 import argparse
@@ -42,9 +43,12 @@ def main():
     parser.add_argument("--kind", choices=["triton", "vllm"], default="triton")
     parser.add_argument("--kernels", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--registry", help="host:port of a plain-HTTP registry (default: the simulated cluster's)")
     args = parser.parse_args()
-    with open(os.path.join(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")), "state.json")) as handle:
-        registry = json.load(handle)["registry"]
+    registry = args.registry
+    if not registry:
+        with open(os.path.join(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")), "state.json")) as handle:
+            registry = json.load(handle)["registry"]
     image = "%s/%s:%s" % (registry, args.repository, args.tag)
     digest = manifest_digest(registry, args.repository, args.tag)
     if digest:

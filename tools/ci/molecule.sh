@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Run the molecule scenarios on the local simulated GPU cluster: tools/ci/molecule.sh [scenario ...]
+# (default: every molecule/*/molecule.yml). The cluster is the one of $GKM_SIM_DIR (default .sim/ in the
+# checkout), as for tools/sim-cluster/sim.py: a running one is used as it is; one that is not running is
+# started here and stopped again at the end, unless another session (a pytest run registered under
+# $GKM_SIM_DIR/users) still uses it. The kind scenario runs only where kind and a container engine exist.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+VENV_BIN="$ROOT/.venv/bin"
+export PATH="$VENV_BIN:$PATH"
+export ANSIBLE_COLLECTIONS_PATH="$ROOT/.cache/collections:$ROOT/.venv/lib/python3.11/site-packages"
+export GKM_SIM_DIR="${GKM_SIM_DIR:-$ROOT/.sim}"
+SIM=("$VENV_BIN/python" "$ROOT/tools/sim-cluster/sim.py")
+CLUSTER_PROCESSES='^(etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok|registry) +running'
+
+cluster_running() {
+  [ "$("${SIM[@]}" status 2>/dev/null | grep -cE "$CLUSTER_PROCESSES")" -eq 6 ]
+}
+
+kind_available() {
+  command -v kind >/dev/null && { docker info >/dev/null 2>&1 || podman info >/dev/null 2>&1; }
+}
+
+started_cluster=false
+users_marker="$GKM_SIM_DIR/users/$$"
+
+finish() {
+  rm -f "$users_marker"
+  if $started_cluster; then
+    local others=()
+    for marker in "$GKM_SIM_DIR"/users/*; do
+      [ -e "$marker" ] && [ -e "/proc/$(basename "$marker")" ] && others+=("$(basename "$marker")")
+    done
+    if [ ${#others[@]} -eq 0 ]; then
+      echo "molecule: stopping the simulated cluster this run started ($GKM_SIM_DIR)"
+      "${SIM[@]}" down
+    else
+      echo "molecule: leaving the simulated cluster running for sessions ${others[*]}"
+    fi
+  fi
+}
+trap finish EXIT
+
+if [ $# -gt 0 ]; then
+  scenarios=("$@")
+else
+  scenarios=()
+  for file in "$ROOT"/molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$file")")"); done
+fi
+
+needs_sim=false
+for scenario in "${scenarios[@]}"; do [ "$scenario" != kind ] && needs_sim=true; done
+if $needs_sim; then
+  mkdir -p "$GKM_SIM_DIR/users" && : > "$users_marker"
+  if ! cluster_running; then
+    started_cluster=true
+    "${SIM[@]}" up || exit 1
+  fi
+  # The prepare step of each scenario does this too; doing it once here keeps those steps short.
+  "$VENV_BIN/python" "$ROOT/tools/sample_caches.py" || exit 1
+fi
+
+cd "$ROOT" || exit 1
+failed=()
+for scenario in "${scenarios[@]}"; do
+  if [ "$scenario" = kind ] && ! kind_available; then
+    echo "molecule kind: SKIPPED - it needs the kind binary and a running docker or podman, and this machine has" \
+         "neither; the same checks run on the simulated cluster in the default scenario."
+    continue
+  fi
+  echo "molecule $scenario: GKM_SIM_DIR=$GKM_SIM_DIR"
+  start=$SECONDS
+  # reset: a run that was interrupted may have left molecule's state saying the scenario is prepared.
+  molecule reset -s "$scenario" >/dev/null 2>&1
+  if molecule test -s "$scenario"; then
+    echo "molecule $scenario: passed in $((SECONDS - start))s"
+  else
+    echo "molecule $scenario: FAILED after $((SECONDS - start))s"
+    failed+=("$scenario")
+  fi
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "molecule: failed scenarios: ${failed[*]}"
+  exit 1
+fi
+echo "molecule: all scenarios passed"
