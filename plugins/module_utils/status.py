@@ -93,7 +93,7 @@ def slot_phase(slot, pvc, job, job_pods):
     return PENDING, "waiting for the extraction pod to start", []
 
 
-def _entry(slot, phase, message=None, fixes=None):
+def _entry(slot, phase, message=None, fixes=None, users=None):
     entry = {"namespace": slot.namespace, "node": slot.node, "digest": slot.digest, "pvc": slot.pvc,
              "job": slot.job, "phase": phase}
     if slot.pv:
@@ -102,8 +102,9 @@ def _entry(slot, phase, message=None, fixes=None):
         entry["message"] = message
     if fixes:
         entry["fix"] = fixes
-    if slot.users:
-        entry["mounted_by"] = ["%s/%s" % (u["namespace"], u["name"]) for u in slot.users]
+    users = slot.users or users
+    if users:
+        entry["mounted_by"] = ["%s/%s" % (u["namespace"], u["name"]) for u in users]
     return entry
 
 
@@ -118,11 +119,13 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
     pvcs = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in live.get("PersistentVolumeClaim", [])}
     jobs = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in live.get("Job", [])}
     job_pods = _index_job_pods(pods)
+    # Who mounts each PVC, so every entry says it (undeploy lists these pods before it removes anything).
+    mounts = pod_mounts(pods)
     entries, unschedulable = [], []
     current_claims, outdated_claims = set(), set()
     for slot in slots:
         if slot.outcome == "outdated":
-            entries.append(_entry(slot, OUTDATED, slot.reason))
+            entries.append(_entry(slot, OUTDATED, slot.reason, users=mounts.get((slot.namespace, slot.pvc))))
             if slot.pvc:
                 outdated_claims.add((slot.namespace, slot.pvc))
             continue
@@ -131,7 +134,7 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
         job_key = (slot.namespace, slot.job)
         phase, message, fixes = slot_phase(slot, pvcs.get((slot.namespace, slot.pvc)), jobs.get(job_key),
                                            job_pods.get(job_key, []))
-        entries.append(_entry(slot, phase, message, fixes))
+        entries.append(_entry(slot, phase, message, fixes, users=mounts.get((slot.namespace, slot.pvc))))
         if fixes:
             diagnosis = {"namespace": slot.namespace, "job": slot.job, "message": message, "fix": fixes}
             if untolerated_taints and "taint" in message:
@@ -153,7 +156,7 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
 
     pod_running = pod_outdated = 0
     in_use = set()
-    for claim, users in pod_mounts(pods).items():
+    for claim, users in mounts.items():
         running = [u for u in users if u["phase"] == RUNNING]
         if claim in current_claims:
             pod_running += len(running)
