@@ -73,7 +73,7 @@ def layout(cluster, groups):
         count = group.get("count", 1)
         if not isinstance(count, int) or count < 0:
             raise KindPlanError("node group %r: 'count' must be an integer >= 0, got %r" % (group.get("name"), count))
-        for _ in range(count):
+        for _index in range(count):
             workers += 1
             nodes.append((_kind_node_name(cluster, "worker", workers), "worker", group))
     return nodes

@@ -52,16 +52,17 @@ def policy_name(signature_format, prefix=DEFAULT_NAME_PREFIX):
 def _check_subject(subject, regexp):
     """Refuse a keyless subject (pattern) that matches signers of different organisations."""
     if subject is not None:
-        variable, matches = "kyverno_attestor_keyless_subject", lambda identity: fnmatch.fnmatchcase(identity, subject)
-        shown = subject
+        variable, shown = "kyverno_attestor_keyless_subject", subject
+
+        def matches(identity):
+            return fnmatch.fnmatchcase(identity, subject)
     else:
         try:
             compiled = re.compile(regexp)
         except re.error as error:
             raise PolicyError("kyverno_attestor_keyless_subject_regexp %r is not a regular expression: %s"
                               % (regexp, error)) from error
-        variable, matches = "kyverno_attestor_keyless_subject_regexp", lambda identity: compiled.search(identity)
-        shown = regexp
+        variable, shown, matches = "kyverno_attestor_keyless_subject_regexp", regexp, compiled.search
     for first, second in _SIGNER_PAIRS:
         if matches(first) and matches(second):
             raise PolicyError("%s %r matches any signer (for example both %s and %s); name the repository and "

@@ -102,7 +102,7 @@ def gpu_node(node):
         "gkm_labels": present,
         "derived_labels": derived,
         "labels_to_apply": dict((key, value) for key, value in (derived or {}).items() if present.get(key) != value),
-        "taints": [taint for taint in (node.get("spec") or {}).get("taints") or []],
+        "taints": list((node.get("spec") or {}).get("taints") or []),
     }
 
 

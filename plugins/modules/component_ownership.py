@@ -23,7 +23,7 @@ description:
   - Check mode runs writes as server-side dry runs; diff mode shows the record before and after.
 version_added: "0.1.0"
 author:
-  - gkm.cluster contributors
+  - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 requirements:

@@ -21,14 +21,14 @@ description:
     PCI labels, or C(nvidia.com/gpu) / C(amd.com/gpu) capacity, and derives C(gkm.io/gpu-backend|arch|warp-size).
   - Lists the taints of GPU nodes that extraction Jobs must tolerate (given the tolerations they already have)
     and returns the pod_template whose tolerations get them onto every GPU node.
-  - Flags webhook pitfalls: a kube-apiserver with a proxy whose C(no_proxy) lacks C(.svc) (admission webhook
+  - Flags webhook pitfalls, a kube-apiserver with a proxy whose C(no_proxy) lacks C(.svc) (admission webhook
     calls then go to the proxy), and a proxy on this host that the API server is not exempt from.
-  - With O(apply_gpu_labels), sets the derived C(gkm.io/gpu-*) labels on GPU nodes that lack them (server-side
-    merge patch that leaves other labels alone); that is the only change the module makes (C(changed) reports it).
+  - With O(apply_gpu_labels), sets the derived C(gkm.io/gpu-*) labels on GPU nodes that lack them (a merge
+    patch that leaves other labels alone); that is the only change the module makes (C(changed) reports it).
   - Check mode creates no probe PVC and sends label writes as server-side dry runs.
 version_added: "0.1.0"
 author:
-  - gkm.cluster contributors
+  - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 requirements:

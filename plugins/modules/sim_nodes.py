@@ -24,7 +24,7 @@ description:
     with nothing to do writes nothing. Check mode sends every write as a server-side dry run and does not wait.
 version_added: "0.1.0"
 author:
-  - gkm.cluster contributors
+  - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 requirements:

@@ -17,12 +17,12 @@ STANDINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def standin(tmp_path, name, version):
-    """The stand-in manifest with its version filled in, as a file the role can read."""
+    """The stand-in's objects with the version filled in, written as a multi-document manifest the role reads."""
     with open(os.path.join(STANDINS, name)) as handle:
-        text = handle.read().replace("__VERSION__", version)
+        objects = yaml.safe_load(handle.read().replace("__VERSION__", version))["items"]
     path = tmp_path / ("%s-%s" % (version, name))
-    path.write_text(text)
-    return str(path), [doc for doc in yaml.safe_load_all(text) if doc]
+    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    return str(path), objects
 
 
 @pytest.fixture(scope="module")

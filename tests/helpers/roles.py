@@ -53,7 +53,8 @@ class PlaybookRun:
         """The last result of the task whose name contains task_name."""
         found = [result for name, result in self.tasks if task_name in name]
         if not found:
-            raise AssertionError("no task named like %r ran; tasks: %s" % (task_name, [n for n, _ in self.tasks]))
+            ran = [name for name, _result in self.tasks]
+            raise AssertionError("no task named like %r ran; tasks: %s" % (task_name, ran))
         return found[-1]
 
 

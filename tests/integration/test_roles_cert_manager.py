@@ -44,8 +44,8 @@ def test_argument_spec_and_pin_reject_bad_input(sim, tmp_path):
     assert "a pin, never 'latest'" in " ".join(run.failures())
 
 
-def test_install_is_pinned_recorded_idempotent_upgradable_and_removed(sim, kube, plain_node, ownership_namespace,
-                                                                        tmp_path):
+def test_install_is_pinned_recorded_idempotent_upgradable_and_removed(
+        sim, kube, plain_node, ownership_namespace, tmp_path):
     path, objects = standin(tmp_path, "cert-manager.yaml", "v1.18.2")
     assert not crd_exists(kube), "a cert-manager CRD is already on the cluster; these tests need it absent"
     try:
@@ -74,7 +74,7 @@ def test_install_is_pinned_recorded_idempotent_upgradable_and_removed(sim, kube,
         assert again.facts["cert_manager_result"]["action"] == "apply"
         assert again.changed == 0, again.changed_tasks()
 
-        upgrade_path, _ = standin(tmp_path, "cert-manager.yaml", "v1.18.3")
+        upgrade_path, _objects = standin(tmp_path, "cert-manager.yaml", "v1.18.3")
         upgrade = run_role("cert_manager", tmp_path, role_vars(
             sim, ownership_namespace, cert_manager_manifest_path=upgrade_path, cert_manager_version="v1.18.3"))
         assert upgrade.ok, upgrade.failures()
@@ -126,8 +126,8 @@ def test_readiness_failure_names_the_refusal_and_what_to_check(sim, kube, plain_
         webhook = yaml.safe_load(handle)
     client.AdmissionregistrationV1Api(kube).create_validating_webhook_configuration(webhook)
     try:
-        run = run_role("cert_manager", tmp_path, role_vars(sim, ownership_namespace, cert_manager_manifest_path=path,
-                                                            cert_manager_readiness_retries=2))
+        run = run_role("cert_manager", tmp_path, role_vars(
+            sim, ownership_namespace, cert_manager_manifest_path=path, cert_manager_readiness_retries=2))
         assert not run.ok
         message = run.failures()[-1]
         assert "cert-manager is installed but its API does not work yet" in message

@@ -39,7 +39,7 @@ def role_vars(sim, ownership, **extra):
 
 
 def test_refuses_without_a_signer_identity_and_changes_nothing(sim, kube, tmp_path, ownership_namespace):
-    path, _ = standin(tmp_path, "kyverno.yaml", "v1.15.1")
+    path, _objects = standin(tmp_path, "kyverno.yaml", "v1.15.1")
     run = run_role("kyverno", tmp_path, role_vars(sim, ownership_namespace, kyverno_manifest_path=path))
     assert not run.ok
     message = " ".join(run.failures())
@@ -59,8 +59,8 @@ def test_refuses_without_a_signer_identity_and_changes_nothing(sim, kube, tmp_pa
     assert not crd_exists(kube)
 
 
-def test_install_policies_by_label_idempotence_reselection_and_removal(sim, kube, plain_node, ownership_namespace,
-                                                                         tmp_path):
+def test_install_policies_by_label_idempotence_reselection_and_removal(
+        sim, kube, plain_node, ownership_namespace, tmp_path):
     path, objects = standin(tmp_path, "kyverno.yaml", "v1.15.1")
     keyless = dict(kyverno_manifest_path=path, kyverno_attestor_keyless_issuer=ISSUER,
                    kyverno_attestor_keyless_subject=SUBJECT)
@@ -110,8 +110,8 @@ def test_install_policies_by_label_idempotence_reselection_and_removal(sim, kube
         delete_objects(kube, objects)
 
 
-def test_someone_elses_kyverno_keeps_running_and_only_our_policies_go(sim, kube, plain_node, ownership_namespace,
-                                                                        tmp_path):
+def test_someone_elses_kyverno_keeps_running_and_only_our_policies_go(
+        sim, kube, plain_node, ownership_namespace, tmp_path):
     path, objects = standin(tmp_path, "kyverno.yaml", "v1.14.0")
     try:
         installed = run_role("kyverno", tmp_path, role_vars(sim, ownership_namespace, kyverno_manifest_path=path,

@@ -13,8 +13,9 @@ MIXED = [
 ]
 
 
-def plan(groups=MIXED, registry=None, **extra):
-    return kc.plan("gkm-gpu-sim", groups, "/tmp/kind.yaml", "/tmp/kind.kubeconfig", registry=registry, **extra)
+def plan(groups=None, registry=None, **extra):
+    return kc.plan("gkm-gpu-sim", MIXED if groups is None else groups, "/tmp/kind.yaml", "/tmp/kind.kubeconfig",
+                   registry=registry, **extra)
 
 
 def test_nodes_are_laid_out_as_kind_names_them():

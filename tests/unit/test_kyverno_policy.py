@@ -16,8 +16,8 @@ def keyless():
 
 def test_one_policy_per_format_selected_by_label_with_the_right_verification_type():
     policies = kp.render_verify_policies(["cosign-v2", "cosign-v3"], keyless())
-    assert [p["metadata"]["name"] for p in policies] == ["gkm-verify-gkmcache-cosign-v2",
-                                                        "gkm-verify-gkmcache-cosign-v3"]
+    names = [policy["metadata"]["name"] for policy in policies]
+    assert names == ["gkm-verify-gkmcache-cosign-v2", "gkm-verify-gkmcache-cosign-v3"]
     expected = [("cosign-v2", "Cosign"), ("cosign-v3", "SigstoreBundle")]
     for policy, (signature_format, verify_type) in zip(policies, expected):
         assert policy["apiVersion"] == "kyverno.io/v1" and policy["kind"] == "ClusterPolicy"
