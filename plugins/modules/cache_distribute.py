@@ -280,6 +280,7 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
+from ansible_collections.gkm.cluster.plugins.module_utils.cache_args import DISTRIBUTION_ARG_SPEC  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import DistributeError, distribute  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.kube import (  # noqa: E402
     HAS_KUBERNETES,
@@ -296,36 +297,14 @@ CACHE_ARG_SPEC = dict(
     scope=dict(type="str", choices=["namespaced", "cluster"], default="namespaced"),
     namespace=dict(type="str"),
     workload_namespaces=dict(type="list", elements="str"),
-    create_namespaces=dict(type="bool", default=False),
     image=dict(type="str"),
-    registry_username=dict(type="str"),
-    registry_password=dict(type="str", no_log=True),
-    registry_docker_config=dict(type="path"),
-    registry_ca_file=dict(type="path"),
-    registry_validate_certs=dict(type="bool", default=True),
-    registry_plain_http=dict(type="bool", default=False),
     access_modes=dict(type="list", elements="str", default=["ReadWriteOnce"],
                       choices=["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]),
     storage_class_name=dict(type="str"),
     size=dict(type="str"),
     pod_template=dict(type="dict"),
-    node_selector=dict(type="dict"),
-    compatibility=dict(type="str", choices=["skip", "fail", "ignore"], default="skip"),
-    create_pvs=dict(type="str", choices=["auto", "always", "never"], default="auto"),
-    host_path_root=dict(type="str", default="/var/lib/gkm-cluster/caches"),
-    extract_image=dict(type="str"),
-    job_limits=dict(type="dict", options=dict(
-        backoff_limit=dict(type="int", default=2),
-        active_deadline_seconds=dict(type="int", default=900),
-        ttl_seconds_after_finished=dict(type="int", default=86400),
-    )),
-    state=dict(type="str", choices=["present", "absent"], default="present"),
-    prune=dict(type="bool", default=True),
-    force=dict(type="bool", default=False),
-    wait=dict(type="bool", default=False),
-    wait_timeout=dict(type="int", default=300),
-    concurrency=dict(type="int", default=16),
 )
+CACHE_ARG_SPEC.update(DISTRIBUTION_ARG_SPEC)
 
 
 def main():
