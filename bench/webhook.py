@@ -8,7 +8,9 @@
    The server's view holds a cache distributed to 500 nodes, and every request is answered with a patch.
 2. The API server's view: 500 simulated nodes get a PVC each, a DaemonSet labelled for mutation is
    admitted on all of them through the webhook, and apiserver_admission_webhook_admission_duration_seconds
-   is read from the API server's /metrics before and after.
+   is read from the API server's /metrics before and after; then the same DaemonSet once more through
+   the floor (registered as its own webhook, allowing every pod), to show what the API server's
+   figure is on this machine for a webhook that does nothing.
 
 Needs the simulated cluster (make sim-up). The 500 benchmark nodes carry their own taint, so no other
 workload lands on them, and they are removed at the end.
@@ -48,7 +50,11 @@ def log(message):
 
 
 def serve_floor(port, cert_file, key_file):
-    """The floor: the same stack answering every POST with one fixed AdmissionReview."""
+    """The floor: the same stack answering every POST to /mutate with one fixed AdmissionReview.
+
+    The API server checks that a response carries its request's uid, so for the API server's view
+    the floor answers /allow instead: it decodes the review, and allows it under the request's uid.
+    """
     import ssl
 
     from aiohttp import web
@@ -60,8 +66,19 @@ def serve_floor(port, cert_file, key_file):
         await request.read()
         return web.Response(body=body, content_type="application/json")
 
+    async def ready(_request):
+        return web.Response(text="ok\n")
+
+    async def allow(request):
+        uid = json.loads(await request.read())["request"]["uid"]
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                  "response": {"uid": uid, "allowed": True}})
+
     app = web.Application()
     app.router.add_post("/mutate", fixed)
+    app.router.add_post("/allow", allow)
+    # webhook_install waits for /readyz before it registers a url endpoint.
+    app.router.add_get("/readyz", ready)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_file, key_file)
@@ -232,13 +249,19 @@ def run_benchmark(args):
         results["loopback"] = loopback(args, (server.url, server.process.pid),
                                        ("https://127.0.0.1:%d/mutate" % floor_port, floor_process.pid),
                                        ca_file, body_file)
-        log("admitting a DaemonSet of %d pods through the API server" % len(node_names))
-        results["apiserver"] = through_apiserver(api, core, apps, server, certs, kubeconfig, namespace, name,
-                                                 webhook_namespace, node_names, install, wait_until, node_pvc)
+        admission = ApiserverAdmission(api, core, apps, certs, kubeconfig, namespace, node_names)
+        log("admitting a DaemonSet of %d pods through the API server and our webhook" % len(node_names))
+        results["apiserver"] = admission.run(name, webhook_namespace, server.url, install, wait_until, lambda: (
+            metric_buckets(server.get("/metrics", certs.ca)[1], "gkm_webhook_request_duration_seconds", "")))
+        results["apiserver"].update(admission.patched_claims(node_pvc, CACHE))
+        log("the same through the API server and the floor (allows, no patch)")
+        results["apiserver_floor"] = admission.run(
+            name + "-floor", webhook_namespace, "https://127.0.0.1:%d/allow" % floor_port, install, wait_until)
     finally:
         # Every step runs even if an earlier one fails: nothing of the benchmark may outlive it.
-        with contextlib.suppress(Exception):
-            install(kubeconfig, name=name, namespace=webhook_namespace, state="absent")
+        for webhook_name in (name, name + "-floor"):
+            with contextlib.suppress(Exception):
+                install(kubeconfig, name=webhook_name, namespace=webhook_namespace, state="absent")
         server.stop()
         if floor_process:
             floor_process.terminate()
@@ -322,58 +345,79 @@ def loopback(args, ours, floor, ca_file, body_file):
     return table
 
 
-def through_apiserver(api, core, apps, server, certs, kubeconfig, namespace, name, webhook_namespace, node_names,
-                      install, wait_until, node_pvc):
-    def apiserver_metrics():
-        method, url, headers, body, _timeout = api.param_serialize(
+class ApiserverAdmission:
+    """A DaemonSet of one pod per benchmark node admitted through a registered webhook, timed by the API server."""
+
+    DAEMONSET = "cache-user"
+
+    def __init__(self, api, core, apps, certs, kubeconfig, namespace, node_names):
+        self.api, self.core, self.apps = api, core, apps
+        self.certs, self.kubeconfig = certs, kubeconfig
+        self.namespace, self.node_names = namespace, node_names
+        self.pods = []
+        self.server_window = None
+
+    def _apiserver_metrics(self):
+        method, url, headers, body, _timeout = self.api.param_serialize(
             method="GET", resource_path="/metrics", auth_settings=["BearerToken"])
-        return api.call_api(method, url, header_params=headers, body=body).read().decode()
+        return self.api.call_api(method, url, header_params=headers, body=body).read().decode()
 
-    install(kubeconfig, name=name, namespace=webhook_namespace, url=server.url, ca_bundle=certs.ca)
-    # Only this install's webhook: other installs on the shared cluster have other names.
-    webhook_filter = 'name="%s.%s.pvc-mutation.gkm.io"' % (name, webhook_namespace)
-    before = metric_buckets(apiserver_metrics(), WEBHOOK_METRIC, webhook_filter)
-    ours_before = metric_buckets(server.get("/metrics", certs.ca)[1], "gkm_webhook_request_duration_seconds", "")
-    labels = {"app": "cache-user"}
-    started = time.monotonic()
-    apps.create_namespaced_daemon_set(namespace, {
-        "metadata": {"name": "cache-user"},
-        "spec": {"selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": dict(labels, **{"gkm.io/pvc-mutation": "true"})},
-            "spec": {"nodeSelector": {BENCH_LABEL: "webhook"},
-                     "tolerations": [dict(BENCH_TAINT, operator="Equal")],
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
-                     "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": CACHE}}]}}}})
+    def _pods(self):
+        return self.core.list_namespaced_pod(self.namespace, label_selector="app=%s" % self.DAEMONSET).items
 
-    def all_created():
-        pods = core.list_namespaced_pod(namespace, label_selector="app=cache-user").items
-        return pods if len(pods) >= len(node_names) else None
+    def run(self, name, webhook_namespace, url, install, wait_until, server_buckets=None):
+        """API-server-observed admission latency; with server_buckets, the server's own view too."""
+        install(self.kubeconfig, name=name, namespace=webhook_namespace, url=url, ca_bundle=self.certs.ca)
+        # Only this install's webhook: other installs on the shared cluster have other names.
+        webhook_filter = 'name="%s.%s.pvc-mutation.gkm.io"' % (name, webhook_namespace)
+        before = metric_buckets(self._apiserver_metrics(), WEBHOOK_METRIC, webhook_filter)
+        server_before = server_buckets() if server_buckets else None
+        labels = {"app": self.DAEMONSET}
+        started = time.monotonic()
+        self.apps.create_namespaced_daemon_set(self.namespace, {
+            "metadata": {"name": self.DAEMONSET},
+            "spec": {"selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": dict(labels, **{"gkm.io/pvc-mutation": "true"})},
+                "spec": {"nodeSelector": {BENCH_LABEL: "webhook"},
+                         "tolerations": [dict(BENCH_TAINT, operator="Equal")],
+                         "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+                         "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": CACHE}}]}}}})
+        def all_created():
+            pods = self._pods()
+            return pods if len(pods) >= len(self.node_names) else None
 
-    pods = wait_until("%d DaemonSet pods" % len(node_names), all_created, timeout=600, interval=1)
-    elapsed = time.monotonic() - started
-    pvc_of = {node: node_pvc(namespace, CACHE, node)["metadata"]["name"] for node in node_names}
-    wrong = 0
-    for pod in pods:
-        terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
-        node = terms[0].match_fields[0].values[0]
-        wrong += pod.spec.volumes[0].persistent_volume_claim.claim_name != pvc_of[node]
-    after = metric_buckets(apiserver_metrics(), WEBHOOK_METRIC, webhook_filter)
-    ours_after = metric_buckets(server.get("/metrics", certs.ca)[1], "gkm_webhook_request_duration_seconds", "")
-    delta = bucket_delta(after, before)
-    ours_delta = bucket_delta(ours_after, ours_before)
-    apps.delete_namespaced_daemon_set("cache-user", namespace)
-    return {
-        "pods": len(pods),
-        "pods_with_wrong_claim": wrong,
-        "seconds_to_create_all_pods": round(elapsed, 1),
-        "admissions_counted": int(max(count for _bound, count in delta)),
-        "apiserver_p50_ms": round(histogram_quantile(0.50, delta) * 1000, 2),
-        "apiserver_p99_ms": round(histogram_quantile(0.99, delta) * 1000, 2),
-        "apiserver_buckets": {("+Inf" if bound == float("inf") else str(bound)): int(count)
-                              for bound, count in sorted(delta)},
-        "server_side_p50_ms": round(histogram_quantile(0.50, ours_delta) * 1000, 2),
-        "server_side_p99_ms": round(histogram_quantile(0.99, ours_delta) * 1000, 2),
-    }
+        self.pods = wait_until("%d DaemonSet pods" % len(self.node_names), all_created, timeout=600, interval=1)
+        elapsed = time.monotonic() - started
+        delta = bucket_delta(metric_buckets(self._apiserver_metrics(), WEBHOOK_METRIC, webhook_filter), before)
+        measured = {}
+        if server_buckets:
+            server_delta = bucket_delta(server_buckets(), server_before)
+            measured = {"server_side_p50_ms": round(histogram_quantile(0.50, server_delta) * 1000, 2),
+                        "server_side_p99_ms": round(histogram_quantile(0.99, server_delta) * 1000, 2)}
+        # The next run starts on a quiet cluster: this DaemonSet, its pods and its webhook are gone first.
+        self.apps.delete_namespaced_daemon_set(self.DAEMONSET, self.namespace)
+        install(self.kubeconfig, name=name, namespace=webhook_namespace, state="absent")
+        wait_until("the DaemonSet's pods to go", lambda: not self._pods(), timeout=600, interval=1)
+        return {
+            "pods": len(self.pods),
+            "seconds_to_create_all_pods": round(elapsed, 1),
+            "admissions_counted": int(max(count for _bound, count in delta)),
+            "apiserver_p50_ms": round(histogram_quantile(0.50, delta) * 1000, 2),
+            "apiserver_p99_ms": round(histogram_quantile(0.99, delta) * 1000, 2),
+            "apiserver_buckets": {("+Inf" if bound == float("inf") else str(bound)): int(count)
+                                  for bound, count in sorted(delta)},
+            **measured,
+        }
+
+    def patched_claims(self, node_pvc, cache):
+        """How many pods of the last run did not get their node's PVC."""
+        pvc_of = {node: node_pvc(self.namespace, cache, node)["metadata"]["name"] for node in self.node_names}
+        wrong = 0
+        for pod in self.pods:
+            terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+            node = terms.node_selector_terms[0].match_fields[0].values[0]
+            wrong += pod.spec.volumes[0].persistent_volume_claim.claim_name != pvc_of[node]
+        return {"pods_with_wrong_claim": wrong}
 
 
 def write_results(results, args):
@@ -388,10 +432,14 @@ def write_results(results, args):
         "floor_max_rps": maximum["floor"]["achieved_rps"],
         "ratio_max_rps_vs_floor": round(maximum["ours"]["achieved_rps"] / maximum["floor"]["achieved_rps"], 3),
         "apiserver_p99_ms": results["apiserver"]["apiserver_p99_ms"],
+        "apiserver_floor_p99_ms": results["apiserver_floor"]["apiserver_p99_ms"],
+        "ratio_apiserver_p99_vs_floor": round(results["apiserver"]["apiserver_p99_ms"]
+                                              / results["apiserver_floor"]["apiserver_p99_ms"], 3),
         "cpu_us_per_request": maximum["ours"]["cpu_us_per_request"],
         "floor_cpu_us_per_request": maximum["floor"]["cpu_us_per_request"],
         "per_rate": table,
         "apiserver": results["apiserver"],
+        "apiserver_floor": results["apiserver_floor"],
         "goals": {"p99_ms_at_1000rps": 5, "sustained_rps": 2000, "apiserver_p99_ms": 10},
         "method": {
             "seconds_per_point": args.seconds, "repeats": args.repeats, "statistic": "median of repeats",

@@ -47,6 +47,11 @@ PKI_DIR = os.path.join(SIM_DIR, "pki")
 KUBECONFIG = os.path.join(SIM_DIR, "kubeconfig")
 SERVICE_CIDR = "10.96.0.0/16"
 # Order matters: each component needs the ones before it.
+# Simulated nodes report every 60-90 s instead of kwok's 20-45 s: with 500 nodes the heartbeats alone
+# kept the API server a third busy and skewed every benchmark. The node lifecycle controller's grace
+# period is raised to match, so no node is marked NotReady between two heartbeats.
+HEARTBEAT_DELAY = {"durationMilliseconds": 60000, "jitterDurationMilliseconds": 90000}
+NODE_MONITOR_GRACE_PERIOD = "180s"
 CONTROL_PLANE = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
 
 
@@ -273,7 +278,8 @@ def component_argv(name, state, binaries, pki):
                 "--service-account-private-key-file", pki["sa.key"], "--root-ca-file", pki["ca.crt"],
                 "--service-cluster-ip-range", SERVICE_CIDR, "--leader-elect=false",
                 "--controllers", "*", "--kube-api-qps", "500", "--kube-api-burst", "1000",
-                "--concurrent-job-syncs", "20", "--concurrent-daemonset-syncs", "5", "--v", "1"]
+                "--concurrent-job-syncs", "20", "--concurrent-daemonset-syncs", "5",
+                "--node-monitor-grace-period", NODE_MONITOR_GRACE_PERIOD, "--v", "1"]
     if name == "kube-scheduler":
         return [os.path.join(binaries, "kube-scheduler"),
                 "--kubeconfig", cfg, "--authentication-kubeconfig", cfg, "--authorization-kubeconfig", cfg,
@@ -399,6 +405,8 @@ def apply_kwok_stages(state, pki, binaries):
 
     wait_for("the kwok Stage CRD", established, 30)
     for stage in (doc for doc in documents if doc["kind"] == "Stage"):
+        if stage["metadata"]["name"] == "node-heartbeat":
+            stage["spec"]["delay"] = HEARTBEAT_DELAY
         create_if_missing(state, pki, "/apis/kwok.x-k8s.io/v1alpha1/stages", stage)
 
 
