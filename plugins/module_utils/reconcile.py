@@ -27,32 +27,48 @@ def _absent_params(kind, name, namespace, options):
     return params
 
 
-def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=False):
+def _check_definition(definition, kind, name, namespace):
+    metadata = definition.get("metadata") or {}
+    stated = (definition.get("kind"), metadata.get("name"), metadata.get("namespace") if namespace else None)
+    if stated != (kind, name, namespace):
+        raise cache_cr.ResourceError(
+            "definition is %s %s%s but kind, name and namespace say %s %s%s: pass the manifest of the resource "
+            "being reconciled" % (stated[0], "%s/" % stated[2] if stated[2] else "", stated[1],
+                                  kind, "%s/" % namespace if namespace else "", name))
+
+
+def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=False, definition=None):
     """Distribute the resource (or, with options state=absent, remove its objects) and update its status.
 
     options are the distribution options a resource cannot set (cache_args.DISTRIBUTION_ARG_SPEC).
-    Raises cache_cr.ResourceError or DistributeError; a DistributeError carries the partial result.
+    definition, when given, is the declared manifest: its spec is distributed instead of the live one,
+    so a check-mode run plans what is declared before it is applied. The status is written only to a
+    resource that exists. Raises cache_cr.ResourceError or DistributeError (which carries the partial result).
     """
+    if definition is not None:
+        _check_definition(definition, kind, name, namespace)
     path = cache_cr.resource_path(kind, name, namespace)
     status_code, resource = kube.request("GET", path, what="%s %s" % (kind, name))
     if options.get("state") == "absent":
         result = distribute(kube, _absent_params(kind, name, namespace, options), check_mode, want_diff)
         result["resource"] = {"kind": kind, "name": name, "namespace": namespace, "found": status_code != 404}
         return result
-    if status_code == 404:
+    if status_code == 404 and definition is None:
         raise cache_cr.ResourceError("%s %s not found%s: create it first (or distribute with "
                                      "gkm.cluster.cache_distribute)" % (
                                          kind, name, " in namespace %s" % namespace if namespace else ""))
-    result = distribute(kube, cache_cr.distribute_params(resource, options), check_mode, want_diff)
-    current = resource.get("status") or {}
+    declared = definition if definition is not None else resource
+    result = distribute(kube, cache_cr.distribute_params(declared, options), check_mode, want_diff)
+    found = status_code != 404
+    current = (resource.get("status") or {}) if found else {}
     desired = cache_cr.carry_transition_times(current, cache_cr.resource_status(result, _now()))
     result["status_changed"] = cache_cr.status_differs(current, desired)
-    if result["status_changed"]:
+    if result["status_changed"] and found:
         # A merge patch replaces lists whole, so per-node entries of the last run never linger.
         kube.request("PATCH", path + "/status", body={"status": desired}, content_type=MERGE_PATCH,
                      what="%s %s status" % (kind, name))
     result["changed"] = result["changed"] or result["status_changed"]
-    result["resource"] = {"kind": kind, "name": name, "namespace": namespace, "found": True,
+    result["resource"] = {"kind": kind, "name": name, "namespace": namespace, "found": found,
                           "status": desired}
     return result
 

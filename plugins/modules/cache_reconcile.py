@@ -38,6 +38,13 @@ options:
   namespace:
     description: Namespace of a C(GKMCache). Not used for a C(ClusterGKMCache).
     type: str
+  definition:
+    description:
+      - The declared manifest of the resource (same kind, name and namespace). Its spec is distributed instead of
+        the live resource's, so a check-mode run shows the plan for a changed or new cache before it is applied.
+      - Without it the resource must exist, and its live spec is used.
+      - The status subresource is only written when the resource exists.
+    type: dict
 requirements:
   - kubernetes >= 24.2.0
   - oras
@@ -55,6 +62,21 @@ EXAMPLES = r"""
     extract_image: quay.io/gkm-cluster/tools:0.1.0
     registry_plain_http: true
     wait: true
+
+- name: In check mode, plan a changed image before the changed resource is applied
+  gkm.cluster.cache_reconcile:
+    kind: GKMCache
+    name: vector-add
+    namespace: team-a
+    definition:
+      apiVersion: gkm.io/v1alpha1
+      kind: GKMCache
+      metadata:
+        name: vector-add
+        namespace: team-a
+      spec:
+        image: registry.example.com/caches/vector-add:v2
+  check_mode: true
 
 - name: Remove the objects of a cluster cache
   gkm.cluster.cache_reconcile:
@@ -131,6 +153,7 @@ def main():
         kind=dict(type="str", choices=["GKMCache", "ClusterGKMCache"], default="GKMCache"),
         name=dict(type="str", required=True),
         namespace=dict(type="str"),
+        definition=dict(type="dict"),
     )
     module = AnsibleModule(
         argument_spec=argument_spec,
@@ -150,7 +173,8 @@ def main():
         kube = Kube(api_client_from_auth(auth, options["concurrency"]), dry_run=module.check_mode,
                     workers=options["concurrency"])
         result = reconcile(kube, module.params["kind"], module.params["name"], namespace, options,
-                           check_mode=module.check_mode, want_diff=module._diff)
+                           check_mode=module.check_mode, want_diff=module._diff,
+                           definition=module.params["definition"])
     except (DistributeError, KubeError, ResourceError) as error:
         module.fail_json(msg=str(error), **getattr(error, "result", {}))
     module.exit_json(**result)

@@ -1,42 +1,11 @@
 """The GKMCache and ClusterGKMCache CRDs: GKM's manifests apply unchanged, bad specs are refused."""
 
-import glob
 import json
-import os
-import time
 
 import pytest
-import yaml
-from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
-CRD_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "gkm", "files", "crds")
 GROUP, VERSION = "gkm.io", "v1alpha1"
-
-
-@pytest.fixture(scope="module")
-def crds(kube):
-    extensions = client.ApiextensionsV1Api(kube)
-    crd_api = dynamic.DynamicClient(kube).resources.get(
-        api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
-    names = []
-    for path in sorted(glob.glob(os.path.join(CRD_DIR, "*.yaml"))):
-        with open(path) as handle:
-            crd = yaml.safe_load(handle)
-        names.append(crd["metadata"]["name"])
-        crd_api.server_side_apply(body=crd, name=crd["metadata"]["name"], field_manager="gkm.cluster",
-                                  force_conflicts=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        established = [
-            any(c.type == "Established" and c.status == "True" for c in extensions.read_custom_resource_definition(
-                name).status.conditions or [])
-            for name in names
-        ]
-        if all(established):
-            return client.CustomObjectsApi(kube)
-        time.sleep(0.2)
-    raise AssertionError("CRDs not Established: %s" % names)
 
 
 def test_upstream_gkm_manifests_apply_unchanged(crds, namespace):

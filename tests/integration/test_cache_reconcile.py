@@ -1,0 +1,77 @@
+"""cache_reconcile against the real cluster: a declared definition is planned before it is applied."""
+
+import uuid
+
+import pytest
+
+from tests.helpers import kcache_images
+from tests.helpers.modules import AuditWrites, run_module
+
+pytestmark = [pytest.mark.cluster, pytest.mark.registry]
+
+GROUP, VERSION = "gkm.io", "v1alpha1"
+NODE = "gkm-gpu-worker-1"
+
+
+@pytest.fixture(scope="module")
+def images(registry):
+    spec = kcache_images.CacheSpec(backend="hip")
+    return (kcache_images.build_image(registry.host, "reconcile/vector-add", "v1", spec),
+            kcache_images.build_image(registry.host, "reconcile/vector-add", "v2",
+                                      kcache_images.CacheSpec(backend="hip", seed=3)))
+
+
+def manifest(name, namespace, image):
+    # One named node keeps the plan small: other sessions may add hundreds of nodes to the shared cluster.
+    template = {"spec": {"tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                             "nodeSelectorTerms": [{"matchFields": [
+                                 {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}}}}}
+    return {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"image": image, "podTemplate": template}}
+
+
+def reconcile(sim, name, namespace, check=False, **args):
+    return run_module("cache_reconcile", sim.kubeconfig, check=check, kind="GKMCache", name=name,
+                      namespace=namespace, registry_plain_http=True, extract_image="gkm-cluster-tools:test",
+                      wait=False, **args)
+
+
+def test_check_mode_plans_the_declared_image_and_writes_nothing(sim, crds, namespace, images):
+    v1, v2 = images
+    name = "rec-%s" % uuid.uuid4().hex[:5]
+    crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", manifest(name, namespace, v1.ref))
+    first = reconcile(sim, name, namespace)
+    assert first["changed"] and not first.get("failed"), first.get("msg")
+    assert first["cache"]["digest"] == v1.digest
+
+    audit = AuditWrites()
+    planned = reconcile(sim, name, namespace, check=True, definition=manifest(name, namespace, v2.ref))
+    assert not planned.get("failed"), planned.get("msg")
+    assert planned["changed"]
+    assert planned["cache"]["digest"] == v2.digest
+    created = {(a["kind"], a["action"]) for a in planned["plan"]["actions"]}
+    assert ("PersistentVolumeClaim", "create") in created and ("Job", "create") in created, planned["plan"]
+    # Check mode writes nothing: every write request the API server saw was a dry run.
+    writes = audit.since("/namespaces/%s/" % namespace)
+    assert writes and all("dryRun=All" in write for write in writes), [w for w in writes if "dryRun" not in w]
+    live = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", name)
+    assert live["spec"]["image"] == v1.ref
+    assert live["status"]["resolvedDigest"] == v1.digest
+
+
+def test_check_mode_plans_a_cache_not_applied_yet(sim, crds, namespace, images):
+    name = "rec-new-%s" % uuid.uuid4().hex[:5]
+    planned = reconcile(sim, name, namespace, check=True, definition=manifest(name, namespace, images[0].ref))
+    assert not planned.get("failed"), planned.get("msg")
+    assert planned["changed"] and planned["resource"]["found"] is False
+    assert set(planned["plan"]["summary"]["create"]) >= {"PersistentVolumeClaim", "Job"}, planned["plan"]
+
+
+def test_a_definition_of_another_resource_is_refused(sim, crds, namespace, images):
+    result = reconcile(sim, "rec-one", namespace, check=True, definition=manifest("rec-other", namespace,
+                                                                                 images[0].ref))
+    assert result.get("failed")
+    assert "definition is GKMCache %s/rec-other" % namespace in result["msg"]
+    assert "pass the manifest of the resource being reconciled" in result["msg"]
