@@ -40,15 +40,28 @@ RETRY_STATUS = (409, 429, 500, 502, 503, 504)
 MAX_ATTEMPTS = 6
 DEFAULT_WORKERS = 16
 
-# kind -> (API prefix, plural, namespaced)
+# kind -> (API prefix, plural, namespaced): every kind the collection reads or writes.
 RESOURCES = {
     "Namespace": ("/api/v1", "namespaces", False),
     "Node": ("/api/v1", "nodes", False),
     "PersistentVolume": ("/api/v1", "persistentvolumes", False),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
     "Pod": ("/api/v1", "pods", True),
+    "ConfigMap": ("/api/v1", "configmaps", True),
+    "Secret": ("/api/v1", "secrets", True),
+    "Service": ("/api/v1", "services", True),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "Job": ("/apis/batch/v1", "jobs", True),
+    "Deployment": ("/apis/apps/v1", "deployments", True),
     "StorageClass": ("/apis/storage.k8s.io/v1", "storageclasses", False),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations",
+                                     False),
+    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "Issuer": ("/apis/cert-manager.io/v1", "issuers", True),
+    "Certificate": ("/apis/cert-manager.io/v1", "certificates", True),
 }
 
 

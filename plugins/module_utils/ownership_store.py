@@ -16,15 +16,6 @@ import datetime
 from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
 from ansible_collections.gkm.cluster.plugins.module_utils import ownership
 
-# The kinds read or written here beyond kube.py's table.
-OWNERSHIP_RESOURCES = {
-    "ConfigMap": ("/api/v1", "configmaps", True),
-    "Deployment": ("/apis/apps/v1", "deployments", True),
-    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
-}
-for _kind, _entry in OWNERSHIP_RESOURCES.items():
-    kube_access.RESOURCES.setdefault(_kind, _entry)
-
 VERSION_LABEL = "app.kubernetes.io/version"
 
 

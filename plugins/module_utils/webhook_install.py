@@ -27,23 +27,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils import webhook_tls
 from ansible_collections.gkm.cluster.plugins.module_utils.naming import name_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.tls import not_after
 
-# The kinds the webhook needs beyond the distribution's, registered with kube.py's path table.
-WEBHOOK_RESOURCES = {
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "Secret": ("/api/v1", "secrets", True),
-    "Service": ("/api/v1", "services", True),
-    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
-    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
-    "Deployment": ("/apis/apps/v1", "deployments", True),
-    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
-    "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations",
-                                     False),
-    "Issuer": ("/apis/cert-manager.io/v1", "issuers", True),
-    "Certificate": ("/apis/cert-manager.io/v1", "certificates", True),
-}
-for _kind, _entry in WEBHOOK_RESOURCES.items():
-    kube_access.RESOURCES.setdefault(_kind, _entry)
-
 POLL_SECONDS = 1.0
 # Server-filled bookkeeping left out of diffs.
 _VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "generation", "creationTimestamp")

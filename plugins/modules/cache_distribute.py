@@ -26,6 +26,7 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gkm.cluster.distribution
 options:
   name:
     description: Cache name, a DNS-1123 label; ReadOnlyMany PVCs carry this name, so workloads use it as claimName.
@@ -45,35 +46,11 @@ options:
     description: Namespaces whose pods mount a cluster cache. Required with O(scope=cluster) and O(state=present).
     type: list
     elements: str
-  create_namespaces:
-    description: Create missing namespaces instead of failing.
-    type: bool
-    default: false
   image:
     description:
       - Kernel-cache image, by tag or digest, with its registry host. A tag is resolved to a digest on every run
         and all objects are pinned to that digest. Required with O(state=present).
     type: str
-  registry_username:
-    description: Registry user for resolving O(image).
-    type: str
-  registry_password:
-    description: Password or token of O(registry_username).
-    type: str
-  registry_docker_config:
-    description: Docker C(config.json) with registry credentials, instead of O(registry_username).
-    type: path
-  registry_ca_file:
-    description: CA bundle for the registry's TLS certificate.
-    type: path
-  registry_validate_certs:
-    description: Verify the registry's TLS certificate (also passed on to the extraction Jobs).
-    type: bool
-    default: true
-  registry_plain_http:
-    description: Talk plain HTTP to the registry, here and in the extraction Jobs. Only for loopback or test registries.
-    type: bool
-    default: false
   access_modes:
     description: PVC access modes. Include C(ReadOnlyMany) when the storage backend shares one volume across nodes.
     type: list
@@ -93,76 +70,6 @@ options:
         C(spec) may hold C(nodeSelector), C(tolerations), C(affinity) and C(priorityClassName).
       - C(spec.nodeSelector) is merged with the per-node pin, never replacing it.
     type: dict
-  node_selector:
-    description: Labels a node must carry to get the cache.
-    type: dict
-  compatibility:
-    description:
-      - What to do with GPU nodes whose C(gkm.io/gpu-*) labels match none of the image's targets. C(skip) leaves
-        them out and reports them C(Incompatible), C(fail) stops before any change, C(ignore) skips the check
-        (and includes nodes without GPU labels).
-    type: str
-    choices: [skip, fail, ignore]
-    default: skip
-  create_pvs:
-    description:
-      - Create hostPath PersistentVolumes for the PVCs. C(auto) does when the storage class has no provisioner
-        (as on kind); each cache, namespace and digest gets its own directory under O(host_path_root).
-    type: str
-    choices: [auto, always, never]
-    default: auto
-  host_path_root:
-    description: Directory on the nodes under which hostPath PVs keep the extracted caches.
-    type: str
-    default: /var/lib/gkm-cluster/caches
-  extract_image:
-    description: The gkm.cluster tools image whose cache_extract command the Jobs run. Required with O(state=present).
-    type: str
-  job_limits:
-    description: Bounds of the extraction Jobs.
-    type: dict
-    suboptions:
-      backoff_limit:
-        description: Retries before a Job fails.
-        type: int
-        default: 2
-      active_deadline_seconds:
-        description: Time a Job may run in total.
-        type: int
-        default: 900
-      ttl_seconds_after_finished:
-        description:
-          - Time a finished Job is kept. Finished extractions are also recorded on the PVC, so a Job removed by
-            this TTL is not run again.
-        type: int
-        default: 86400
-  state:
-    description: C(present) distributes the cache; C(absent) removes every object of it.
-    type: str
-    choices: [present, absent]
-    default: present
-  prune:
-    description: Delete objects no longer desired (old digests, nodes that left, namespaces removed).
-    type: bool
-    default: true
-  force:
-    description: Delete PVCs even while pods mount them (they stay Terminating until those pods end).
-    type: bool
-    default: false
-  wait:
-    description:
-      - Wait until every extraction Job has finished (or failed), then record finished extractions on the PVCs.
-      - Fails early when no node is eligible.
-    type: bool
-    default: false
-  wait_timeout:
-    description: Seconds to wait for extractions, and for replaced objects to be deleted.
-    type: int
-    default: 300
-  concurrency:
-    description: Parallel API requests.
-    type: int
-    default: 16
 requirements:
   - kubernetes >= 24.2.0
   - oras
