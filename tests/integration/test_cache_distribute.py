@@ -41,8 +41,8 @@ def only_nodes(names):
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]} for name in names]}}}
 
 
-def tolerated(nodes=WORKERS, labels=None, **args):
-    template = {"spec": {"tolerations": [GPU_TOLERATION], "affinity": only_nodes(nodes)}}
+def tolerated(nodes=None, labels=None, **args):
+    template = {"spec": {"tolerations": [GPU_TOLERATION], "affinity": only_nodes(WORKERS if nodes is None else nodes)}}
     if labels:
         template["metadata"] = {"labels": labels}
     return dict(args, pod_template=template)
@@ -241,7 +241,7 @@ def test_workload_namespace_removed_is_pruned(sim, kube, images, namespace, seco
                      image=images[0].ref, wait=True, wait_timeout=120)
     try:
         assert distribute(sim, **args)["changed"] is True
-        narrowed = distribute(sim, **dict(args, workload_namespaces=[namespace]))
+        narrowed = distribute(sim, **{**args, "workload_namespaces": [namespace]})
         assert narrowed["plan"]["summary"] == {"delete": {"PersistentVolume": 3, "PersistentVolumeClaim": 3,
                                                           "Job": 3}}
         assert {p.metadata.namespace for p in cache_objects(kube, name)["pvc"]
@@ -262,7 +262,7 @@ def test_image_change_keeps_a_mounted_old_pvc_as_outdated_until_unused(sim, kube
         assert running["status"]["counts"]["node_in_use"] == 1
         assert running["status"]["phase"] == "Running"
 
-        changed = distribute(sim, **dict(args, image=images[1].ref))
+        changed = distribute(sim, **{**args, "image": images[1].ref})
         assert changed["cache"]["digest"] == images[1].digest
         assert changed["plan"]["summary"]["create"] == {"PersistentVolume": 3, "PersistentVolumeClaim": 3, "Job": 3}
         assert changed["plan"]["summary"]["delete"] == {"PersistentVolume": 2, "PersistentVolumeClaim": 2, "Job": 2}
@@ -276,7 +276,7 @@ def test_image_change_keeps_a_mounted_old_pvc_as_outdated_until_unused(sim, kube
         client.CoreV1Api(kube).delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
         wait_until("pod gone", lambda: not client.CoreV1Api(kube).list_namespaced_pod(
             namespace, field_selector="metadata.name=%s" % pod).items)
-        released = distribute(sim, **dict(args, image=images[1].ref))
+        released = distribute(sim, **{**args, "image": images[1].ref})
         assert released["plan"]["summary"] == {"delete": {"PersistentVolume": 1, "PersistentVolumeClaim": 1, "Job": 1}}
         assert released["status"]["counts"]["pod_outdated"] == 0
         assert released["status"]["phase"] == "Extracted"
@@ -298,7 +298,7 @@ def test_gpu_taint_without_toleration_is_diagnosed_then_converges_with_it(sim, k
         assert "pod_template.spec.tolerations" in refused["msg"]
         assert cache_objects(kube, name) == {"pvc": [], "pv": [], "job": []}
 
-        rox = dict(rwo, access_modes=["ReadOnlyMany"], wait=False)
+        rox = {**rwo, "access_modes": ["ReadOnlyMany"], "wait": False}
         stuck = distribute(sim, **rox)
         assert stuck["changed"] is True
 
@@ -314,7 +314,7 @@ def test_gpu_taint_without_toleration_is_diagnosed_then_converges_with_it(sim, k
         assert "untolerated taint" in entry["message"]  # the scheduler's own words
         assert pending["status"]["unschedulable"][0]["untolerated_taints"]["gpu=true:NoSchedule"] == 3
 
-        fixed = distribute(sim, **tolerated(**dict(rox, wait=True, wait_timeout=120)))
+        fixed = distribute(sim, **tolerated(**{**rox, "wait": True, "wait_timeout": 120}))
         assert fixed["plan"]["summary"]["replace"] == {"Job": 1}
         assert fixed["status"]["phase"] == "Extracted"
     finally:

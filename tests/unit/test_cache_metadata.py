@@ -20,7 +20,7 @@ def test_builder_labels_parse_to_targets_and_counts():
 
 
 def test_vllm_labels_give_the_vllm_kind_and_format():
-    _, labels = kcache_images.cache_entries(kcache_images.CacheSpec(kind="vllm"))
+    _entries, labels = kcache_images.cache_entries(kcache_images.CacheSpec(kind="vllm"))
     facts = cache_metadata.parse_cache_metadata(_config(labels))
     assert (facts["kind"], facts["format"]) == ("vllm", "triton")
 
@@ -55,7 +55,7 @@ def test_non_numeric_count_label_names_the_label():
 
 def test_manifest_json_entries_for_triton_and_vllm():
     for kind in ("triton", "vllm"):
-        entries, _ = kcache_images.cache_entries(kcache_images.CacheSpec(kind=kind, kernels=2))
+        entries, _labels = kcache_images.cache_entries(kcache_images.CacheSpec(kind=kind, kernels=2))
         manifest = next(e.data for e in entries if e.name == "io.%s.manifest/manifest.json" % kind)
         parsed = cache_metadata.parse_manifest_json(manifest, kind)
         assert len(parsed) == 2 and all(len(entry["hash"]) == 52 for entry in parsed)

@@ -16,7 +16,7 @@ def spec_of(**overrides):
     ("overrides", "message"),
     [
         ({"name": "Vector_Add"}, "name 'Vector_Add' is not a valid DNS-1123 label"),
-        ({"name": "x" * 64}, "name 'x" ),
+        ({"name": "x" * 64}, "name 'x"),
         ({"access_modes": ["ReadOnce"]}, "access_modes: unknown mode(s) ['ReadOnce']"),
         ({"workload_namespaces": ["b"]}, "workload_namespaces is only for scope: cluster"),
         ({"scope": "cluster", "namespace": None}, "workload_namespaces is required with scope: cluster"),
@@ -41,8 +41,8 @@ def test_bad_input_names_the_field(overrides, message):
 
 def test_defaults_and_scopes():
     spec = spec_of()
-    assert (spec.scope, spec.cache_namespace, spec.namespaces, spec.per_node) == ("namespaced", "team-a", ["team-a"],
-                                                                                 True)
+    assert (spec.scope, spec.cache_namespace, spec.namespaces, spec.per_node) == (
+        "namespaced", "team-a", ["team-a"], True)
     assert spec.job_limits == cache_spec.DEFAULT_JOB_LIMITS
     cluster = spec_of(namespace=None, scope="cluster", workload_namespaces=["b", "c", "b"],
                       access_modes=["ReadWriteOnce", "ReadOnlyMany"], job_limits={"backoff_limit": 5})

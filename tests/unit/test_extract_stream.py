@@ -18,7 +18,7 @@ def _extract(blob, dest, digest=None, size=None, **kwargs):
 
 def _snapshot(root):
     result = {}
-    for dirpath, _, files in os.walk(root):
+    for dirpath, _dirnames, files in os.walk(root):
         for name in files:
             path = os.path.join(dirpath, name)
             with open(path, "rb") as f:
@@ -29,16 +29,16 @@ def _snapshot(root):
 @pytest.fixture
 def populated(tmp_path):
     """dest holding a first extraction, and its contents."""
-    blob, _ = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=2))[0])
+    blob, _diff_id = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=2))[0])
     dest = tmp_path / "cache"
     _extract(blob, dest, marker={"digest": "sha256:first"})
     return dest, _snapshot(dest)
 
 
 def test_extraction_writes_only_the_cache_scope_and_a_marker(tmp_path):
-    entries, _ = ki.cache_entries(ki.CacheSpec(kernels=2))
+    entries, _labels = ki.cache_entries(ki.CacheSpec(kernels=2))
     entries.append(ki.Entry("etc/motd", b"outside the cache scope"))
-    blob, _ = ki.layer_bytes(entries)
+    blob, _diff_id = ki.layer_bytes(entries)
     stats = _extract(blob, tmp_path / "c")
     assert sorted(os.listdir(tmp_path / "c")) == [".gkm-cache.json", "io.triton.cache", "io.triton.manifest"]
     assert stats["files"] == len(entries) - 1
@@ -47,13 +47,13 @@ def test_extraction_writes_only_the_cache_scope_and_a_marker(tmp_path):
 
 
 def test_whole_layer_extracts_everything(tmp_path):
-    blob, _ = ki.layer_bytes([ki.Entry("etc/motd", b"hi"), ki.Entry("io.triton.cache/K/a", b"a")])
+    blob, _diff_id = ki.layer_bytes([ki.Entry("etc/motd", b"hi"), ki.Entry("io.triton.cache/K/a", b"a")])
     _extract(blob, tmp_path / "c", whole_layer=True)
     assert (tmp_path / "c" / "etc" / "motd").read_bytes() == b"hi"
 
 
 def test_setuid_bits_are_stripped_and_links_inside_are_kept(tmp_path):
-    blob, _ = ki.layer_bytes([
+    blob, _diff_id = ki.layer_bytes([
         ki.Entry("io.triton.cache/K/launcher.so", b"elf", mode=0o4755),
         ki.Entry("io.triton.cache/K/copy.so", type=tarfile.LNKTYPE, linkname="io.triton.cache/K/launcher.so"),
         ki.Entry("io.triton.cache/K/alias.so", type=tarfile.SYMTYPE, linkname="launcher.so"),
@@ -72,7 +72,7 @@ def test_setuid_bits_are_stripped_and_links_inside_are_kept(tmp_path):
 ])
 def test_hostile_layer_leaves_dest_exactly_as_it_was(populated, variant):
     dest, before = populated
-    blob, _, _, fragment = ki.hostile_layer(variant)
+    blob, _labels, _opts, fragment = ki.hostile_layer(variant)
     with pytest.raises(extract.ExtractError, match=fragment):
         _extract(blob, dest)
     assert _snapshot(dest) == before
@@ -81,7 +81,7 @@ def test_hostile_layer_leaves_dest_exactly_as_it_was(populated, variant):
 
 def test_digest_mismatch_is_refused(populated):
     dest, before = populated
-    blob, _ = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1, seed=5))[0])
+    blob, _diff_id = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1, seed=5))[0])
     with pytest.raises(extract.ExtractError, match="digest mismatch"):
         _extract(blob, dest, digest="sha256:" + "0" * 64)
     assert _snapshot(dest) == before
@@ -89,21 +89,21 @@ def test_digest_mismatch_is_refused(populated):
 
 def test_blob_longer_than_descriptor_is_refused(populated):
     dest, before = populated
-    blob, _ = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1, seed=5))[0])
+    blob, _diff_id = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1, seed=5))[0])
     with pytest.raises(extract.ExtractError, match="larger than"):
         _extract(blob, dest, size=len(blob) - 10)
     assert _snapshot(dest) == before
 
 
 def test_expansion_ratio_stops_a_decompression_bomb(tmp_path):
-    blob, _, _, _ = ki.hostile_layer("zip_bomb")
+    blob, _labels, _opts, _fragment = ki.hostile_layer("zip_bomb")
     with pytest.raises(extract.ExtractError, match="decompression bomb"):
         _extract(blob, tmp_path / "c")
     assert not (tmp_path / "c").exists()
 
 
 def test_file_and_byte_limits(tmp_path):
-    blob, _ = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=2))[0])
+    blob, _diff_id = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=2))[0])
     with pytest.raises(extract.ExtractError, match="max_files=5"):
         _extract(blob, tmp_path / "a", limits=extract.Limits(max_files=5))
     with pytest.raises(extract.ExtractError, match="max_bytes=1000"):
@@ -114,23 +114,23 @@ def test_foreign_non_empty_dest_is_never_replaced(tmp_path):
     dest = tmp_path / "home"
     dest.mkdir()
     (dest / "notes.txt").write_text("mine")
-    blob, _ = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1))[0])
+    blob, _diff_id = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1))[0])
     with pytest.raises(extract.ExtractError, match="not written by this module"):
         _extract(blob, dest)
     assert os.listdir(dest) == ["notes.txt"]
 
 
 def test_stale_temporary_trees_of_a_killed_run_are_removed(populated):
-    dest, _ = populated
+    dest, _before = populated
     stale = dest.parent / (".cache" + ".gkm-tmp-abc123")
     (stale / "io.triton.cache").mkdir(parents=True)
-    blob, _ = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1, seed=9))[0])
+    blob, _diff_id = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1, seed=9))[0])
     _extract(blob, dest)
     assert not stale.exists()
 
 
 def test_tree_fingerprint_notices_a_changed_file(populated):
-    dest, _ = populated
+    dest, _before = populated
     marker = extract.read_marker(str(dest))
     victim = next(p for p in dest.rglob("*.cubin"))
     victim.write_bytes(b"short")

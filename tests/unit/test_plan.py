@@ -31,9 +31,9 @@ def default_nodes(extra_groups=()):
     return gpu_nodes.render_nodes([*gpu_nodes.DEFAULT_NODE_GROUPS, *extra_groups])
 
 
-def facts(nodes=None, objects=None, pods=(), namespaces=("team-a", "team-b"), storage_class=NO_PROVISIONER_CLASS):
+def facts(nodes=None, objects=None, pods=(), namespaces=("team-a", "team-b"), storage_class=None):
     return planner.ClusterFacts(nodes if nodes is not None else default_nodes(), namespaces, objects or {},
-                                list(pods), storage_class)
+                                list(pods), NO_PROVISIONER_CLASS if storage_class is None else storage_class)
 
 
 def as_live(desired, complete_jobs=False, marked=False):

@@ -12,12 +12,12 @@ def test_signed_cert_has_sans_and_verifies_against_its_ca():
     assert san.get_values_for_type(x509.DNSName) == ["svc.ns.svc"]
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     assert tls.issued_by(cert, ca_cert)
-    other_ca, _ = tls.new_ca("other-ca")
+    other_ca, _other_key = tls.new_ca("other-ca")
     assert not tls.issued_by(cert, other_ca)
 
 
 def test_expiry_window():
     ca_cert, ca_key = tls.new_ca("test-ca")
-    cert, _ = tls.new_signed_cert(ca_cert, ca_key, "svc", valid_days=10)
+    cert, _key = tls.new_signed_cert(ca_cert, ca_key, "svc", valid_days=10)
     assert tls.expires_within(cert, datetime.timedelta(days=11))
     assert not tls.expires_within(cert, datetime.timedelta(days=9))
