@@ -70,8 +70,8 @@ def test_check_mode_plans_a_cache_not_applied_yet(sim, crds, namespace, images):
 
 
 def test_a_definition_of_another_resource_is_refused(sim, crds, namespace, images):
-    result = reconcile(sim, "rec-one", namespace, check=True, definition=manifest("rec-other", namespace,
-                                                                                 images[0].ref))
+    other = manifest("rec-other", namespace, images[0].ref)
+    result = reconcile(sim, "rec-one", namespace, check=True, definition=other)
     assert result.get("failed")
     assert "definition is GKMCache %s/rec-other" % namespace in result["msg"]
     assert "pass the manifest of the resource being reconciled" in result["msg"]
