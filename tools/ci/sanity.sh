@@ -4,8 +4,19 @@
 # ask git, which ignores the copy) and run it there, with no ignore file.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+base="${XDG_CACHE_HOME:-$HOME/.cache}/gkm-cluster/sanity"
+mkdir -p "$base"
+# One run at a time for this user, whichever checkout it comes from: a run empties and refills its copy, and
+# ansible-test deletes and rebuilds any of its shared venvs under ~/.ansible/test/venv that another run has not
+# finished creating. A second run (CI and a developer, say) waits here; the lock goes when this shell and its
+# children exit, however they exit.
+exec 9>"$base/.lock"
+if ! flock -n 9; then
+  echo "sanity: another run holds $base/.lock; waiting for it (at most 30 minutes)" >&2
+  flock -w 1800 9 || { echo "sanity: gave up waiting for $base/.lock" >&2; exit 1; }
+fi
 # The tree is kept between runs (only tests/output survives a refresh): ansible-test caches its venvs there.
-tree="${XDG_CACHE_HOME:-$HOME/.cache}/gkm-cluster/sanity/$(echo "$root" | sha256sum | cut -c1-12)/ansible_collections/gkm/cluster"
+tree="$base/$(echo "$root" | sha256sum | cut -c1-12)/ansible_collections/gkm/cluster"
 if [ -d "$tree" ]; then
   find "$tree" -mindepth 1 -maxdepth 1 ! -name tests -exec rm -rf {} +
   find "$tree/tests" -mindepth 1 -maxdepth 1 ! -name output -exec rm -rf {} +
