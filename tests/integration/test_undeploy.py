@@ -1,0 +1,224 @@
+"""playbooks/undeploy.yml on the real simulated cluster, run as users run it (ansible-playbook -i inventories/sim).
+
+deploy.yml installs the inventory's sample caches (a GKMCache and a ClusterGKMCache over two namespaces) and
+the webhook; a workload pod then mounts one node's cache PVC. Next to them lies what undeploy must clean up
+without a cache resource to start from, as other runs and earlier versions leave it: a workload namespace
+labelled as ours (earlier versions created them labelled) holding the PVC, hostPath PV and Job of a cache
+whose resource is gone, and a workload pod of the namespace's owner that mounts that PVC.
+
+Undeploy must refuse while either pod mounts a cache PVC, listing both and removing nothing; with gkm_force
+it goes ahead, and once the pods have ended no object labelled app.kubernetes.io/managed-by=gkm.cluster
+remains in any namespace or at cluster scope, whatever else used the cluster before. The scan asks the API
+server for every listable kind it serves, not a list of the kinds we expect to have written. The labelled
+workload namespace is not deleted: it only loses our label.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MANAGED = "app.kubernetes.io/managed-by=gkm.cluster"
+# What deploy.yml writes with inventories/sim: the webhook's namespace and configuration, and per cache the
+# PVCs, hostPath PVs and extraction Jobs (whose pods carry the Job's labels).
+DEPLOYED_KINDS = {"Namespace", "MutatingWebhookConfiguration", "PersistentVolumeClaim", "PersistentVolume", "Job"}
+WORKLOAD_NAMESPACE = "gkm-demo"
+GHOST_CACHE = "ghost-cache"
+
+
+def playbook(name, sim_dir, *extra):
+    env = dict(os.environ, GKM_SIM_DIR=sim_dir, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+               ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([
+                   os.path.join(ROOT, ".cache", "collections"),
+                   os.path.join(ROOT, ".venv", "lib", "python3.11", "site-packages")]))
+    command = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", os.path.join(ROOT, "inventories", "sim"),
+               os.path.join(ROOT, "playbooks", name), "-e", "gkm_platform=none", *extra]
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
+    try:
+        report = json.loads(completed.stdout)
+    except ValueError as error:
+        raise AssertionError("%s gave no JSON: %s %s" % (name, completed.stdout[-3000:], completed.stderr[-3000:])) \
+            from error
+    return completed.returncode, report
+
+
+def failure_messages(report):
+    messages = []
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            result = task["hosts"].get("localhost") or {}
+            if result.get("failed"):
+                messages.append(result.get("msg", ""))
+    return messages
+
+
+def labelled_objects(kube):
+    """(kind, namespace, name) of every object labelled as ours, over every listable kind the server serves.
+
+    Discovery is asked afresh each time (a cached one would still list the CRDs undeploy removed).
+    """
+    from ansible_collections.gkm.cluster.plugins.module_utils.kube import Kube
+
+    api = Kube(kube)
+    group_versions = ["/api/v1"] + ["/apis/%s" % version["groupVersion"]
+                                    for group in api.request("GET", "/apis")[1]["groups"]
+                                    for version in group["versions"]]
+    found = set()
+    for prefix in group_versions:
+        status, listing = api.request("GET", prefix)
+        if status == 404:
+            continue
+        for resource in listing["resources"]:
+            if "/" in resource["name"] or "list" not in resource.get("verbs", []):
+                continue
+            status, items = api.request("GET", "%s/%s" % (prefix, resource["name"]), [("labelSelector", MANAGED)])
+            for item in (items or {}).get("items", []) if status != 404 else []:
+                found.add((resource["kind"], item["metadata"].get("namespace", ""), item["metadata"]["name"]))
+    return found
+
+
+def wait_until_none_labelled(kube, timeout=120):
+    deadline = time.monotonic() + timeout
+    remaining = labelled_objects(kube)
+    while remaining and time.monotonic() < deadline:
+        time.sleep(1)
+        remaining = labelled_objects(kube)
+    return remaining
+
+
+def run_pod(core, namespace, name, node, claim):
+    """A workload pod of the namespace's owner (not labelled as ours) that mounts claim; waits until it runs."""
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": name, "image": "registry.example/inference:1",
+                            "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]}],
+            "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    })
+    deadline = time.monotonic() + 60
+    while core.read_namespaced_pod(name, namespace).status.phase != "Running":
+        assert time.monotonic() < deadline, "the workload pod %s/%s never ran" % (namespace, name)
+        time.sleep(0.5)
+
+
+def delete_pod(core, namespace, name):
+    from kubernetes import client
+
+    try:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+
+
+def plant_leftovers(kube, node):
+    """A workload namespace labelled as ours with a cache's PVC, PV and Job but no cache resource; its name."""
+    from kubernetes import client
+
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    namespace = "gkm-legacy-%s" % uuid.uuid4().hex[:6]
+    labels = {"app.kubernetes.io/managed-by": "gkm.cluster", "gkm.io/cache": GHOST_CACHE,
+              "gkm.io/cache-namespace": namespace, "gkm.io/node": node, "gkm.io/digest": "0123456789ab"}
+    core.create_namespace({"metadata": {"name": namespace, "labels": {"app.kubernetes.io/managed-by": "gkm.cluster"}}})
+    core.create_persistent_volume({
+        "metadata": {"name": "gkm-%s-%s" % (GHOST_CACHE, namespace), "labels": labels},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain",
+                 "hostPath": {"path": "/var/lib/gkm/%s/%s" % (namespace, GHOST_CACHE), "type": "DirectoryOrCreate"},
+                 "claimRef": {"namespace": namespace, "name": GHOST_CACHE}},
+    })
+    core.create_namespaced_persistent_volume_claim(namespace, {
+        "metadata": {"name": GHOST_CACHE, "labels": labels},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                 "volumeName": "gkm-%s-%s" % (GHOST_CACHE, namespace),
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })
+    batch.create_namespaced_job(namespace, {
+        "metadata": {"name": "%s-extract" % GHOST_CACHE, "labels": labels},
+        "spec": {"backoffLimit": 0, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"restartPolicy": "Never", "nodeName": node,
+                     "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [{"name": "extract", "image": "quay.io/gkm-cluster/tools:0.1.0"}]}}},
+    })
+    deadline = time.monotonic() + 60
+    while core.read_namespaced_persistent_volume_claim(GHOST_CACHE, namespace).status.phase != "Bound":
+        assert time.monotonic() < deadline, "the leftover PVC never bound"
+        time.sleep(0.5)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def deployed(sim, kube):
+    """The sim inventory deployed, a workload pod that mounts vector-add's PVC on its node, and the leftovers.
+
+    Yields (state directory, the labelled workload namespace).
+    """
+    from kubernetes import client
+
+    sim_dir = os.path.dirname(sim.kubeconfig)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sample_caches.py")], check=True,
+                   env=dict(os.environ, GKM_SIM_DIR=sim_dir), capture_output=True)
+    returncode, report = playbook("deploy.yml", sim_dir)
+    assert returncode == 0, failure_messages(report)
+    pvcs = client.CoreV1Api(kube).list_namespaced_persistent_volume_claim(
+        WORKLOAD_NAMESPACE, label_selector=MANAGED + ",gkm.io/cache=vector-add").items
+    assert pvcs, "deploy.yml made no PVC of vector-add in %s" % WORKLOAD_NAMESPACE
+    pvc = pvcs[0]
+    node = pvc.metadata.labels["gkm.io/node"]
+    core = client.CoreV1Api(kube)
+    run_pod(core, WORKLOAD_NAMESPACE, "inference", node, pvc.metadata.name)
+    legacy = plant_leftovers(kube, node)
+    run_pod(core, legacy, "reader", node, GHOST_CACHE)
+    yield sim_dir, legacy
+    delete_pod(core, WORKLOAD_NAMESPACE, "inference")
+    try:
+        core.delete_namespace(legacy)
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+
+
+def test_undeploy_refuses_while_a_pod_mounts_a_cache(deployed, kube):
+    sim_dir, legacy = deployed
+    before = labelled_objects(kube)
+    assert {entry[0] for entry in before} >= DEPLOYED_KINDS, sorted(before)
+
+    returncode, report = playbook("undeploy.yml", sim_dir)
+
+    assert returncode != 0
+    messages = " ".join(failure_messages(report))
+    # The pod on a cache with a resource (cache_info) and the pod on the PVC of a cache without one.
+    assert "%s/inference" % WORKLOAD_NAMESPACE in messages
+    assert "%s/reader" % legacy in messages
+    assert "gkm_force=true" in messages
+    after = labelled_objects(kube)
+    assert {o for o in before if o[0] != "Pod"} == {o for o in after if o[0] != "Pod"}
+
+
+def test_forced_undeploy_leaves_nothing_labelled_as_ours(deployed, kube):
+    from kubernetes import client
+
+    sim_dir, legacy = deployed
+    core = client.CoreV1Api(kube)
+    returncode, report = playbook("undeploy.yml", sim_dir, "-e", "gkm_force=true", "-e", "gkm_remove_crds=true")
+    assert returncode == 0, failure_messages(report)
+
+    # The forced run leaves the mounted PVCs Terminating until their pods end, as the refusal message says.
+    delete_pod(core, WORKLOAD_NAMESPACE, "inference")
+    delete_pod(core, legacy, "reader")
+    assert wait_until_none_labelled(kube) == set()
+    crds = {crd.metadata.name for crd in client.ApiextensionsV1Api(kube).list_custom_resource_definition().items}
+    assert not {"gkmcaches.gkm.io", "clustergkmcaches.gkm.io"} & crds
+    # Workloads live in the labelled namespace: it stays, without our label.
+    namespace = core.read_namespace(legacy)
+    assert namespace.status.phase == "Active"
+    assert "app.kubernetes.io/managed-by" not in (namespace.metadata.labels or {})
