@@ -7,6 +7,8 @@ its refusal is run; the plan it would run is unit-tested, and its node patches (
 run here against kwok nodes named like kind's.
 """
 
+import os
+
 import pytest
 from kubernetes import client
 
@@ -37,7 +39,9 @@ def scoped(kube):
 
 
 def role_vars(sim, nodes, **extra):
-    return dict({"gpu_sim_nodes": nodes, "gpu_sim_scope": SCOPE, "gpu_sim_wait_timeout": 120}, **extra)
+    """The role's variables for the session's cluster (its state directory, which GKM_SIM_DIR may have moved)."""
+    return dict({"gpu_sim_nodes": nodes, "gpu_sim_scope": SCOPE, "gpu_sim_wait_timeout": 120,
+                 "gpu_sim_kwok_dir": os.path.dirname(sim.kubeconfig)}, **extra)
 
 
 def test_kwok_nodes_follow_the_list_across_runs(sim, kube, scoped, tmp_path):
