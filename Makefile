@@ -61,7 +61,7 @@ demo: sim-up ## Simulated GPU cluster, sample caches, deploy.yml with inventorie
 	$(PY) tools/sample_caches.py
 	$(VENV)/bin/ansible-playbook -i inventories/sim playbooks/deploy.yml
 
-test: setup lint pytest ## Run every test (ruff, ansible-lint, unit and integration; see `make sanity`, `make molecule`)
+test: setup lint pytest molecule ## Run every test (ruff, ansible-lint, unit and integration, molecule scenarios; see `make sanity`)
 
 pytest: setup ## Unit and integration tests in one run (starts and stops the simulated cluster if needed)
 	$(PYTEST) tests
@@ -84,8 +84,8 @@ unit: setup
 integration: setup
 	$(PYTEST) tests/integration -q
 
-molecule: sim-up ## The molecule scenarios on the simulated cluster (not yet part of `make test`)
-	@if [ -x tools/ci/molecule.sh ]; then tools/ci/molecule.sh; else echo "molecule: tools/ci/molecule.sh not there yet"; fi
+molecule: setup ## The molecule scenarios (tools/ci/molecule.sh starts and stops the simulated cluster it needs)
+	tools/ci/molecule.sh
 
 build: setup ## Build the collection tarball
 	$(VENV)/bin/ansible-galaxy collection build --force --output-path .cache/dist

@@ -63,10 +63,13 @@ fi
 
 cd "$ROOT" || exit 1
 failed=()
+summary=()
 for scenario in "${scenarios[@]}"; do
   if [ "$scenario" = kind ] && ! kind_available; then
-    echo "molecule kind: SKIPPED - it needs the kind binary and a running docker or podman, and this machine has" \
-         "neither; the same checks run on the simulated cluster in the default scenario."
+    line="molecule kind: SKIPPED - it needs the kind binary and a running docker or podman, and this machine has"
+    line+=" neither; the same checks run on the simulated cluster in the default scenario."
+    echo "$line"
+    summary+=("$line")
     continue
   fi
   echo "molecule $scenario: GKM_SIM_DIR=$GKM_SIM_DIR"
@@ -74,15 +77,67 @@ for scenario in "${scenarios[@]}"; do
   # reset: a run that was interrupted may have left molecule's state saying the scenario is prepared.
   molecule reset -s "$scenario" >/dev/null 2>&1
   if molecule test -s "$scenario"; then
-    echo "molecule $scenario: passed in $((SECONDS - start))s"
+    line="molecule $scenario: passed in $((SECONDS - start))s"
   else
-    echo "molecule $scenario: FAILED after $((SECONDS - start))s"
+    line="molecule $scenario: FAILED after $((SECONDS - start))s"
     failed+=("$scenario")
   fi
+  echo "$line"
+  summary+=("$line")
 done
 
+# Whatever ran, the cluster must be as the scenarios found it: another test session (pytest) may use it next.
+if $needs_sim; then
+  if leftovers=$(KUBECONFIG="$GKM_SIM_DIR/kubeconfig" "$VENV_BIN/python" - <<'PYTHON'
+import time
+
+from kubernetes import client, config
+
+api = config.new_client_from_config()
+core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+custom = client.CustomObjectsApi(api)
+OURS = "app.kubernetes.io/managed-by=gkm.cluster"
+
+
+def leftovers():
+    found = ["Namespace %s" % ns.metadata.name for selector in (OURS, "gkm.io/molecule=true")
+             for ns in core.list_namespace(label_selector=selector).items]
+    found += ["PersistentVolume %s" % pv.metadata.name for pv in core.list_persistent_volume(label_selector=OURS).items]
+    for kind, items in (("PersistentVolumeClaim", core.list_persistent_volume_claim_for_all_namespaces),
+                        ("Pod", core.list_pod_for_all_namespaces), ("Job", batch.list_job_for_all_namespaces)):
+        found += ["%s %s/%s" % (kind, o.metadata.namespace, o.metadata.name) for o in items(label_selector=OURS).items]
+    for plural in ("gkmcaches", "clustergkmcaches"):
+        try:
+            items = custom.list_cluster_custom_object("gkm.io", "v1alpha1", plural)["items"]
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+            items = []
+        found += ["%s %s" % (plural, "/".join(filter(None, [o["metadata"].get("namespace"), o["metadata"]["name"]])))
+                  for o in items]
+    return found
+
+
+# Undeploy deletes in the background: give what is Terminating a minute to go.
+deadline = time.monotonic() + 60
+found = leftovers()
+while found and time.monotonic() < deadline:
+    time.sleep(2)
+    found = leftovers()
+print(", ".join(found))
+PYTHON
+  ) && [ -z "$leftovers" ]; then
+    summary+=("molecule: the cluster holds no caches, no objects labelled as ours and no scenario namespaces")
+  else
+    summary+=("molecule: LEFTOVERS on the cluster after the scenarios: ${leftovers:-could not read the cluster}")
+    failed+=(leftovers)
+  fi
+fi
+
+echo "molecule summary (GKM_SIM_DIR=$GKM_SIM_DIR):"
+printf '  %s\n' "${summary[@]}"
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "molecule: failed scenarios: ${failed[*]}"
+  echo "molecule: failed: ${failed[*]}"
   exit 1
 fi
 echo "molecule: all scenarios passed"
