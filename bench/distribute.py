@@ -124,7 +124,7 @@ def main():
     log("%d objects per converge" % objects)
 
     cold, noop, kubectl, cold_requests, noop_requests, cold_writes, noop_writes = [], [], [], [], [], [], []
-    record_runs, record_writes = [], []
+    record_runs, record_writes, noop_module, cli_floor = [], [], [], []
     for round_number in range(options.repeat):
         started = time.monotonic()
         result = run_module("cache_distribute", kubeconfig, **args)
@@ -143,8 +143,10 @@ def main():
             started = time.monotonic()
             again = run_module("cache_distribute", kubeconfig, **args)
             noop.append(time.monotonic() - started)
+            noop_module.append(again["duration_seconds"])
             noop_requests.append(again["api_requests"])
             noop_writes.append(again["api_writes"])
+            cli_floor.append(ansible_cli_floor())
         remove_all(kubeconfig, args, raw)
 
         started = time.monotonic()
@@ -173,6 +175,8 @@ def main():
         "record_run_writes": int(statistics.median(record_writes)),
         "noop_rerun_seconds": round(statistics.median(noop), 3),
         "noop_rerun_runs_s": [round(v, 3) for v in noop],
+        "noop_module_seconds": round(statistics.median(noop_module), 3),
+        "ansible_cli_floor_s": round(statistics.median(cli_floor), 3),
         "naive_per_object_s": round(naive_per_object, 4),
         "ours_per_object_s": round(ours_cold / objects, 5),
         "speedup_vs_naive_loop": round(naive_per_object / (ours_cold / objects), 1),
@@ -180,7 +184,10 @@ def main():
         "api_writes_cold": int(statistics.median(cold_writes)),
         "api_requests_noop": int(statistics.median(noop_requests)),
         "api_writes_noop": max(noop_writes),
-        "notes": "times include ansible start-up of the module; cold = no objects of the cache exist, wait=false",
+        "notes": "times include ansible start-up of the module; cold = no objects of the cache exist, wait=false; "
+                 "noop_module_seconds is the module's own duration_seconds; ansible_cli_floor_s is "
+                 "`ansible localhost -m ansible.builtin.ping` measured right after each no-op run",
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
     if not options.keep_nodes:  # the cluster is shared: other tests should not see 500 extra GPU nodes
         raw.map(lambda name: raw.delete("Node", name), node_names)
@@ -189,6 +196,14 @@ def main():
         json.dump(results, handle, indent=2, sort_keys=True)
         handle.write("\n")
     print(json.dumps(results, indent=2, sort_keys=True))
+
+
+def ansible_cli_floor():
+    """Wall time of the cheapest module run through the same CLI: what any module costs before its own work."""
+    started = time.monotonic()
+    subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible"), "localhost", "-m", "ansible.builtin.ping"],
+                   check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, ANSIBLE_LOCALHOST_WARNING="0"))
+    return time.monotonic() - started
 
 
 def naive_loop(kubeconfig, spec, raw, subset, args):

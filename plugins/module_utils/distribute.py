@@ -129,14 +129,19 @@ def gather_facts(kube, spec):
     return facts
 
 
+# Finished pods neither mount a PVC nor say why an extraction is stuck; after a converge they are most
+# of a namespace's pods (one per extraction Job), so the server leaves them out.
+UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
 def list_pods(kube, spec, objects, existing_namespaces=None):
-    """Pods of every namespace the cache has or wants PVCs in (to see who mounts what)."""
+    """Unfinished pods of every namespace the cache has or wants PVCs in (who mounts what, stuck Jobs)."""
     namespaces = set(spec.namespaces) if spec else set()
     for kind in ("PersistentVolumeClaim", "Job"):
         namespaces.update(obj["metadata"]["namespace"] for obj in objects.get(kind, []))
     if existing_namespaces is not None:
         namespaces &= existing_namespaces
-    results = kube.map(lambda ns: kube.list("Pod", namespace=ns), sorted(namespaces))
+    results = kube.map(lambda ns: kube.list("Pod", namespace=ns, field_selector=UNFINISHED_PODS), sorted(namespaces))
     failures = [r for r in results if isinstance(r, Exception)]
     if failures:
         raise DistributeError("listing pods failed: %s" % failures[0])
