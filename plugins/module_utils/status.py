@@ -75,7 +75,7 @@ def slot_phase(slot, pvc, job, job_pods):
     if slot.outcome == "blocked":
         return PENDING, slot.reason, []
     marker = ((pvc or {}).get("metadata", {}).get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
-    if marker.split(":", 1)[-1].startswith(slot.digest):
+    if slot.digest and marker.split(":", 1)[-1].startswith(slot.digest):
         return EXTRACTED, None, []
     if job is None:
         return PENDING, "the extraction Job does not exist yet", []
@@ -220,7 +220,7 @@ def slots_from_live(objects):
     newest = max(pvcs + jobs, key=_created, default=None)
     if newest is None:
         return [], []
-    current = newest["metadata"]["labels"].get(DIGEST_LABEL)
+    current = _slot_key(newest)[2]
     jobs_by_slot = {_slot_key(job): job["metadata"]["name"] for job in jobs}
     slots, nodes = [], set()
     for pvc in sorted(pvcs, key=lambda o: (o["metadata"].get("namespace"), o["metadata"]["name"])):
@@ -236,4 +236,5 @@ def slots_from_live(objects):
 
 def _slot_key(obj):
     labels = obj["metadata"].get("labels") or {}
-    return (obj["metadata"].get("namespace"), labels.get(NODE_LABEL, ""), labels.get(DIGEST_LABEL))
+    # Objects labelled by hand or by an older version may lack the digest: they still belong to the cache.
+    return (obj["metadata"].get("namespace"), labels.get(NODE_LABEL, ""), labels.get(DIGEST_LABEL, ""))

@@ -123,3 +123,16 @@ def test_caches_known_only_from_the_cluster():
     slots, nodes = status.slots_from_live(caches[("c", "")])
     assert [(s.pvc, s.outcome, s.job) for s in slots] == [("new", "current", "job-new"), ("old", "outdated", None)]
     assert nodes == ["n1"]
+
+
+def test_objects_without_a_digest_label_still_get_a_status():
+    """A PVC labelled by hand or by an older version: cache_info reports it instead of failing."""
+    pvc = {"metadata": {"name": "hand-made", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z",
+                        "labels": {"gkm.io/cache": "c", "gkm.io/node": "n1"},
+                        "annotations": {EXTRACTED_ANNOTATION: "sha256:" + DIGEST}}}
+    live = {"PersistentVolumeClaim": [pvc]}
+    slots, nodes = status.slots_from_live(status.group_by_cache(live)[("c", "")])
+    assert [(s.pvc, s.outcome, s.digest) for s in slots] == [("hand-made", "current", "")]
+    result = status.cache_status(slots, nodes, [], {}, live, [])
+    # Without a digest, the extraction marker cannot say which image is on the volume.
+    assert [entry["phase"] for entry in result["entries"]] == ["Pending"]
