@@ -61,12 +61,12 @@ demo: sim-up ## Simulated GPU cluster, sample caches, deploy.yml with inventorie
 	$(PY) tools/sample_caches.py
 	$(VENV)/bin/ansible-playbook -i inventories/sim playbooks/deploy.yml
 
-test: setup lint pytest molecule ## Run every test (ruff, ansible-lint, unit and integration, molecule scenarios; see `make sanity`)
+test: setup lint sanity pytest molecule ## Run every test (ruff, ansible-lint, ansible-test sanity, unit and integration, molecule)
 
 pytest: setup ## Unit and integration tests in one run (starts and stops the simulated cluster if needed)
 	$(PYTEST) tests
 
-lint: ruff ansible-lint ## ruff and ansible-lint (production profile); ansible-test sanity is `make sanity`
+lint: ruff ansible-lint ## ruff and ansible-lint (production profile)
 
 ruff: venv
 	$(VENV)/bin/ruff check .
@@ -75,7 +75,7 @@ ansible-lint: setup
 	@if compgen -G "roles/*/tasks" >/dev/null || compgen -G "playbooks/*.yml" >/dev/null; then \
 	  $(VENV)/bin/ansible-lint --profile production --offline; else echo "ansible-lint: no roles or playbooks yet"; fi
 
-sanity: setup ## ansible-test sanity (not yet clean: not part of `make test` until it is)
+sanity: setup ## ansible-test sanity, no ignore entries (a copy of the collection under ~/.cache)
 	tools/ci/sanity.sh
 
 unit: setup

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Push one kernel-cache image to the simulated cluster's registry unless the tag is already there.
 
     push_cache.py REPOSITORY TAG [--kind triton|vllm] [--kernels N] [--seed N] [--registry HOST:PORT]

@@ -21,7 +21,7 @@ description:
   - With O(state=absent) the cache's distributed objects are removed; the resource itself is left to the caller.
   - Check mode is a server-side dry run and reports the plan; no status is written.
 author:
-  - gkm.cluster contributors
+  - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gkm.cluster.distribution
