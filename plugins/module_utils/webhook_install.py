@@ -28,6 +28,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.naming import name_pro
 from ansible_collections.gkm.cluster.plugins.module_utils.tls import not_after
 
 POLL_SECONDS = 1.0
+# Made in every namespace by kube-controller-manager: it does not make a namespace anyone's.
+SERVER_MADE_CONFIGMAPS = ("kube-root-ca.crt",)
 # Server-filled bookkeeping left out of diffs.
 _VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "generation", "creationTimestamp")
 
@@ -141,6 +143,7 @@ class Installer:
         self.results = []
         self.diffs = []
         self.namespace_exists = None
+        self.kept = []
 
     @property
     def changed(self):
@@ -300,8 +303,24 @@ class Installer:
         self.remove("ServiceAccount", settings.name, settings.namespace)
         live_namespace = self.kube.get("Namespace", settings.namespace)
         ours = objects.labels(settings)
-        if live_namespace is not None and is_subset(ours, (live_namespace.get("metadata") or {}).get("labels") or {}):
-            self.remove("Namespace", settings.namespace)
+        if live_namespace is None or not is_subset(ours, (live_namespace.get("metadata") or {}).get("labels") or {}):
+            return
+        residents = self.residents()
+        if residents:
+            self.kept.extend("{0}: holds {1}".format(_describe("Namespace", None, settings.namespace), resident)
+                             for resident in residents)
+            return
+        self.remove("Namespace", settings.namespace)
+
+    def residents(self):
+        """What else lives in our namespace: deleting it would take those along (for example the ownership
+        records of components installed beside the webhook, which their own removal reads later)."""
+        namespace = self.settings.namespace
+        found = ["ConfigMap " + item["metadata"]["name"] for item in self.kube.list("ConfigMap", namespace)
+                 if item["metadata"]["name"] not in SERVER_MADE_CONFIGMAPS]
+        found += ["Secret " + item["metadata"]["name"] for item in self.kube.list("Secret", namespace)
+                  if item.get("type") != "kubernetes.io/service-account-token"]
+        return sorted(found)
 
 
 def url_ready(url, ca_bundle, timeout=5):
@@ -336,6 +355,8 @@ def run(params, check_mode, make_api_client):
         "webhook_configuration": settings.cluster_name,
         "api_writes": kube.writes,
     }
+    if installer.kept:
+        result["kept"] = installer.kept
     if tls_result is not None:
         result["tls"] = tls_result
     return result, installer.diffs

@@ -21,7 +21,8 @@ description:
     MutatingWebhookConfiguration. A half-finished install therefore never sends a pod to a server that is
     not there.
   - O(state=absent) removes the MutatingWebhookConfiguration first, then the rest; the namespace is removed
-    only when this module created it.
+    only when this module created it and it holds no other ConfigMap or Secret (such as the ownership
+    records of components installed beside the webhook, which their own removal still needs).
   - Every object is read first and written (server-side apply, field manager C(gkm.cluster)) only when it
     differs, so a re-run with nothing to do reports C(changed=false) and writes nothing, certificates included.
   - Check mode runs every write as a server-side dry run; diff mode shows each changed object (Secret values hidden).
@@ -194,6 +195,12 @@ objects:
     action:
       description: created, updated, unchanged, deleted or absent.
       type: str
+kept:
+  description: With O(state=absent), why the namespace stays (each ConfigMap or Secret that still lives there).
+  returned: when the namespace was kept
+  type: list
+  elements: str
+  sample: ["Namespace gkm-system: holds ConfigMap gkm-cluster-ownership"]
 webhook_configuration:
   description: Name of the MutatingWebhookConfiguration.
   returned: always

@@ -248,3 +248,25 @@ def _namespace_gone(kube, namespace):
         return client.CoreV1Api(kube).read_namespace(namespace).status.phase == "Terminating"
     except ApiException as error:
         return error.status == 404
+
+
+def test_removal_keeps_a_namespace_that_still_holds_records_of_others(sim, kube):
+    """undeploy removes the webhook before cert-manager and Kyverno, whose ownership ConfigMaps live in the
+    same namespace: deleting the namespace then would make their removal forget that we installed them."""
+    name, namespace = unique("wh"), unique("gkm-wh")
+    core = client.CoreV1Api(kube)
+    args = dict(name=name, namespace=namespace, endpoint="url", url="https://127.0.0.1:%d/mutate" % free_port(),
+                tls_mode="provided", ca_bundle=tls.new_ca("external CA")[0], wait=False)
+    install(sim.kubeconfig, **args)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "ownership-record"}, "data": {"a": "b"}})
+
+    kept = install(sim.kubeconfig, name=name, namespace=namespace, endpoint="url", state="absent")
+    assert kept["kept"] == ["Namespace %s: holds ConfigMap ownership-record" % namespace]
+    assert core.read_namespace(namespace).status.phase == "Active"
+    assert ("Namespace", "absent") not in {(e["kind"], e["action"]) for e in kept["objects"]}
+
+    core.delete_namespaced_config_map("ownership-record", namespace)
+    removed = install(sim.kubeconfig, name=name, namespace=namespace, endpoint="url", state="absent")
+    assert removed["changed"] and "kept" not in removed
+    assert ("Namespace", namespace, "deleted") in {(e["kind"], e["name"], e["action"]) for e in removed["objects"]}
+    wait_until("namespace gone or terminating", lambda: _namespace_gone(kube, namespace))
