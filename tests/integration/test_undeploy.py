@@ -22,6 +22,8 @@ import uuid
 
 import pytest
 
+from tests.helpers import platform
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANAGED = "app.kubernetes.io/managed-by=gkm.cluster"
 # What deploy.yml writes with inventories/sim: the webhook's namespace and configuration, and per cache the
@@ -29,6 +31,7 @@ MANAGED = "app.kubernetes.io/managed-by=gkm.cluster"
 DEPLOYED_KINDS = {"Namespace", "MutatingWebhookConfiguration", "PersistentVolumeClaim", "PersistentVolume", "Job"}
 WORKLOAD_NAMESPACE = "gkm-demo"
 GHOST_CACHE = "ghost-cache"
+plain_node = platform.plain_node
 
 
 def playbook(name, sim_dir, *extra):
@@ -222,3 +225,34 @@ def test_forced_undeploy_leaves_nothing_labelled_as_ours(deployed, kube):
     namespace = core.read_namespace(legacy)
     assert namespace.status.phase == "Active"
     assert "app.kubernetes.io/managed-by" not in (namespace.metadata.labels or {})
+
+
+def test_undeploy_removes_the_kyverno_it_installed(sim, kube, plain_node, tmp_path):
+    """Kyverno's ownership record lives in the webhook's namespace, which undeploy empties before it removes
+    Kyverno: the record must survive that step, or undeploy would forget that we installed Kyverno and strand it.
+    Kyverno is the stand-in (tests/fixtures/standins): its objects, not its behaviour."""
+    from kubernetes import client
+
+    sim_dir = os.path.dirname(sim.kubeconfig)
+    manifest, standin_objects = platform.standin(tmp_path, "kyverno.yaml", "v1.15.1")
+    kyverno = ["-e", json.dumps({
+        "gkm_signature_policies": True, "kyverno_manifest_path": manifest, "kyverno_wait_timeout": 60,
+        "kyverno_readiness_retries": 3, "kyverno_readiness_delay": 1,
+        "kyverno_attestor_keyless_issuer": "https://token.actions.githubusercontent.com",
+        "kyverno_attestor_keyless_subject": "https://github.com/example-org/caches/.github/workflows/build.yml"
+                                            "@refs/heads/main"})]
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sample_caches.py")], check=True,
+                   env=dict(os.environ, GKM_SIM_DIR=sim_dir), capture_output=True)
+    try:
+        returncode, report = playbook("deploy.yml", sim_dir, *kyverno)
+        assert returncode == 0, failure_messages(report)
+        assert platform.record(kube, "gkm-system", "kyverno"), "deploy.yml did not record that it installed Kyverno"
+
+        returncode, report = playbook("undeploy.yml", sim_dir, "-e", "gkm_force=true", *kyverno)
+        assert returncode == 0, failure_messages(report)
+        assert not platform.crd_exists(kube, "clusterpolicies.kyverno.io"), "undeploy left the Kyverno it installed"
+        assert wait_until_none_labelled(kube) == set()
+        assert "gkm-system" not in {ns.metadata.name for ns in client.CoreV1Api(kube).list_namespace().items
+                                    if ns.status.phase == "Active"}
+    finally:
+        platform.delete_objects(kube, standin_objects)
