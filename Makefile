@@ -15,7 +15,7 @@ PYTEST      := $(PY) -m pytest
 
 .PHONY: help setup venv debian-packages binaries cli-tools collection-link sim-up sim-down sim-status demo \
         test pytest lint ruff ansible-lint sanity unit integration molecule build \
-        bench-extract bench-distribute bench-webhook
+        bench-extract bench-distribute bench-webhook bench-deploy
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -98,3 +98,6 @@ bench-distribute: sim-up ## Distribution benchmark -> bench/results/distribute.j
 
 bench-webhook: sim-up ## Webhook benchmark -> bench/results/webhook.json
 	$(PY) bench/webhook.py
+
+bench-deploy: setup ## deploy.yml, its no-change re-run and undeploy.yml on a cluster of its own -> bench/results/deploy.json
+	$(PY) bench/deploy.py
