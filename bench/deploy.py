@@ -16,56 +16,54 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tests.helpers.modules import ansible_cli_floor  # noqa: E402
+from tests.helpers.roles import run_sim_playbook  # noqa: E402
+
 SIM_DIR = os.environ.get("GKM_SIM_DIR", "/tmp/gkm-sim-deploy")
 ROUNDS = int(os.environ.get("GKM_BENCH_REPEATS", "3"))
-BIN = os.path.join(ROOT, ".venv", "bin")
-ENV = dict(os.environ, GKM_SIM_DIR=SIM_DIR, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-           ANSIBLE_LOCALHOST_WARNING="0",
-           ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([os.path.join(ROOT, ".cache", "collections"),
-                                                     os.path.join(ROOT, ".venv", "lib", "python3.11",
-                                                                  "site-packages")]))
+PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 
 
 def log(message):
     print("[bench-deploy] %s" % message, file=sys.stderr, flush=True)
 
 
-def timed(command):
+def playbook(name, *options):
+    """(seconds, tasks changed) of one run of playbooks/<name> with inventories/sim; fails loudly on failure."""
     started = time.monotonic()
-    completed = subprocess.run(command, env=ENV, capture_output=True, text=True, check=False)
-    return time.monotonic() - started, completed
+    run = run_sim_playbook(name, SIM_DIR, *options)
+    seconds = time.monotonic() - started
+    if not run.ok:
+        raise SystemExit("%s failed: %s\n%s" % (name, run.failures(), run.stderr[-2000:]))
+    return seconds, run.changed
 
 
-def playbook(name, *extra):
-    """(seconds, tasks changed) of one ansible-playbook run with inventories/sim; fails loudly on failure."""
-    seconds, completed = timed([os.path.join(BIN, "ansible-playbook"), "-i", os.path.join(ROOT, "inventories", "sim"),
-                                os.path.join(ROOT, "playbooks", name), *extra])
+def tool(*command):
+    """Seconds of one tools/ script run against SIM_DIR; fails loudly on failure."""
+    started = time.monotonic()
+    completed = subprocess.run([PYTHON, *command], env=dict(os.environ, GKM_SIM_DIR=SIM_DIR), capture_output=True,
+                               text=True, check=False)
     if completed.returncode != 0:
-        raise SystemExit("%s failed:\n%s\n%s" % (name, completed.stdout[-4000:], completed.stderr[-2000:]))
-    stats = json.loads(completed.stdout)["stats"]
-    return seconds, sum(host["changed"] for host in stats.values())
+        raise SystemExit("%s failed: %s" % (" ".join(command), completed.stderr[-2000:]))
+    return time.monotonic() - started
 
 
 def sim(*args):
-    seconds, completed = timed([os.path.join(BIN, "python"), os.path.join(ROOT, "tools", "sim-cluster", "sim.py"),
-                                *args])
-    if completed.returncode != 0:
-        raise SystemExit("sim.py %s failed: %s" % (" ".join(args), completed.stderr[-2000:]))
-    return seconds
+    return tool(os.path.join(ROOT, "tools", "sim-cluster", "sim.py"), *args)
 
 
 def main():
     results_path = os.path.join(ROOT, "bench", "results", "deploy.json")
     sim_up = sim("up")
     try:
-        samples, completed = timed([os.path.join(BIN, "python"), os.path.join(ROOT, "tools", "sample_caches.py")])
-        if completed.returncode != 0:
-            raise SystemExit("sample_caches.py failed: %s" % completed.stderr[-2000:])
+        samples = tool(os.path.join(ROOT, "tools", "sample_caches.py"))
         rounds = []
         for number in range(ROUNDS):
             deploy_s, deploy_changed = playbook("deploy.yml")
             rerun_s, rerun_changed = playbook("deploy.yml")
-            floor_s = timed([os.path.join(BIN, "ansible"), "localhost", "-m", "ansible.builtin.ping"])[0]
+            floor_s = ansible_cli_floor()
             undeploy_s, _ = playbook("undeploy.yml", "-e", "gkm_force=true")
             rounds.append({"deploy_s": round(deploy_s, 2), "deploy_changed_tasks": deploy_changed,
                            "rerun_s": round(rerun_s, 2), "rerun_changed_tasks": rerun_changed,

@@ -27,7 +27,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes, kube
 from ansible_collections.gkm.cluster.plugins.module_utils import plan as planner  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import build_spec, gather_facts  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
-from tests.helpers.modules import COLLECTIONS, run_module  # noqa: E402
+from tests.helpers.modules import COLLECTIONS, ansible_cli_floor, run_module  # noqa: E402
 
 BENCH_LABEL = "gkm.io/bench"
 RESULTS = os.path.join(ROOT, "bench", "results", "distribute.json")
@@ -196,14 +196,6 @@ def main():
         json.dump(results, handle, indent=2, sort_keys=True)
         handle.write("\n")
     print(json.dumps(results, indent=2, sort_keys=True))
-
-
-def ansible_cli_floor():
-    """Wall time of the cheapest module run through the same CLI: what any module costs before its own work."""
-    started = time.monotonic()
-    subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible"), "localhost", "-m", "ansible.builtin.ping"],
-                   check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, ANSIBLE_LOCALHOST_WARNING="0"))
-    return time.monotonic() - started
 
 
 def naive_loop(kubeconfig, spec, raw, subset, args):

@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
@@ -24,6 +25,14 @@ def run_module(module, kubeconfig, check=False, diff=False, **args):
     except (ValueError, KeyError, IndexError) as error:
         raise AssertionError("ansible gave no JSON result: %s %s" % (
             completed.stdout[-2000:], completed.stderr[-2000:])) from error
+
+
+def ansible_cli_floor():
+    """Seconds of the cheapest module run through the `ansible` CLI: what any task costs before its own work."""
+    started = time.monotonic()
+    subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible"), "localhost", "-m", "ansible.builtin.ping"],
+                   check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, ANSIBLE_LOCALHOST_WARNING="0"))
+    return time.monotonic() - started
 
 
 # The simulated control plane's own components authenticate as the admin too; their writes (Job status,

@@ -63,8 +63,18 @@ def run_playbook(play, tmp_path, check=False, diff=False, env=None, timeout=900)
     path = os.path.join(str(tmp_path), "playbook-%d.yml" % len(os.listdir(str(tmp_path))))
     with open(path, "w") as handle:
         yaml.safe_dump([dict({"hosts": "localhost", "gather_facts": False}, **play)], handle, sort_keys=False)
-    command = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), path]
-    command += (["--check"] if check else []) + (["--diff"] if diff else [])
+    options = (["--check"] if check else []) + (["--diff"] if diff else [])
+    return _ansible_playbook([path, *options], env, timeout)
+
+
+def run_sim_playbook(name, sim_dir, *options, timeout=900):
+    """playbooks/<name> with inventories/sim against the simulated cluster in sim_dir, as users run it."""
+    return _ansible_playbook(["-i", os.path.join(ROOT, "inventories", "sim"), os.path.join(ROOT, "playbooks", name),
+                              *options], {"GKM_SIM_DIR": sim_dir}, timeout)
+
+
+def _ansible_playbook(arguments, env, timeout):
+    command = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), *arguments]
     run_env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="json",
                    ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
                    ANSIBLE_DEPRECATION_WARNINGS="0", **(env or {}))

@@ -23,6 +23,7 @@ import uuid
 import pytest
 
 from tests.helpers import platform
+from tests.helpers.roles import run_sim_playbook
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANAGED = "app.kubernetes.io/managed-by=gkm.cluster"
@@ -35,29 +36,8 @@ plain_node = platform.plain_node
 
 
 def playbook(name, sim_dir, *extra):
-    env = dict(os.environ, GKM_SIM_DIR=sim_dir, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-               ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([
-                   os.path.join(ROOT, ".cache", "collections"),
-                   os.path.join(ROOT, ".venv", "lib", "python3.11", "site-packages")]))
-    command = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", os.path.join(ROOT, "inventories", "sim"),
-               os.path.join(ROOT, "playbooks", name), "-e", "gkm_platform=none", *extra]
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
-    try:
-        report = json.loads(completed.stdout)
-    except ValueError as error:
-        raise AssertionError("%s gave no JSON: %s %s" % (name, completed.stdout[-3000:], completed.stderr[-3000:])) \
-            from error
-    return completed.returncode, report
-
-
-def failure_messages(report):
-    messages = []
-    for play in report["plays"]:
-        for task in play["tasks"]:
-            result = task["hosts"].get("localhost") or {}
-            if result.get("failed"):
-                messages.append(result.get("msg", ""))
-    return messages
+    """The playbook against the session's cluster, which is already up (no gpu_sim role)."""
+    return run_sim_playbook(name, sim_dir, "-e", "gkm_platform=none", *extra)
 
 
 def labelled_objects(kube):
@@ -170,8 +150,8 @@ def deployed(sim, kube):
     sim_dir = os.path.dirname(sim.kubeconfig)
     subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sample_caches.py")], check=True,
                    env=dict(os.environ, GKM_SIM_DIR=sim_dir), capture_output=True)
-    returncode, report = playbook("deploy.yml", sim_dir)
-    assert returncode == 0, failure_messages(report)
+    run = playbook("deploy.yml", sim_dir)
+    assert run.returncode == 0, run.failures()
     pvcs = client.CoreV1Api(kube).list_namespaced_persistent_volume_claim(
         WORKLOAD_NAMESPACE, label_selector=MANAGED + ",gkm.io/cache=vector-add").items
     assert pvcs, "deploy.yml made no PVC of vector-add in %s" % WORKLOAD_NAMESPACE
@@ -195,10 +175,10 @@ def test_undeploy_refuses_while_a_pod_mounts_a_cache(deployed, kube):
     before = labelled_objects(kube)
     assert {entry[0] for entry in before} >= DEPLOYED_KINDS, sorted(before)
 
-    returncode, report = playbook("undeploy.yml", sim_dir)
+    run = playbook("undeploy.yml", sim_dir)
 
-    assert returncode != 0
-    messages = " ".join(failure_messages(report))
+    assert run.returncode != 0
+    messages = " ".join(run.failures())
     # The pod on a cache with a resource (cache_info) and the pod on the PVC of a cache without one.
     assert "%s/inference" % WORKLOAD_NAMESPACE in messages
     assert "%s/reader" % legacy in messages
@@ -212,8 +192,8 @@ def test_forced_undeploy_leaves_nothing_labelled_as_ours(deployed, kube):
 
     sim_dir, legacy = deployed
     core = client.CoreV1Api(kube)
-    returncode, report = playbook("undeploy.yml", sim_dir, "-e", "gkm_force=true", "-e", "gkm_remove_crds=true")
-    assert returncode == 0, failure_messages(report)
+    run = playbook("undeploy.yml", sim_dir, "-e", "gkm_force=true", "-e", "gkm_remove_crds=true")
+    assert run.returncode == 0, run.failures()
 
     # The forced run leaves the mounted PVCs Terminating until their pods end, as the refusal message says.
     delete_pod(core, WORKLOAD_NAMESPACE, "inference")
@@ -244,12 +224,12 @@ def test_undeploy_removes_the_kyverno_it_installed(sim, kube, plain_node, tmp_pa
     subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sample_caches.py")], check=True,
                    env=dict(os.environ, GKM_SIM_DIR=sim_dir), capture_output=True)
     try:
-        returncode, report = playbook("deploy.yml", sim_dir, *kyverno)
-        assert returncode == 0, failure_messages(report)
+        run = playbook("deploy.yml", sim_dir, *kyverno)
+        assert run.returncode == 0, run.failures()
         assert platform.record(kube, "gkm-system", "kyverno"), "deploy.yml did not record that it installed Kyverno"
 
-        returncode, report = playbook("undeploy.yml", sim_dir, "-e", "gkm_force=true", *kyverno)
-        assert returncode == 0, failure_messages(report)
+        run = playbook("undeploy.yml", sim_dir, "-e", "gkm_force=true", *kyverno)
+        assert run.returncode == 0, run.failures()
         assert not platform.crd_exists(kube, "clusterpolicies.kyverno.io"), "undeploy left the Kyverno it installed"
         assert wait_until_none_labelled(kube) == set()
         assert "gkm-system" not in {ns.metadata.name for ns in client.CoreV1Api(kube).list_namespace().items
