@@ -23,9 +23,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, ROOT)
 
-from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes, kube  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils import plan as planner  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import build_spec, gather_facts  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import build_spec, gather_facts  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
 from tests.helpers.modules import COLLECTIONS, ansible_cli_floor, run_module  # noqa: E402
 

@@ -28,7 +28,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, ".cache", "collections"), ROOT]
 
-from ansible_collections.gkm.cluster.plugins.module_utils import cache_pull, extract  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive as extract  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
 
 TOOLS_BIN = os.path.expanduser("~/.cache/gkm-cluster/tools/bin")

@@ -192,8 +192,8 @@ def run_benchmark(args):
 
     from kubernetes import client, config
 
-    from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes
-    from ansible_collections.gkm.cluster.plugins.module_utils.kube import Kube
+    from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+    from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
     from tests.helpers.webhook import (
         CertificateFiles,
         LocalWebhookServer,

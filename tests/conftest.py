@@ -148,7 +148,7 @@ def sim_nodes(kube):
     """Adds simulated nodes (node groups as in gpu_nodes.py), waits until Ready, removes them afterwards."""
     from kubernetes import client
 
-    from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes
+    from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
     core = client.CoreV1Api(kube)
     added = []

@@ -6,7 +6,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    # Options of plugins/module_utils/cache_args.py DISTRIBUTION_ARG_SPEC.
+    # Options of plugins/module_utils/distribute/args.py DISTRIBUTION_ARG_SPEC.
     DOCUMENTATION = r"""
 options:
   registry_username:

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kind_cluster
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import kind_cluster
 
 
 def kind_plan(groups, cluster, config_path, kubeconfig, kind="kind", engine="docker", node_image=None,

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kyverno_policy
+from ansible_collections.gkm.cluster.plugins.module_utils.platform import kyverno_policy
 
 
 def kyverno_verify_policies(formats, public_key=None, keyless_issuer=None, keyless_subject=None,

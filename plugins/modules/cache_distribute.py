@@ -187,16 +187,16 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
-from ansible_collections.gkm.cluster.plugins.module_utils.cache_args import DISTRIBUTION_ARG_SPEC  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import DistributeError, distribute  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.kube import (  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import (  # noqa: E402
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     Kube,
     KubeError,
     api_client_from_auth,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.oci import HAS_ORAS, ORAS_IMPORT_ERROR  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import HAS_ORAS, ORAS_IMPORT_ERROR  # noqa: E402
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
 
 CACHE_ARG_SPEC = dict(

@@ -26,7 +26,7 @@ description:
   - A marker file C(.gkm-cache.json) in O(dest) records the image, digest and written tree; a re-run with
     the same digest and an intact tree changes nothing and downloads no layer.
   - The same code runs as a command inside the extraction Job's container,
-    C(python -m ansible_collections.gkm.cluster.plugins.module_utils.cache_extract_cli).
+    C(python -m ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main).
 version_added: "0.1.0"
 author:
   - gkm.cluster contributors (@gkm-cluster)
@@ -245,8 +245,8 @@ import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
-from ansible_collections.gkm.cluster.plugins.module_utils import cache_pull  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.oci import HAS_ORAS, ORAS_IMPORT_ERROR  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import HAS_ORAS, ORAS_IMPORT_ERROR  # noqa: E402
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
 
 REGISTRY_OPTIONS = {

@@ -72,15 +72,15 @@ api_requests:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import DistributeError, describe  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.kube import (  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import (  # noqa: E402
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     Kube,
     KubeError,
     api_client_from_auth,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.naming import name_problem  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, describe  # noqa: E402
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
 
 

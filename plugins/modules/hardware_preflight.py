@@ -145,8 +145,8 @@ import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kube  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.preflight_gather import run  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.platform.preflight_gather import run  # noqa: E402
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
 
 

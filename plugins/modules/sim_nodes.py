@@ -127,8 +127,8 @@ import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kube  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.sim_nodes import SimNodesError, reconcile  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim.sim_nodes import SimNodesError, reconcile  # noqa: E402
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
 
 

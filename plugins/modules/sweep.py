@@ -79,7 +79,7 @@ import json  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
-from ansible_collections.gkm.cluster.plugins.module_utils.kube import (  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import (  # noqa: E402
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     Kube,

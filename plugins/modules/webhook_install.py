@@ -228,8 +228,8 @@ import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kube, tls  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook_install import InstallError, run  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube, tls  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import InstallError, run  # noqa: E402
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
 
 

@@ -10,8 +10,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
-from ansible_collections.gkm.cluster.plugins.module_utils import sim_nodes
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import sim_nodes
 
 STANDINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "standins")
 

@@ -17,11 +17,12 @@ import urllib.request
 
 from kubernetes import client
 
-from ansible_collections.gkm.cluster.plugins.module_utils import naming, tls, webhook_install
+from ansible_collections.gkm.cluster.plugins.module_utils.common import naming, tls
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook import install as webhook_install
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
-SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook_server"
+SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server"
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 DIGEST = "sha256:" + "c0ffee" * 10 + "abcd"
 

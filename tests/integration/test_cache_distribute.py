@@ -55,8 +55,8 @@ def untolerated(**args):
 @pytest.fixture
 def gpu_node(kube):
     """Adds one kwok GPU worker (raw JSON: the typed client rejects a Node without full nodeInfo)."""
-    from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes
-    from ansible_collections.gkm.cluster.plugins.module_utils.kube import Kube
+    from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+    from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
     raw = Kube(kube)
     added = []

@@ -11,15 +11,16 @@ import uuid
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils import cache_pull, extract
-from ansible_collections.gkm.cluster.plugins.module_utils.tls import new_private_key, public_key_to_pem
+from ansible_collections.gkm.cluster.plugins.module_utils.common.tls import new_private_key, public_key_to_pem
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive as extract
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
 from tests.helpers import kcache_images as ki
 
 pytestmark = pytest.mark.registry
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HIP = {"backend": "hip", "arch": "gfx90a", "warp_size": 64}
 H100 = {"backend": "cuda", "arch": "sm_90", "warp_size": 32}
-CLI = "ansible_collections.gkm.cluster.plugins.module_utils.cache_extract_cli"
+CLI = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main"
 
 
 def _repo(name):

@@ -12,8 +12,8 @@ import os
 import pytest
 from kubernetes import client
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
-from ansible_collections.gkm.cluster.plugins.module_utils import sim_nodes
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import sim_nodes
 from tests.helpers.modules import run_module
 from tests.helpers.roles import run_role
 

@@ -11,7 +11,8 @@ import uuid
 import pytest
 from kubernetes import client
 
-from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes, tls
+from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 CONTAINER = {"name": "main", "image": "registry.k8s.io/pause:3.10"}

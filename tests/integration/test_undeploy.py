@@ -45,7 +45,7 @@ def labelled_objects(kube):
 
     Discovery is asked afresh each time (a cached one would still list the CRDs undeploy removed).
     """
-    from ansible_collections.gkm.cluster.plugins.module_utils.kube import Kube
+    from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 
     api = Kube(kube)
     group_versions = ["/api/v1"] + ["/apis/%s" % version["groupVersion"]

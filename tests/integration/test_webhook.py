@@ -13,7 +13,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes, tls
+from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 from tests.helpers.webhook import (
     GPU_TOLERATION,
     CertificateFiles,

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils import cache_metadata
+from ansible_collections.gkm.cluster.plugins.module_utils.oci import metadata as cache_metadata
 from tests.helpers import kcache_images
 
 

@@ -5,7 +5,7 @@ import tarfile
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils import extract
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive as extract
 
 
 @pytest.mark.parametrize(("name", "expected"), [

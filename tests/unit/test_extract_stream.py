@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils import extract
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive as extract
 from tests.helpers import kcache_images as ki
 
 

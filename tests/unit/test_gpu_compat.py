@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils import gpu_compat
+from ansible_collections.gkm.cluster.plugins.module_utils.oci import gpu_compat
 
 HIP = {"backend": "hip", "arch": "gfx90a", "warp_size": 64}
 CUDA = {"backend": "cuda", "arch": "90", "warp_size": 32}

@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
 
 def test_default_layout_is_one_control_plane_and_three_amd_workers():

@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kind_cluster as kc
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import kind_cluster as kc
 
 MIXED = [
     {"name": "cp", "vendor": "none", "role": "control-plane"},
@@ -56,7 +56,7 @@ def test_kubelet_label_rule():
 
 
 def test_patch_groups_carry_gpu_facts_for_the_status_subresource():
-    from ansible_collections.gkm.cluster.plugins.module_utils import sim_nodes
+    from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import sim_nodes
 
     desired = sim_nodes.desired_nodes(plan()["node_groups"], "patch")
     worker = desired["gkm-gpu-sim-worker2"]

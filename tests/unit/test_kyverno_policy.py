@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kyverno_policy as kp
+from ansible_collections.gkm.cluster.plugins.module_utils.platform import kyverno_policy as kp
 
 ISSUER = "https://token.actions.githubusercontent.com"
 SUBJECT = "https://github.com/example-org/kernel-caches/.github/workflows/build.yml@refs/heads/main"

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils import ownership
-from ansible_collections.gkm.cluster.plugins.module_utils.ownership_store import deployment_version
+from ansible_collections.gkm.cluster.plugins.module_utils.platform import ownership
+from ansible_collections.gkm.cluster.plugins.module_utils.platform.ownership_store import deployment_version
 
 
 def record(version="v1.18.2"):

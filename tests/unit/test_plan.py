@@ -4,8 +4,10 @@ import copy
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils import cache_spec, gpu_nodes, naming
-from ansible_collections.gkm.cluster.plugins.module_utils import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.common import naming
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import spec as cache_spec
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -371,7 +373,7 @@ def test_plan_summary_counts_by_verb_and_kind():
 
 
 def test_job_command_is_accepted_by_the_extraction_cli():
-    from ansible_collections.gkm.cluster.plugins.module_utils import cache_extract_cli
+    from ansible_collections.gkm.cluster.plugins.module_utils.extract import job_main as cache_extract_cli
 
     spec = make_spec()
     spec.extract_args = ["--plain-http"]

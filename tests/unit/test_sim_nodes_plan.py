@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils import sim_nodes
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import sim_nodes
 
 GROUPS = [{"name": "amd", "count": 2, "vendor": "amd", "gpus": 2}, {"name": "cpu", "count": 1, "vendor": "none"}]
 

@@ -1,7 +1,7 @@
 """Cache status: per-slot phases, GKM's counts and scheduler diagnostics, from plain API dicts."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils import status
-from ansible_collections.gkm.cluster.plugins.module_utils.plan import EXTRACTED_ANNOTATION, SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import EXTRACTED_ANNOTATION, SlotState
 
 DIGEST = "a" * 12
 NODES = ["n1", "n2", "n3"]

@@ -2,7 +2,7 @@ import datetime
 
 from cryptography import x509
 
-from ansible_collections.gkm.cluster.plugins.module_utils import tls
+from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
 
 
 def test_signed_cert_has_sans_and_verifies_against_its_ca():

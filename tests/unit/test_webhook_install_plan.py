@@ -4,10 +4,10 @@ import datetime
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils import tls
-from ansible_collections.gkm.cluster.plugins.module_utils import webhook_objects as objects
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook_install import InstallError, is_subset, validate
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook_tls import (
+from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook import objects
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import InstallError, is_subset, validate
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.tls import (
     hosts_to_sans,
     plan_self_signed,
     split_pem_bundle,

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.naming import Slot, label_value
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook_logic import (
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot, label_value
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import (
     ALLOWED,
     DENIED,
     INVALID,
@@ -14,7 +14,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook_logic import (
     admit,
     pod_node,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook_view import (
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
     CLUSTER_KIND,
     NAMESPACED_KIND,
     CacheView,

@@ -38,7 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 
-from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes, tls  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common import tls  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
 
 SIM_DIR = os.path.abspath(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")))
 STATE_FILE = os.path.join(SIM_DIR, "state.json")
@@ -480,7 +481,7 @@ def cmd_apply_nodes(_args):
     print(json.dumps({"added": added, "removed": removed}))
 
 
-WEBHOOK_SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook_server"
+WEBHOOK_SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server"
 
 
 def cmd_webhook_up(args):

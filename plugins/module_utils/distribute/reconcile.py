@@ -8,8 +8,8 @@ __metaclass__ = type
 
 import datetime
 
-from ansible_collections.gkm.cluster.plugins.module_utils import cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import DistributeError, distribute
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute
 
 MERGE_PATCH = "application/merge-patch+json"
 

@@ -21,7 +21,7 @@ import datetime
 import ipaddress
 import re
 
-from ansible_collections.gkm.cluster.plugins.module_utils import tls
+from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
 
 try:
     from cryptography import x509

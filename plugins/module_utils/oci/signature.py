@@ -22,7 +22,7 @@ import binascii
 import json
 import traceback
 
-from ansible_collections.gkm.cluster.plugins.module_utils.oci import NotFound
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import NotFound
 
 try:
     from cryptography.exceptions import InvalidSignature

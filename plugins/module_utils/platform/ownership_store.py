@@ -13,8 +13,8 @@ __metaclass__ = type
 
 import datetime
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
-from ansible_collections.gkm.cluster.plugins.module_utils import ownership
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
+from ansible_collections.gkm.cluster.plugins.module_utils.platform import ownership
 
 VERSION_LABEL = "app.kubernetes.io/version"
 

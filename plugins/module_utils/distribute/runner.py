@@ -14,21 +14,29 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.gkm.cluster.plugins.module_utils import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.cache_metadata import (
-    CacheMetadataError,
-    parse_cache_metadata,
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
+    SpecError,
+    cache_spec_from_params,
+    pin_image,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.cache_spec import SpecError, cache_spec_from_params, pin_image
-from ansible_collections.gkm.cluster.plugins.module_utils.kube import KubeError
-from ansible_collections.gkm.cluster.plugins.module_utils.naming import cache_selector, managed_selector
-from ansible_collections.gkm.cluster.plugins.module_utils.oci import OCIError, fetch_image_config, parse_reference
-from ansible_collections.gkm.cluster.plugins.module_utils.status import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
     ERROR,
     EXTRACTED,
     cache_status,
     group_by_cache,
     slots_from_live,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.metadata import (
+    CacheMetadataError,
+    parse_cache_metadata,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import (
+    OCIError,
+    fetch_image_config,
+    parse_reference,
 )
 
 OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job")

@@ -20,8 +20,8 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes
-from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
 # Patch mode applies as its own field manager: nodes it patches may carry fields that another apply as
 # "gkm.cluster" owns (sim_nodes' create mode, for one), and applying under that name would drop them.

@@ -16,8 +16,8 @@ import time
 
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
-from ansible_collections.gkm.cluster.plugins.module_utils import preflight
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
+from ansible_collections.gkm.cluster.plugins.module_utils.platform import preflight
 
 PROBE_PREFIX = "gkm-rox-probe-"
 POLL_SECONDS = 0.5

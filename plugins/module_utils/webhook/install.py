@@ -21,11 +21,11 @@ import time
 from ansible.module_utils.six.moves import http_client
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
 
-from ansible_collections.gkm.cluster.plugins.module_utils import kube as kube_access
-from ansible_collections.gkm.cluster.plugins.module_utils import webhook_objects as objects
-from ansible_collections.gkm.cluster.plugins.module_utils import webhook_tls
-from ansible_collections.gkm.cluster.plugins.module_utils.naming import name_problem
-from ansible_collections.gkm.cluster.plugins.module_utils.tls import not_after
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem
+from ansible_collections.gkm.cluster.plugins.module_utils.common.tls import not_after
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook import objects
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook import tls as webhook_tls
 
 POLL_SECONDS = 1.0
 # Made in every namespace by kube-controller-manager: it does not make a namespace anyone's.

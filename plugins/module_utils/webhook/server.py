@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The PVC-mutation admission webhook server (aiohttp over TLS).
 
-    python -m ansible_collections.gkm.cluster.plugins.module_utils.webhook_server \\
+    python -m ansible_collections.gkm.cluster.plugins.module_utils.webhook.server \\
         --cert-file tls.crt --key-file tls.key [--listen 0.0.0.0:8443] [--kubeconfig PATH [--context NAME]]
 
 Endpoints: POST /mutate (AdmissionReview v1), GET /readyz (200 once the view is synced),
@@ -52,9 +52,9 @@ except ImportError:
     HAS_KUBERNETES = False
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
 
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook_logic import admit
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook_metrics import CONTENT_TYPE, Metrics
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook_view import (
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import admit
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.metrics import CONTENT_TYPE, Metrics
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
     CLUSTER_KIND,
     GKM_GROUP,
     GKM_VERSION,

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Command-line entry point of cache extraction, for the extraction Job's container.
 
-    python -m ansible_collections.gkm.cluster.plugins.module_utils.cache_extract_cli \\
+    python -m ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main \\
         --image registry.example.com/caches/vector-add:v1 --dest /cache/vector-add \\
         --gpus-from-node-labels "$NODE_NAME" --verify cosign --public-key /keys/cosign.pub
 
@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from ansible_collections.gkm.cluster.plugins.module_utils import cache_pull
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
 
 
 def _gpu(text):

@@ -12,7 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     DIGEST_LABEL,
@@ -20,7 +20,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.naming import (
     MANAGER,
     NODE_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.plan import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
     EXTRACTED_ANNOTATION,
     SlotState,
     job_condition,

@@ -23,7 +23,7 @@ __metaclass__ = type
 
 import copy
 
-from ansible_collections.gkm.cluster.plugins.module_utils import gpu_nodes
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
 KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
 CERTS_DIR = "/etc/containerd/certs.d"

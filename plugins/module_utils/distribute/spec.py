@@ -14,7 +14,7 @@ __metaclass__ = type
 import copy
 import math
 
-from ansible_collections.gkm.cluster.plugins.module_utils.naming import name_problem
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem
 
 READ_WRITE_ONCE = "ReadWriteOnce"
 READ_ONLY_MANY = "ReadOnlyMany"

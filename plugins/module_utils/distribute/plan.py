@@ -21,18 +21,18 @@ import copy
 import hashlib
 import json
 
-from ansible_collections.gkm.cluster.plugins.module_utils.gpu_compat import (
-    GPUSpecError,
-    gpus_compatible,
-    gpus_from_node_labels,
-)
-from ansible_collections.gkm.cluster.plugins.module_utils.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     DIGEST_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
     Slot,
     short_digest,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
+    GPUSpecError,
+    gpus_compatible,
+    gpus_from_node_labels,
 )
 
 SPEC_HASH_ANNOTATION = "gkm.io/spec-hash"
@@ -46,7 +46,7 @@ EXTRACT_DEST = "/gkm/cache"
 EXTRACT_CONTAINER = "extract"
 # The tools image's unprivileged user; fsGroup makes the PVC writable for it.
 EXTRACT_UID = 1000
-EXTRACT_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.cache_extract_cli"
+EXTRACT_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 # Apply order: a namespace before what lives in it, a PV before the PVC that names it.
 KIND_ORDER = ("Namespace", "PersistentVolume", "PersistentVolumeClaim", "Job")

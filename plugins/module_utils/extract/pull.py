@@ -15,7 +15,10 @@ import hashlib
 import os
 import shutil
 
-from ansible_collections.gkm.cluster.plugins.module_utils import cache_metadata, extract, gpu_compat, oci, signature
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive as extract
+from ansible_collections.gkm.cluster.plugins.module_utils.oci import gpu_compat, signature
+from ansible_collections.gkm.cluster.plugins.module_utils.oci import metadata as cache_metadata
+from ansible_collections.gkm.cluster.plugins.module_utils.oci import registry as oci
 
 ACCEPTED_LAYER_TYPES = (
     "application/vnd.oci.image.layer.v1.tar+gzip",
