@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, ROOT)
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import build_spec, gather_facts  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
@@ -101,7 +102,7 @@ def main():
     options = parser.parse_args()
     st = state()
     kubeconfig = st["kubeconfig"]
-    raw = kube.Kube(kube.api_client_from_auth({"kubeconfig": kubeconfig}), workers=16)
+    raw = kube.Kube(api_client_from_auth({"kubeconfig": kubeconfig}), workers=16)
     image = kcache_images.build_image(st["registry"], "bench/vector-add", "v1", kcache_images.CacheSpec(backend="hip"))
     group = "gkm-bench-dist"
     log("creating %d kwok GPU nodes" % options.nodes)

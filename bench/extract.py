@@ -28,8 +28,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, ".cache", "collections"), ROOT]
 
-from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive as extract  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import streams  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
 
 TOOLS_BIN = os.path.expanduser("~/.cache/gkm-cluster/tools/bin")
@@ -169,7 +169,7 @@ def main():
         results["sizes"] = {"uncompressed_bytes": raw_bytes, "files": file_count, "layer_bytes": blob_size,
                             "compression_ratio": round(raw_bytes / blob_size, 2)}
         results["environment"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                  "isal": extract.HAS_ISAL, "load_average": os.getloadavg(),
+                                  "isal": streams.HAS_ISAL, "load_average": os.getloadavg(),
                                   "registry": "docker-registry (distribution 2.8) on loopback"}
         for key, value in list(results.items()):
             if isinstance(value, float):

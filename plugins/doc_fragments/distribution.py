@@ -6,29 +6,9 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    # Options of plugins/module_utils/distribute/args.py DISTRIBUTION_ARG_SPEC.
+    # Options of plugins/module_utils/distribute/args.py DISTRIBUTION_ARG_SPEC besides the registry's.
     DOCUMENTATION = r"""
 options:
-  registry_username:
-    description: Registry user for resolving the cache image.
-    type: str
-  registry_password:
-    description: Password or token of O(registry_username).
-    type: str
-  registry_docker_config:
-    description: Docker C(config.json) with registry credentials, instead of O(registry_username).
-    type: path
-  registry_ca_file:
-    description: CA bundle for the registry's TLS certificate.
-    type: path
-  registry_validate_certs:
-    description: Verify the registry's TLS certificate (also passed on to the extraction Jobs).
-    type: bool
-    default: true
-  registry_plain_http:
-    description: Talk plain HTTP to the registry, here and in the extraction Jobs. Only for loopback or test registries.
-    type: bool
-    default: false
   node_selector:
     description: Labels a node must carry to get the cache.
     type: dict

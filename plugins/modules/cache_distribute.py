@@ -26,7 +26,9 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gkm.cluster.registry
   - gkm.cluster.distribution
+  - gkm.cluster.kubernetes_client
 options:
   name:
     description: Cache name, a DNS-1123 label; ReadOnlyMany PVCs carry this name, so workloads use it as claimName.
@@ -71,7 +73,6 @@ options:
       - C(spec.nodeSelector) is merged with the per-node pin, never replacing it.
     type: dict
 requirements:
-  - kubernetes >= 24.2.0
   - oras
 notes:
   - The extraction Jobs run under the restricted Pod Security profile (uid 1000, fsGroup 1000). Directories of
@@ -185,21 +186,14 @@ diff:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import (  # noqa: E402
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    Kube,
-    KubeError,
-    api_client_from_auth,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import HAS_ORAS, ORAS_IMPORT_ERROR  # noqa: E402
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.tasks import cache_distribute  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_MUTUALLY_EXCLUSIVE  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import ORAS_IMPORT_ERROR  # noqa: E402
 
-CACHE_ARG_SPEC = dict(
+ARGUMENT_SPEC = dict(
+    DISTRIBUTION_ARG_SPEC,
     name=dict(type="str", required=True),
     scope=dict(type="str", choices=["namespaced", "cluster"], default="namespaced"),
     namespace=dict(type="str"),
@@ -211,30 +205,11 @@ CACHE_ARG_SPEC = dict(
     size=dict(type="str"),
     pod_template=dict(type="dict"),
 )
-CACHE_ARG_SPEC.update(DISTRIBUTION_ARG_SPEC)
 
 
 def main():
-    argument_spec = dict(AUTH_ARG_SPEC)
-    argument_spec.update(CACHE_ARG_SPEC)
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        supports_check_mode=True,
-        mutually_exclusive=[("registry_username", "registry_docker_config")],
-    )
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
-    if not HAS_ORAS:
-        module.fail_json(msg=missing_required_lib("oras"), exception=ORAS_IMPORT_ERROR)
-
-    auth = {key: module.params.get(key) for key in AUTH_ARG_SPEC}
-    try:
-        kube = Kube(api_client_from_auth(auth, module.params["concurrency"]), dry_run=module.check_mode,
-                    workers=module.params["concurrency"])
-        result = distribute(kube, module.params, check_mode=module.check_mode, want_diff=module._diff)
-    except (DistributeError, KubeError) as error:
-        module.fail_json(msg=str(error), **getattr(error, "result", {}))
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, cache_distribute, libraries=[("oras", ORAS_IMPORT_ERROR)],
+               mutually_exclusive=REGISTRY_MUTUALLY_EXCLUSIVE)
 
 
 if __name__ == "__main__":

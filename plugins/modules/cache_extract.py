@@ -48,26 +48,6 @@ options:
     type: str
     choices: [present, absent]
     default: present
-  registry_username:
-    description: Registry user name.
-    type: str
-  registry_password:
-    description: Registry password or token.
-    type: str
-  registry_docker_config:
-    description: Docker C(config.json) holding registry credentials (instead of O(registry_username)).
-    type: path
-  registry_ca_file:
-    description: CA bundle to verify the registry's TLS certificate.
-    type: path
-  registry_validate_certs:
-    description: Verify the registry's TLS certificate.
-    type: bool
-    default: true
-  registry_plain_http:
-    description: Talk plain HTTP to the registry. Only for loopback or test registries.
-    type: bool
-    default: false
   gpus:
     description:
       - GPUs the cache must fit. A GPU fits when backend, arch (C(sm_) prefix ignored for cuda) and warp
@@ -140,6 +120,7 @@ options:
     default: true
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gkm.cluster.registry
 attributes:
   check_mode:
     description: Reads the registry and reports what would change; writes nothing.
@@ -241,91 +222,41 @@ skipped:
   type: bool
 """
 
-import traceback  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.extract.tasks import cache_extract  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_ARG_SPEC, REGISTRY_MUTUALLY_EXCLUSIVE  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import ORAS_IMPORT_ERROR  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import HAS_ORAS, ORAS_IMPORT_ERROR  # noqa: E402
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
-
-REGISTRY_OPTIONS = {
-    "registry_username": "username",
-    "registry_password": "password",
-    "registry_docker_config": "docker_config",
-    "registry_ca_file": "ca_file",
-    "registry_validate_certs": "validate_certs",
-    "registry_plain_http": "plain_http",
-}
-
-
-def argument_spec():
-    spec = dict(
-        image=dict(type="str"),
-        dest=dict(type="path", required=True),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
-        registry_username=dict(type="str"),
-        registry_password=dict(type="str", no_log=True),
-        registry_docker_config=dict(type="path"),
-        registry_ca_file=dict(type="path"),
-        registry_validate_certs=dict(type="bool", default=True),
-        registry_plain_http=dict(type="bool", default=False),
-        gpus=dict(type="list", elements="dict", options=dict(
-            backend=dict(type="str", required=True),
-            arch=dict(type="str", required=True),
-            warp_size=dict(type="int", required=True),
-        )),
-        gpus_from_node_labels=dict(type="str"),
-        compatibility=dict(type="str", choices=["fail", "skip", "ignore"], default="fail"),
-        verify=dict(type="str", choices=["none", "cosign"], default="none"),
-        public_key=dict(type="str"),
-        signature_format=dict(type="str", choices=["auto", "v2", "v3"], default="auto"),
-        max_bytes=dict(type="int", default=8589934592),
-        max_files=dict(type="int", default=100000),
-        max_expansion_ratio=dict(type="int", default=250),
-        timeout=dict(type="int", default=60),
-        whole_layer=dict(type="bool", default=False),
-        rewrite_group_paths=dict(type="bool", default=True),
-    )
-    spec.update(AUTH_ARG_SPEC)
-    return spec
-
-
-def node_labels_reader(module):
-    """Reads a node's labels with the kubernetes.core auth options of this task."""
-    def read(name):
-        from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-
-        auth = {key: module.params.get(key) for key in AUTH_ARG_SPEC}
-        client = get_api_client(**auth)
-        node = client.get(client.resource("Node", "v1"), name=name)
-        return dict(node.metadata.labels or {})
-
-    return read
+ARGUMENT_SPEC = dict(
+    REGISTRY_ARG_SPEC,
+    image=dict(type="str"),
+    dest=dict(type="path", required=True),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    gpus=dict(type="list", elements="dict", options=dict(
+        backend=dict(type="str", required=True),
+        arch=dict(type="str", required=True),
+        warp_size=dict(type="int", required=True),
+    )),
+    gpus_from_node_labels=dict(type="str"),
+    compatibility=dict(type="str", choices=["fail", "skip", "ignore"], default="fail"),
+    verify=dict(type="str", choices=["none", "cosign"], default="none"),
+    public_key=dict(type="str"),
+    signature_format=dict(type="str", choices=["auto", "v2", "v3"], default="auto"),
+    max_bytes=dict(type="int", default=8589934592),
+    max_files=dict(type="int", default=100000),
+    max_expansion_ratio=dict(type="int", default=250),
+    timeout=dict(type="int", default=60),
+    whole_layer=dict(type="bool", default=False),
+    rewrite_group_paths=dict(type="bool", default=True),
+)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=argument_spec(),
-        supports_check_mode=True,
+    run_module(
+        ARGUMENT_SPEC, cache_extract, libraries=[("oras", ORAS_IMPORT_ERROR)], always_needs_cluster=False,
         required_if=[("state", "present", ["image"]), ("verify", "cosign", ["public_key"])],
-        mutually_exclusive=[("gpus", "gpus_from_node_labels"), ("registry_username", "registry_docker_config")],
+        mutually_exclusive=[("gpus", "gpus_from_node_labels"), *REGISTRY_MUTUALLY_EXCLUSIVE],
     )
-    if not HAS_ORAS:
-        module.fail_json(msg=missing_required_lib("oras"), exception=ORAS_IMPORT_ERROR)
-    options = {name: module.params[name] for name in cache_pull.DEFAULTS if name in module.params}
-    options.update({target: module.params[source] for source, target in REGISTRY_OPTIONS.items()})
-    options.update(image=module.params["image"], dest=module.params["dest"])
-    try:
-        result = cache_pull.ensure_cache(options, check_mode=module.check_mode,
-                                         node_labels_reader=node_labels_reader(module))
-    except cache_pull.CachePullError as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:  # an API or filesystem error the checks did not foresee: report it whole
-        module.fail_json(msg="cache_extract failed: %s" % exc, exception=traceback.format_exc())
-    if not module._diff:
-        result.pop("diff", None)
-    module.exit_json(**result)
 
 
 if __name__ == "__main__":

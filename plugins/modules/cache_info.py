@@ -21,6 +21,7 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gkm.cluster.kubernetes_client
 options:
   name:
     description: Report only this cache. All caches when omitted.
@@ -28,8 +29,6 @@ options:
   namespace:
     description: Namespace of a namespaced cache given in O(name); omit it for a cluster cache.
     type: str
-requirements:
-  - kubernetes >= 24.2.0
 seealso:
   - module: gkm.cluster.cache_distribute
 """
@@ -70,38 +69,17 @@ api_requests:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.tasks import cache_info  # noqa: E402
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import (  # noqa: E402
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    Kube,
-    KubeError,
-    api_client_from_auth,
+ARGUMENT_SPEC = dict(
+    name=dict(type="str"),
+    namespace=dict(type="str"),
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, describe  # noqa: E402
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
 
 
 def main():
-    argument_spec = dict(AUTH_ARG_SPEC)
-    argument_spec.update(name=dict(type="str"), namespace=dict(type="str"))
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
-                           required_by={"namespace": "name"})
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
-    for field in ("name", "namespace"):
-        problem = module.params[field] and name_problem(field, module.params[field])
-        if problem:
-            module.fail_json(msg=problem)
-    auth = {key: module.params.get(key) for key in AUTH_ARG_SPEC}
-    try:
-        kube = Kube(api_client_from_auth(auth))
-        result = describe(kube, module.params["name"], module.params["namespace"])
-    except (DistributeError, KubeError) as error:
-        module.fail_json(msg=str(error))
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, cache_info, required_by={"namespace": "name"})
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gkm.cluster.registry
   - gkm.cluster.distribution
+  - gkm.cluster.kubernetes_client
 options:
   kind:
     description: Kind of the cache resource.
@@ -46,7 +48,6 @@ options:
       - The status subresource is only written when the resource exists.
     type: dict
 requirements:
-  - kubernetes >= 24.2.0
   - oras
 seealso:
   - module: gkm.cluster.cache_distribute
@@ -127,57 +128,24 @@ api_writes:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.tasks import cache_reconcile  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_MUTUALLY_EXCLUSIVE  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import ORAS_IMPORT_ERROR  # noqa: E402
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import (  # noqa: E402
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    Kube,
-    KubeError,
-    api_client_from_auth,
-)
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import (  # noqa: E402
+ARGUMENT_SPEC = dict(
     DISTRIBUTION_ARG_SPEC,
-    MUTUALLY_EXCLUSIVE,
+    kind=dict(type="str", choices=["GKMCache", "ClusterGKMCache"], default="GKMCache"),
+    name=dict(type="str", required=True),
+    namespace=dict(type="str"),
+    definition=dict(type="dict"),
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.reconcile import DistributeError, reconcile  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.resource import ResourceError  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import HAS_ORAS, ORAS_IMPORT_ERROR  # noqa: E402
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
 
 
 def main():
-    argument_spec = dict(AUTH_ARG_SPEC)
-    argument_spec.update(DISTRIBUTION_ARG_SPEC)
-    argument_spec.update(
-        kind=dict(type="str", choices=["GKMCache", "ClusterGKMCache"], default="GKMCache"),
-        name=dict(type="str", required=True),
-        namespace=dict(type="str"),
-        definition=dict(type="dict"),
-    )
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        supports_check_mode=True,
-        mutually_exclusive=MUTUALLY_EXCLUSIVE,
-        required_if=[("kind", "GKMCache", ("namespace",))],
-    )
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
-    if not HAS_ORAS:
-        module.fail_json(msg=missing_required_lib("oras"), exception=ORAS_IMPORT_ERROR)
-
-    options = {key: module.params[key] for key in DISTRIBUTION_ARG_SPEC}
-    auth = {key: module.params.get(key) for key in AUTH_ARG_SPEC}
-    namespace = module.params["namespace"] if module.params["kind"] == "GKMCache" else None
-    try:
-        kube = Kube(api_client_from_auth(auth, options["concurrency"]), dry_run=module.check_mode,
-                    workers=options["concurrency"])
-        result = reconcile(kube, module.params["kind"], module.params["name"], namespace, options,
-                           check_mode=module.check_mode, want_diff=module._diff,
-                           definition=module.params["definition"])
-    except (DistributeError, KubeError, ResourceError) as error:
-        module.fail_json(msg=str(error), **getattr(error, "result", {}))
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, cache_reconcile, libraries=[("oras", ORAS_IMPORT_ERROR)],
+               mutually_exclusive=REGISTRY_MUTUALLY_EXCLUSIVE, required_if=[("kind", "GKMCache", ("namespace",))])
 
 
 if __name__ == "__main__":

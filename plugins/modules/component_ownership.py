@@ -26,8 +26,7 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-requirements:
-  - kubernetes >= 24.2.0
+  - gkm.cluster.kubernetes_client
 options:
   component:
     description: Name of the component, the data key of its record, for example C(cert-manager).
@@ -135,50 +134,27 @@ plan:
            reason: "found (version v1.17.0) and not installed by gkm.cluster: leaving it as it is"}
 """
 
-import traceback  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.platform.tasks import component_ownership  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.platform.ownership import OwnershipError  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.platform.ownership_store import run  # noqa: E402
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
-
-
-def argument_spec():
-    spec = dict(
-        component=dict(type="str", required=True),
-        state=dict(type="str", choices=["query", "present", "absent"], default="query"),
-        wanted=dict(type="str", choices=["present", "absent"], default="present"),
-        version=dict(type="str"),
-        method=dict(type="str", choices=["helm", "manifest"]),
-        source=dict(type="str"),
-        install_namespace=dict(type="str"),
-        namespace_created=dict(type="bool", default=False),
-        detect_crd=dict(type="str"),
-        detect_deployment=dict(type="str"),
-        ownership_namespace=dict(type="str", default="gkm-system"),
-        ownership_configmap=dict(type="str", default="gkm-cluster-ownership"),
-    )
-    spec.update(AUTH_ARG_SPEC)
-    return spec
+ARGUMENT_SPEC = dict(
+    component=dict(type="str", required=True),
+    state=dict(type="str", choices=["query", "present", "absent"], default="query"),
+    wanted=dict(type="str", choices=["present", "absent"], default="present"),
+    version=dict(type="str"),
+    method=dict(type="str", choices=["helm", "manifest"]),
+    source=dict(type="str"),
+    install_namespace=dict(type="str"),
+    namespace_created=dict(type="bool", default=False),
+    detect_crd=dict(type="str"),
+    detect_deployment=dict(type="str"),
+    ownership_namespace=dict(type="str", default="gkm-system"),
+    ownership_configmap=dict(type="str", default="gkm-cluster-ownership"),
+)
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           required_if=[("state", "present", ("version", "method"))])
-    if not kube.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=kube.KUBERNETES_IMPORT_ERROR)
-    try:
-        result, diff = run(module.params, module.check_mode,
-                           lambda: kube.api_client_from_auth({key: module.params[key] for key in AUTH_ARG_SPEC}))
-    except (OwnershipError, kube.KubeError) as error:
-        module.fail_json(msg=str(error))
-    except Exception as error:  # the client's own errors (auth, connection) with their trace for -vvv
-        module.fail_json(msg="component_ownership failed: {0}".format(error), exception=traceback.format_exc())
-    if module._diff and diff:
-        result["diff"] = diff
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, component_ownership, required_if=[("state", "present", ("version", "method"))])
 
 
 if __name__ == "__main__":

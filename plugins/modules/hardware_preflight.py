@@ -31,8 +31,7 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-requirements:
-  - kubernetes >= 24.2.0
+  - gkm.cluster.kubernetes_client
 options:
   tolerations:
     description: Tolerations the extraction Jobs already carry (the caches' podTemplate), in Kubernetes format.
@@ -141,40 +140,21 @@ report:
   elements: str
 """
 
-import traceback  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.platform.tasks import hardware_preflight  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.platform.preflight_gather import run  # noqa: E402
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
-
-
-def argument_spec():
-    spec = dict(
-        tolerations=dict(type="list", elements="dict", default=[]),
-        rox_probe=dict(type="bool", default=True),
-        rox_probe_storage_classes=dict(type="list", elements="str", default=[]),
-        rox_probe_namespace=dict(type="str", default="default"),
-        rox_probe_timeout=dict(type="int", default=20),
-        apply_gpu_labels=dict(type="bool", default=False),
-    )
-    spec.update(AUTH_ARG_SPEC)
-    return spec
+ARGUMENT_SPEC = dict(
+    tolerations=dict(type="list", elements="dict", default=[]),
+    rox_probe=dict(type="bool", default=True),
+    rox_probe_storage_classes=dict(type="list", elements="str", default=[]),
+    rox_probe_namespace=dict(type="str", default="default"),
+    rox_probe_timeout=dict(type="int", default=20),
+    apply_gpu_labels=dict(type="bool", default=False),
+)
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not kube.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=kube.KUBERNETES_IMPORT_ERROR)
-    try:
-        result = run(module.params, module.check_mode,
-                     lambda: kube.api_client_from_auth({key: module.params[key] for key in AUTH_ARG_SPEC}))
-    except kube.KubeError as error:
-        module.fail_json(msg=str(error))
-    except Exception as error:  # the client's own errors (auth, connection) with their trace for -vvv
-        module.fail_json(msg="hardware_preflight failed: {0}".format(error), exception=traceback.format_exc())
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, hardware_preflight)
 
 
 if __name__ == "__main__":

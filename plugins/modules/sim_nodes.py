@@ -27,8 +27,7 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-requirements:
-  - kubernetes >= 24.2.0
+  - gkm.cluster.kubernetes_client
 options:
   groups:
     description:
@@ -123,48 +122,21 @@ api_writes:
   type: int
 """
 
-import traceback  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim.tasks import sim_nodes  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim.sim_nodes import SimNodesError, reconcile  # noqa: E402
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
-
-
-def argument_spec():
-    spec = dict(
-        groups=dict(type="list", elements="dict", required=True),
-        mode=dict(type="str", choices=["create", "patch"], default="create"),
-        prune=dict(type="bool", default=True),
-        scope=dict(type="str"),
-        wait=dict(type="bool", default=True),
-        wait_timeout=dict(type="int", default=300),
-    )
-    spec.update(AUTH_ARG_SPEC)
-    return spec
+ARGUMENT_SPEC = dict(
+    groups=dict(type="list", elements="dict", required=True),
+    mode=dict(type="str", choices=["create", "patch"], default="create"),
+    prune=dict(type="bool", default=True),
+    scope=dict(type="str"),
+    wait=dict(type="bool", default=True),
+    wait_timeout=dict(type="int", default=300),
+)
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not kube.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=kube.KUBERNETES_IMPORT_ERROR)
-    params = module.params
-    try:
-        client = kube.api_client_from_auth({key: params[key] for key in AUTH_ARG_SPEC})
-        result = reconcile(kube.Kube(client, dry_run=module.check_mode), params["groups"], mode=params["mode"],
-                           prune=params["prune"], wait=params["wait"], timeout=params["wait_timeout"],
-                           scope=params["scope"])
-    except (SimNodesError, kube.KubeError) as error:
-        module.fail_json(msg=str(error))
-    except Exception as error:  # the client's own errors (auth, connection) with their trace for -vvv
-        module.fail_json(msg="sim_nodes failed: {0}".format(error), exception=traceback.format_exc())
-    if module._diff:
-        result["diff"] = {
-            "before": {"removed": result["deleted"], "replaced": result["replaced"]},
-            "after": {"added": result["created"], "replaced": result["replaced"], "updated": result["updated"]},
-        }
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, sim_nodes)
 
 
 if __name__ == "__main__":

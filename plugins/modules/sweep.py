@@ -28,8 +28,7 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-requirements:
-  - kubernetes >= 24.2.0
+  - gkm.cluster.kubernetes_client
 options:
   kinds:
     description: The kinds to search, each a dict with C(api_version) and C(kind).
@@ -75,153 +74,17 @@ skipped_kinds:
   elements: str
 """
 
-import json  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.platform.tasks import sweep  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import (  # noqa: E402
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    Kube,
-    KubeError,
-    api_client_from_auth,
+ARGUMENT_SPEC = dict(
+    kinds=dict(type="list", elements="dict", required=True),
+    delete_namespaces=dict(type="list", elements="str", default=[]),
 )
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
-
-MANAGED_BY = "app.kubernetes.io/managed-by"
-SELECTOR = MANAGED_BY + "=gkm.cluster"
-MERGE_PATCH = "application/merge-patch+json"
-
-
-def is_ownership_record(kind, item):
-    """An ownership ConfigMap (gkm.cluster.component_ownership) that still records a component."""
-    data = item.get("data") or {}
-    if kind != "ConfigMap" or not data:
-        return False
-    try:
-        return all("version" in json.loads(value) for value in data.values())
-    except (TypeError, ValueError):
-        return False
-
-
-def served(kube, kinds):
-    """[(kind, collection path, namespaced)] of the kinds the server serves, and the names of the others."""
-    wanted = {}
-    for entry in kinds:
-        wanted.setdefault(entry["api_version"], set()).add(entry["kind"])
-    versions = sorted(wanted)
-    prefixes = ["/api/v1" if version == "v1" else "/apis/" + version for version in versions]
-    listings = kube.map(lambda prefix: kube.request("GET", prefix, what="API %s" % prefix), prefixes)
-    found, skipped = [], []
-    for version, prefix, listing in zip(versions, prefixes, listings):
-        if isinstance(listing, Exception) or listing[0] == 404:
-            skipped.extend(sorted(wanted[version]))
-            continue
-        resources = {resource["kind"]: resource for resource in listing[1].get("resources", [])
-                     if "/" not in resource["name"]}
-        for kind in sorted(wanted[version]):
-            if kind in resources:
-                found.append((kind, "%s/%s" % (prefix, resources[kind]["name"]), resources[kind]["namespaced"]))
-            else:
-                skipped.append(kind)
-    return found, skipped
-
-
-def object_path(collection, namespaced, metadata):
-    prefix, plural = collection.rsplit("/", 1)
-    if namespaced:
-        return "%s/namespaces/%s/%s/%s" % (prefix, metadata["namespace"], plural, metadata["name"])
-    return "%s/%s" % (collection, metadata["name"])
-
-
-def describe(kind, metadata):
-    if metadata.get("namespace"):
-        return "%s %s/%s" % (kind, metadata["namespace"], metadata["name"])
-    return "%s %s" % (kind, metadata["name"])
-
-
-def sweep(kube, kinds, delete_namespaces, check_mode):
-    found, skipped = served(kube, kinds)
-    listings = kube.map(lambda entry: kube.request("GET", entry[1], [("labelSelector", SELECTOR)],
-                                                   what="list %s" % entry[0]), found)
-    objects = []
-    for (kind, collection, namespaced), listing in zip(found, listings):
-        if isinstance(listing, Exception):
-            raise listing
-        for item in (listing[1] or {}).get("items") or []:
-            objects.append((kind, collection, namespaced, item))
-
-    # Ownership records of components still installed: deleting them would strand the components.
-    records = [entry[3] for entry in objects if is_ownership_record(entry[0], entry[3])]
-    keep_namespaces = {item["metadata"]["namespace"] for item in records}
-    result = {"deleted": [], "unlabelled": [], "skipped_kinds": skipped,
-              "kept": ["%s: records an installed component" % describe("ConfigMap", item["metadata"])
-                       for item in records]}
-    deletes, unlabels = [], []
-    for kind, collection, namespaced, item in objects:
-        metadata = item["metadata"]
-        if metadata.get("deletionTimestamp") or is_ownership_record(kind, item):
-            continue
-        if kind == "Namespace":
-            if metadata["name"] in keep_namespaces:
-                result["kept"].append("%s: holds an ownership record" % describe(kind, metadata))
-            elif metadata["name"] in delete_namespaces:
-                deletes.append((kind, object_path(collection, namespaced, metadata), metadata))
-            else:
-                unlabels.append((object_path(collection, namespaced, metadata), metadata))
-            continue
-        deletes.append((kind, object_path(collection, namespaced, metadata), metadata))
-    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
-    if check_mode:
-        # A DELETE's body replaces its query options: the dry run must be in the body too.
-        body["dryRun"] = ["All"]
-
-    def delete(entry):
-        return kube.request("DELETE", entry[1], body=body, what=describe(entry[0], entry[2]))
-
-    # Namespaces last, once what was in them is on its way.
-    ordered = [entry for entry in deletes if entry[0] != "Namespace"]
-    ordered_namespaces = [entry for entry in deletes if entry[0] == "Namespace"]
-    outcomes = kube.map(delete, ordered) + kube.map(delete, ordered_namespaces)
-    for entry, outcome in zip(ordered + ordered_namespaces, outcomes):
-        if isinstance(outcome, Exception):
-            raise outcome
-        if outcome[0] != 404:
-            result["deleted"].append(describe(entry[0], entry[2]))
-    patch = {"metadata": {"labels": {MANAGED_BY: None}}}
-    outcomes = kube.map(lambda entry: kube.request("PATCH", entry[0], body=patch, content_type=MERGE_PATCH,
-                                                   what=describe("Namespace", entry[1])), unlabels)
-    for entry, outcome in zip(unlabels, outcomes):
-        if isinstance(outcome, Exception):
-            raise outcome
-        if outcome[0] != 404:
-            result["unlabelled"].append(entry[1]["name"])
-    result["changed"] = bool(result["deleted"] or result["unlabelled"])
-    return result
 
 
 def main():
-    argument_spec = dict(AUTH_ARG_SPEC)
-    argument_spec.update(
-        kinds=dict(type="list", elements="dict", required=True),
-        delete_namespaces=dict(type="list", elements="str", default=[]),
-    )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
-    for entry in module.params["kinds"]:
-        if not entry.get("api_version") or not entry.get("kind"):
-            module.fail_json(msg="every entry of kinds needs api_version and kind, got %r" % (entry,))
-    auth = {key: module.params.get(key) for key in AUTH_ARG_SPEC}
-    try:
-        kube = Kube(api_client_from_auth(auth), dry_run=module.check_mode)
-        result = sweep(kube, module.params["kinds"], module.params["delete_namespaces"], module.check_mode)
-    except KubeError as error:
-        module.fail_json(msg=str(error))
-    if module._diff:
-        labelled = result["deleted"] + ["Namespace %s" % name for name in result["unlabelled"]]
-        result["diff"] = {"before": {"labelled": sorted(labelled)}, "after": {"labelled": []}}
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, sweep)
 
 
 if __name__ == "__main__":

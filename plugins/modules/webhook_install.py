@@ -31,8 +31,8 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - gkm.cluster.kubernetes_client
 requirements:
-  - kubernetes >= 24.2.0
   - cryptography
 options:
   name:
@@ -224,58 +224,36 @@ tls:
     ca_certificates: 1
 """
 
-import traceback  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.tls import CRYPTOGRAPHY_IMPORT_ERROR  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.tasks import webhook_install  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.gkm.cluster.plugins.module_utils.common import kube, tls  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import InstallError, run  # noqa: E402
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC  # noqa: E402
-
-
-def argument_spec():
-    spec = dict(
-        name=dict(type="str", default="gkm-webhook"),
-        namespace=dict(type="str", default="gkm-system"),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
-        endpoint=dict(type="str", choices=["service", "url"], default="service"),
-        url=dict(type="str"),
-        image=dict(type="str"),
-        image_pull_policy=dict(type="str", choices=["Always", "IfNotPresent", "Never"], default="IfNotPresent"),
-        replicas=dict(type="int", default=2),
-        tolerations=dict(type="list", elements="dict", default=[]),
-        node_selector=dict(type="dict", default={}),
-        tls_mode=dict(type="str", choices=["self_signed", "cert_manager", "provided"], default="self_signed"),
-        ca_bundle=dict(type="str"),
-        cert_valid_days=dict(type="int", default=365),
-        ca_valid_days=dict(type="int", default=3650),
-        renew_before_days=dict(type="int", default=30),
-        failure_policy=dict(type="str", choices=["Fail", "Ignore"], default="Fail"),
-        timeout_seconds=dict(type="int", default=5),
-        excluded_namespaces=dict(type="list", elements="str", default=[]),
-        wait=dict(type="bool", default=True),
-        wait_timeout=dict(type="int", default=120),
-    )
-    spec.update(AUTH_ARG_SPEC)
-    return spec
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", default="gkm-webhook"),
+    namespace=dict(type="str", default="gkm-system"),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    endpoint=dict(type="str", choices=["service", "url"], default="service"),
+    url=dict(type="str"),
+    image=dict(type="str"),
+    image_pull_policy=dict(type="str", choices=["Always", "IfNotPresent", "Never"], default="IfNotPresent"),
+    replicas=dict(type="int", default=2),
+    tolerations=dict(type="list", elements="dict", default=[]),
+    node_selector=dict(type="dict", default={}),
+    tls_mode=dict(type="str", choices=["self_signed", "cert_manager", "provided"], default="self_signed"),
+    ca_bundle=dict(type="str"),
+    cert_valid_days=dict(type="int", default=365),
+    ca_valid_days=dict(type="int", default=3650),
+    renew_before_days=dict(type="int", default=30),
+    failure_policy=dict(type="str", choices=["Fail", "Ignore"], default="Fail"),
+    timeout_seconds=dict(type="int", default=5),
+    excluded_namespaces=dict(type="list", elements="str", default=[]),
+    wait=dict(type="bool", default=True),
+    wait_timeout=dict(type="int", default=120),
+)
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not kube.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=kube.KUBERNETES_IMPORT_ERROR)
-    if not tls.HAS_CRYPTOGRAPHY:
-        module.fail_json(msg=missing_required_lib("cryptography"), exception=tls.CRYPTOGRAPHY_IMPORT_ERROR)
-    try:
-        result, diffs = run(module.params, module.check_mode,
-                            lambda: kube.api_client_from_auth({key: module.params[key] for key in AUTH_ARG_SPEC}))
-    except (InstallError, kube.KubeError) as error:
-        module.fail_json(msg=str(error))
-    except Exception as error:  # the client's own errors (auth, connection) with their trace for -vvv
-        module.fail_json(msg="webhook_install failed: {0}".format(error), exception=traceback.format_exc())
-    if module._diff:
-        result["diff"] = diffs
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, webhook_install, libraries=[("cryptography", CRYPTOGRAPHY_IMPORT_ERROR)])
 
 
 if __name__ == "__main__":

@@ -18,11 +18,13 @@ import urllib.request
 from kubernetes import client
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import naming, tls
+from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import install as webhook_install
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
-SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server"
+SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main"
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 DIGEST = "sha256:" + "c0ffee" * 10 + "abcd"
 
@@ -145,8 +147,8 @@ def install_params(kubeconfig, **overrides):
 def install_with_diffs(kubeconfig, check_mode=False, **overrides):
     """Run webhook_install in-process (as the module does) and return (result, diffs)."""
     params = install_params(kubeconfig, **overrides)
-    return webhook_install.run(params, check_mode, lambda: webhook_install.kube_access.api_client_from_auth(
-        {"kubeconfig": kubeconfig}))
+    return webhook_install.run(params, check_mode, lambda: Kube(api_client_from_auth({"kubeconfig": kubeconfig}),
+                                                                dry_run=check_mode))
 
 
 def install(kubeconfig, **overrides):

@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.tls import new_private_key, public_key_to_pem
-from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive as extract
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import tree
 from tests.helpers import kcache_images as ki
 
 pytestmark = pytest.mark.registry
@@ -241,7 +241,7 @@ def test_killed_extraction_leaves_dest_intact_and_the_next_run_completes(registr
     result = json.loads(out)
     assert done.returncode == 0 and result["changed"] is True and result["digest"] == big.digest
     assert not [n for n in os.listdir(dest.parent) if ".gkm-tmp-" in n]
-    assert extract.tree_intact(str(dest), extract.read_marker(str(dest)))
+    assert tree.tree_intact(str(dest), tree.read_marker(str(dest)))
 
 
 def test_cli_reports_failures_as_json_with_exit_status_1(registry, tmp_path):

@@ -6,13 +6,13 @@ import tarfile
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive as extract
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive, rules, tree
 from tests.helpers import kcache_images as ki
 
 
 def _extract(blob, dest, digest=None, size=None, **kwargs):
     stream = io.BytesIO(blob)
-    return extract.extract_layer(stream.read, digest or ki.sha256_digest(blob), len(blob) if size is None else size,
+    return archive.extract_layer(stream.read, digest or ki.sha256_digest(blob), len(blob) if size is None else size,
                                  str(dest), **kwargs)
 
 
@@ -43,7 +43,7 @@ def test_extraction_writes_only_the_cache_scope_and_a_marker(tmp_path):
     assert sorted(os.listdir(tmp_path / "c")) == [".gkm-cache.json", "io.triton.cache", "io.triton.manifest"]
     assert stats["files"] == len(entries) - 1
     assert stats["group_files_rewritten"] == 2
-    assert extract.tree_intact(str(tmp_path / "c"), extract.read_marker(str(tmp_path / "c")))
+    assert tree.tree_intact(str(tmp_path / "c"), tree.read_marker(str(tmp_path / "c")))
 
 
 def test_whole_layer_extracts_everything(tmp_path):
@@ -73,7 +73,7 @@ def test_setuid_bits_are_stripped_and_links_inside_are_kept(tmp_path):
 def test_hostile_layer_leaves_dest_exactly_as_it_was(populated, variant):
     dest, before = populated
     blob, _labels, _opts, fragment = ki.hostile_layer(variant)
-    with pytest.raises(extract.ExtractError, match=fragment):
+    with pytest.raises(rules.ExtractError, match=fragment):
         _extract(blob, dest)
     assert _snapshot(dest) == before
     assert [n for n in os.listdir(dest.parent) if ".gkm-tmp-" in n] == []
@@ -82,7 +82,7 @@ def test_hostile_layer_leaves_dest_exactly_as_it_was(populated, variant):
 def test_digest_mismatch_is_refused(populated):
     dest, before = populated
     blob, _diff_id = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1, seed=5))[0])
-    with pytest.raises(extract.ExtractError, match="digest mismatch"):
+    with pytest.raises(rules.ExtractError, match="digest mismatch"):
         _extract(blob, dest, digest="sha256:" + "0" * 64)
     assert _snapshot(dest) == before
 
@@ -90,24 +90,24 @@ def test_digest_mismatch_is_refused(populated):
 def test_blob_longer_than_descriptor_is_refused(populated):
     dest, before = populated
     blob, _diff_id = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1, seed=5))[0])
-    with pytest.raises(extract.ExtractError, match="larger than"):
+    with pytest.raises(rules.ExtractError, match="larger than"):
         _extract(blob, dest, size=len(blob) - 10)
     assert _snapshot(dest) == before
 
 
 def test_expansion_ratio_stops_a_decompression_bomb(tmp_path):
     blob, _labels, _opts, _fragment = ki.hostile_layer("zip_bomb")
-    with pytest.raises(extract.ExtractError, match="decompression bomb"):
+    with pytest.raises(rules.ExtractError, match="decompression bomb"):
         _extract(blob, tmp_path / "c")
     assert not (tmp_path / "c").exists()
 
 
 def test_file_and_byte_limits(tmp_path):
     blob, _diff_id = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=2))[0])
-    with pytest.raises(extract.ExtractError, match="max_files=5"):
-        _extract(blob, tmp_path / "a", limits=extract.Limits(max_files=5))
-    with pytest.raises(extract.ExtractError, match="max_bytes=1000"):
-        _extract(blob, tmp_path / "b", limits=extract.Limits(max_bytes=1000))
+    with pytest.raises(rules.ExtractError, match="max_files=5"):
+        _extract(blob, tmp_path / "a", limits=rules.Limits(max_files=5))
+    with pytest.raises(rules.ExtractError, match="max_bytes=1000"):
+        _extract(blob, tmp_path / "b", limits=rules.Limits(max_bytes=1000))
 
 
 def test_foreign_non_empty_dest_is_never_replaced(tmp_path):
@@ -115,7 +115,7 @@ def test_foreign_non_empty_dest_is_never_replaced(tmp_path):
     dest.mkdir()
     (dest / "notes.txt").write_text("mine")
     blob, _diff_id = ki.layer_bytes(ki.cache_entries(ki.CacheSpec(kernels=1))[0])
-    with pytest.raises(extract.ExtractError, match="not written by this module"):
+    with pytest.raises(rules.ExtractError, match="not written by this module"):
         _extract(blob, dest)
     assert os.listdir(dest) == ["notes.txt"]
 
@@ -131,7 +131,7 @@ def test_stale_temporary_trees_of_a_killed_run_are_removed(populated):
 
 def test_tree_fingerprint_notices_a_changed_file(populated):
     dest, _before = populated
-    marker = extract.read_marker(str(dest))
+    marker = tree.read_marker(str(dest))
     victim = next(p for p in dest.rglob("*.cubin"))
     victim.write_bytes(b"short")
-    assert not extract.tree_intact(str(dest), marker)
+    assert not tree.tree_intact(str(dest), marker)

@@ -6,6 +6,7 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import naming
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import render, scheduling
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import spec as cache_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
@@ -50,7 +51,7 @@ def as_live(desired, complete_jobs=False, marked=False):
             if complete_jobs:
                 live["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
         if obj["kind"] == "PersistentVolumeClaim" and marked:
-            live["metadata"]["annotations"][planner.EXTRACTED_ANNOTATION] = DIGEST_A
+            live["metadata"]["annotations"][render.EXTRACTED_ANNOTATION] = DIGEST_A
         objects.setdefault(obj["kind"], []).append(live)
     return objects
 
@@ -139,7 +140,7 @@ def test_node_selector_pod_node_selector_and_required_affinity():
 )
 def test_toleration_matching(toleration, tolerated):
     node = default_nodes()[1]
-    assert (planner.untolerated_taints(node, [toleration]) == []) is tolerated
+    assert (scheduling.untolerated_taints(node, [toleration]) == []) is tolerated
 
 
 def test_cordoned_node_is_excluded():
@@ -183,7 +184,7 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
         assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
-        assert container["command"][:3] == ["python3", "-m", planner.EXTRACT_CLI_MODULE]
+        assert container["command"][:3] == ["python3", "-m", render.EXTRACT_CLI_MODULE]
         assert container["command"][3:] == ["--image", "registry.local/caches/vector-add@" + DIGEST_A,
                                             "--dest", "/gkm/cache", "--gpu", "hip/gfx90a/64", "--compatibility", "fail"]
         assert pod_spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == slot.pvc_name()

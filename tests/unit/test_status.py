@@ -1,7 +1,8 @@
 """Cache status: per-slot phases, GKM's counts and scheduler diagnostics, from plain API dicts."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import EXTRACTED_ANNOTATION, SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 
 DIGEST = "a" * 12
 NODES = ["n1", "n2", "n3"]

@@ -2,7 +2,7 @@
 
 import json
 
-from ansible_collections.gkm.cluster.plugins.modules import sweep
+from ansible_collections.gkm.cluster.plugins.module_utils.platform import sweep
 
 OURS = {"app.kubernetes.io/managed-by": "gkm.cluster"}
 CORE_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "ConfigMap", "Namespace")

@@ -481,7 +481,7 @@ def cmd_apply_nodes(_args):
     print(json.dumps({"added": added, "removed": removed}))
 
 
-WEBHOOK_SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server"
+WEBHOOK_SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main"
 
 
 def cmd_webhook_up(args):

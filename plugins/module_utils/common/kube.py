@@ -1,20 +1,21 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Kubernetes access for the distribution: label-selected LISTs and concurrent server-side apply.
+"""The collection's one way to reach the Kubernetes API: raw JSON requests by path.
 
-The client is configured exactly as kubernetes.core configures its own (same auth options and
-K8S_AUTH_* environment variables, through its `get_api_client`), but requests go out raw: JSON in,
-JSON out, no model classes, so thousands of objects cost little client CPU. Writes are server-side
-apply with the field manager `gkm.cluster`, sent from a bounded thread pool and retried with
-backoff on conflicts, throttling and transient server errors. Every request and every write is
-counted, so callers and tests can prove that a no-change run wrote nothing.
+Requests go through the kubernetes client's public `DynamicClient.request`, whose contract (method,
+path, query, headers, body; a raw response back, ApiException subclasses on errors) is the same in
+every client version the collection supports, unlike the generated ApiClient's internals, which the
+37.x client rewrote. No model classes are built, so thousands of objects cost little client CPU.
+Writes are server-side apply with the field manager `gkm.cluster`, sent from a bounded thread pool
+and retried with backoff on conflicts, throttling and transient server errors. Every request and
+every write is counted, so callers and tests can prove that a no-change run wrote nothing.
+How the ApiClient is configured (Ansible auth options, a kubeconfig, in-cluster) is common/client.py's job.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import copy
 import json
 import random
 import threading
@@ -22,11 +23,11 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-try:
-    from kubernetes.client import ApiClient
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.exceptions import CoreException
+try:
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.dynamic import DynamicClient
 
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
@@ -39,6 +40,8 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 RETRY_STATUS = (409, 429, 500, 502, 503, 504)
 MAX_ATTEMPTS = 6
 DEFAULT_WORKERS = 16
+# Seconds (connect, read) for a watch: the read outlasts the server's own timeoutSeconds.
+WATCH_REQUEST_TIMEOUT = (10, 360)
 
 # kind -> (API prefix, plural, namespaced): every kind the collection reads or writes.
 RESOURCES = {
@@ -65,7 +68,7 @@ RESOURCES = {
 }
 
 
-class KubeError(Exception):
+class KubeError(GkmError):
     """An API request failed for good; the message names the object and the server's reason."""
 
     def __init__(self, message, status=None):
@@ -84,20 +87,12 @@ def resource_path(kind, namespace=None, name=None):
     return "/".join(parts)
 
 
-def api_client_from_auth(auth_params, workers=DEFAULT_WORKERS):
-    """An ApiClient from kubernetes.core's auth options, with a connection pool as wide as our workers."""
-    try:
-        k8s = get_api_client(**{key: value for key, value in auth_params.items() if value is not None})
-    except CoreException as error:
-        raise KubeError("cannot create the Kubernetes client: %s" % error) from error
-    configuration = copy.copy(k8s.configuration)
-    configuration.connection_pool_maxsize = max(workers, 4)
-    client = ApiClient(configuration)
-    # Impersonation headers that kubernetes.core set on its own client.
-    for header, value in k8s.client.client.default_headers.items():
-        if header.startswith("Impersonate-"):
-            client.set_default_header(header, value)
-    return client
+class _NoDiscovery:
+    """DynamicClient's discoverer slot: every request here names its path, so nothing is discovered
+    (the default discoverer would cost three requests and a cache file per client)."""
+
+    def __init__(self, client, cache_file):
+        self.client = client
 
 
 class Kube:
@@ -105,6 +100,7 @@ class Kube:
 
     def __init__(self, api_client, dry_run=False, workers=DEFAULT_WORKERS):
         self.api = api_client
+        self._dynamic = DynamicClient(api_client, discoverer=_NoDiscovery)
         self.dry_run = dry_run
         self.workers = workers
         self.requests = 0
@@ -123,26 +119,60 @@ class Kube:
         query = list(query or [])
         if write and self.dry_run:
             query.append(("dryRun", "All"))
-        headers = {"Accept": "application/json", "Content-Type": content_type}
         for attempt in range(MAX_ATTEMPTS):
-            serialized = self.api.param_serialize(
-                method=method, resource_path=path, query_params=query, header_params=dict(headers), body=body,
-                auth_settings=["BearerToken"])
-            response = self.api.call_api(serialized[0], serialized[1], header_params=serialized[2],
-                                         body=serialized[3])
-            data = response.read()
+            try:
+                response = self._send(method, path, query, body, content_type)
+            except ApiException as error:
+                self._count(False)
+                if error.status == 404:
+                    return 404, None
+                final = error.status not in RETRY_STATUS or attempt == MAX_ATTEMPTS - 1
+                if final or (error.status == 409 and not write):
+                    message = "%s %s failed: HTTP %s %s" % (method, what or path, error.status,
+                                                           _server_message(error.body))
+                    raise KubeError(message, error.status) from error
+                time.sleep(_backoff(attempt, (error.headers or {}).get("Retry-After")))
+                continue
+            data = response.data
             # Dry runs change nothing, so they do not count as writes.
-            self._count(write and not self.dry_run and response.status < 300)
-            if response.status < 300:
-                return response.status, json.loads(data) if data else None
-            if response.status == 404:
-                return 404, None
-            final = response.status not in RETRY_STATUS or attempt == MAX_ATTEMPTS - 1
-            if final or (response.status == 409 and not write):
-                message = "%s %s failed: HTTP %s %s" % (method, what or path, response.status, _server_message(data))
-                raise KubeError(message, response.status)
-            time.sleep(_backoff(attempt, response.getheader("Retry-After")))
+            self._count(write and not self.dry_run)
+            return response.status, json.loads(data) if data else None
         raise AssertionError("unreachable")
+
+    def _send(self, method, path, query, body, content_type, stream=False):
+        if content_type == APPLY_CONTENT_TYPE:
+            # Clients before 37 send a dict body as JSON only for content types they know; with a charset
+            # parameter every version sends a ready string as it is, and the API server ignores the parameter.
+            body, content_type = json.dumps(body), APPLY_CONTENT_TYPE + "; charset=utf-8"
+        return self._dynamic.request(
+            method, path, body=body, serialize=False, query_params=list(query),
+            header_params={"Accept": "application/json"}, content_type=content_type,
+            _request_timeout=WATCH_REQUEST_TIMEOUT if stream else None)
+
+    def watch(self, path, resource_version, label_selector=None, timeout_seconds=300):
+        """Yield (event type, object) from a watch of a collection path until the server ends it.
+
+        An ERROR event (410 Gone when resource_version expired) raises KubeError with its code, so
+        the caller lists again.
+        """
+        query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(timeout_seconds))]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        try:
+            response = self._send("GET", path, query, None, "application/json", stream=True)
+        except ApiException as error:
+            raise KubeError("watch %s failed: HTTP %s %s" % (path, error.status, _server_message(error.body)),
+                            error.status) from error
+        try:
+            for line in _lines(response):
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise KubeError("watch %s ended: %s" % (path, status.get("message", "")), status.get("code"))
+                yield event.get("type"), event.get("object")
+        finally:
+            response.release_conn()
 
     # ------------------------------------------------------------ reads
 
@@ -216,6 +246,19 @@ class Kube:
 
 def _describe(kind, namespace, name):
     return "%s %s/%s" % (kind, namespace, name) if namespace else "%s %s" % (kind, name)
+
+
+def _lines(response):
+    """The newline-separated JSON documents of a streaming response, as they arrive."""
+    pending = b""
+    for chunk in response.stream(65536, decode_content=True):
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if pending.strip():
+        yield pending
 
 
 def _server_message(data):

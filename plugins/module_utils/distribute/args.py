@@ -1,19 +1,17 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Argument specs shared by the cache modules; their docs are the doc fragment gkm.cluster.distribution."""
+"""Argument specs shared by the cache modules; their docs are the doc fragments gkm.cluster.registry and
+gkm.cluster.distribution."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_ARG_SPEC
+
 # How a cache is distributed, independent of which cache: set by the operator, not by a GKMCache.
 DISTRIBUTION_ARG_SPEC = dict(
-    registry_username=dict(type="str"),
-    registry_password=dict(type="str", no_log=True),
-    registry_docker_config=dict(type="path"),
-    registry_ca_file=dict(type="path"),
-    registry_validate_certs=dict(type="bool", default=True),
-    registry_plain_http=dict(type="bool", default=False),
+    REGISTRY_ARG_SPEC,
     node_selector=dict(type="dict"),
     compatibility=dict(type="str", choices=["skip", "fail", "ignore"], default="skip"),
     create_namespaces=dict(type="bool", default=False),
@@ -32,5 +30,3 @@ DISTRIBUTION_ARG_SPEC = dict(
     wait_timeout=dict(type="int", default=300),
     concurrency=dict(type="int", default=16),
 )
-
-MUTUALLY_EXCLUSIVE = [("registry_username", "registry_docker_config")]

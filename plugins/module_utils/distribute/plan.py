@@ -2,6 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The distribution planner: from a cache's desired state and the cluster's facts to objects and actions.
 
+Which nodes qualify is scheduling.py's job, the objects themselves render.py's.
+
 Pure: no API calls. `plan(spec, facts)` returns which nodes are eligible (and why the others are not),
 the PVCs, hostPath PVs and extraction Jobs the cache needs, and the create/update/replace/delete
 actions that take the cluster there. Objects that belong to an old digest, a node that left or a
@@ -17,9 +19,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import copy
-import hashlib
-import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     DIGEST_LABEL,
@@ -29,348 +28,23 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     Slot,
     short_digest,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
-    GPUSpecError,
-    gpus_compatible,
-    gpus_from_node_labels,
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
+    EXTRACTED_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+    render_job,
+    render_namespace,
+    render_pv,
+    render_pvc,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import (
+    Eligibility,
+    PlanError,
+    node_eligibility,
 )
 
-SPEC_HASH_ANNOTATION = "gkm.io/spec-hash"
-IMAGE_ANNOTATION = "gkm.io/image"
-EXTRACTED_ANNOTATION = "gkm.io/extracted-digest"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-# The PVC is mounted at /gkm and the cache goes one level down: the extractor swaps a finished tree
-# into place with a rename, which a volume's mount point itself cannot take part in.
-CACHE_MOUNT_PATH = "/gkm"
-EXTRACT_DEST = "/gkm/cache"
-EXTRACT_CONTAINER = "extract"
-# The tools image's unprivileged user; fsGroup makes the PVC writable for it.
-EXTRACT_UID = 1000
-EXTRACT_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 # Apply order: a namespace before what lives in it, a PV before the PVC that names it.
 KIND_ORDER = ("Namespace", "PersistentVolume", "PersistentVolumeClaim", "Job")
-API_VERSIONS = {"Namespace": "v1", "PersistentVolume": "v1", "PersistentVolumeClaim": "v1", "Job": "batch/v1"}
-TOLERATIONS_FIX = "pod_template.spec.tolerations"
-
-
-class PlanError(ValueError):
-    """The desired state cannot be planned against this cluster; the message says what to change."""
-
-
-# ---------------------------------------------------------------- scheduling predicates
-
-
-def _tolerates(toleration, taint):
-    effect = toleration.get("effect")
-    if effect and effect != taint.get("effect"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    key = toleration.get("key")
-    if not key:
-        return operator == "Exists"
-    if key != taint.get("key"):
-        return False
-    return operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")
-
-
-def node_taints(node):
-    """The node's taints, plus the one a cordon implies (the scheduler treats both alike)."""
-    spec = node.get("spec") or {}
-    taints = list(spec.get("taints") or [])
-    if spec.get("unschedulable") and not any(t.get("key") == "node.kubernetes.io/unschedulable" for t in taints):
-        taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
-    return taints
-
-
-def untolerated_taints(node, tolerations):
-    """Taints that keep a pod with these tolerations off the node (PreferNoSchedule only discourages)."""
-    return [
-        taint for taint in node_taints(node)
-        if taint.get("effect") in ("NoSchedule", "NoExecute")
-        and not any(_tolerates(toleration, taint) for toleration in tolerations or [])
-    ]
-
-
-def format_taint(taint):
-    if taint.get("value"):
-        return "%s=%s:%s" % (taint["key"], taint["value"], taint["effect"])
-    return "%s:%s" % (taint["key"], taint["effect"])
-
-
-def selector_mismatches(labels, selector):
-    """Keys of `selector` whose value the labels do not carry."""
-    return sorted(key for key, value in (selector or {}).items() if labels.get(key) != str(value))
-
-
-def _expression_matches(expression, values_by_key):
-    key, operator = expression.get("key"), expression.get("operator")
-    values = [str(value) for value in expression.get("values") or []]
-    present = key in values_by_key
-    value = values_by_key.get(key)
-    if operator == "In":
-        return present and value in values
-    if operator == "NotIn":
-        return not present or value not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and present and values:
-        try:
-            number, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return number > bound if operator == "Gt" else number < bound
-    return False
-
-
-def _term_matches(term, node):
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False  # an empty term selects nothing, as in the scheduler
-    labels = node["metadata"].get("labels") or {}
-    node_fields = {"metadata.name": node["metadata"]["name"]}
-    return all(_expression_matches(e, labels) for e in expressions) and all(
-        _expression_matches(f, node_fields) for f in fields)
-
-
-def required_affinity_matches(node, affinity):
-    required = ((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-    if not required:
-        return True
-    return any(_term_matches(term, node) for term in required.get("nodeSelectorTerms") or [])
-
-
-def gpu_incompatibility(labels, targets):
-    """(is_gpu_node, reason): reason is None when the node's GPUs can run one of the image's targets."""
-    try:
-        gpus = gpus_from_node_labels(labels)
-    except GPUSpecError as error:
-        return True, "GPU labels unusable: %s" % error
-    if not gpus:
-        return False, "no gkm.io/gpu-* labels: not a GPU node (use compatibility: ignore to include it)"
-    compatible, incompatible = gpus_compatible(targets or [], gpus)
-    if compatible:
-        return True, None
-    gpu = incompatible[0]
-    wanted = ", ".join("%s/%s/%s" % (t["backend"], t["arch"], t["warp_size"]) for t in targets or [])
-    return True, "GPU %s/%s/%s does not match the image's targets (%s)" % (
-        gpu["backend"], gpu["arch"], gpu["warp_size"], wanted or "none")
-
-
-class Eligibility:
-    """Nodes that get the cache, and for every other node the reasons it does not.
-
-    `incompatible` lists GPU nodes whose GPUs cannot run the image (status phase Incompatible);
-    `untolerated_taints` counts, per taint, the nodes that only taints keep the Job's pod off.
-    """
-
-    def __init__(self):
-        self.eligible = []
-        self.excluded = {}
-        self.incompatible = []
-        self.untolerated_taints = {}
-
-
-def node_eligibility(spec, nodes):
-    result = Eligibility()
-    tolerations = spec.pod_spec("tolerations", [])
-    pod_selector = spec.pod_spec("nodeSelector", {})
-    affinity = spec.pod_spec("affinity")
-    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-        name = node["metadata"]["name"]
-        labels = node["metadata"].get("labels") or {}
-        unselected = selector_mismatches(labels, spec.node_selector)
-        if unselected:
-            result.excluded[name] = ["not selected by node_selector (%s)" % ", ".join(
-                "%s=%s" % (key, spec.node_selector[key]) for key in unselected)]
-            continue
-        reasons = []
-        mismatched = selector_mismatches(labels, pod_selector)
-        if mismatched:
-            reasons.append("labels do not match pod_template.spec.nodeSelector (%s)" % ", ".join(
-                "%s=%s" % (key, pod_selector[key]) for key in mismatched))
-        if not required_affinity_matches(node, affinity):
-            reasons.append("does not match the required node affinity in pod_template.spec.affinity")
-        placeable_but_for_taints = not reasons
-        for taint in untolerated_taints(node, tolerations):
-            taint_text = format_taint(taint)
-            if placeable_but_for_taints:
-                result.untolerated_taints[taint_text] = result.untolerated_taints.get(taint_text, 0) + 1
-            reasons.append("untolerated taint %s (add a toleration to %s)" % (taint_text, TOLERATIONS_FIX))
-        if spec.compatibility != "ignore":
-            is_gpu_node, reason = gpu_incompatibility(labels, spec.targets)
-            if reason:
-                reasons.append(reason)
-                if is_gpu_node:
-                    result.incompatible.append(name)
-        if reasons:
-            result.excluded[name] = reasons
-        else:
-            result.eligible.append(node)
-    if spec.compatibility == "fail" and result.incompatible:
-        raise PlanError("compatibility is 'fail' and the image cannot run on GPU node(s) %s: %s" % (
-            ", ".join(result.incompatible),
-            "; ".join("%s: %s" % (n, result.excluded[n][-1]) for n in result.incompatible)))
-    return result
-
-
-# ---------------------------------------------------------------- rendering
-
-
-def spec_hash(spec_body):
-    encoded = json.dumps(spec_body, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    return hashlib.sha256(encoded).hexdigest()[:16]
-
-
-def _object(kind, name, namespace, labels, annotations, spec_body):
-    metadata = {"name": name, "labels": labels, "annotations": dict(annotations)}
-    if namespace:
-        metadata["namespace"] = namespace
-    metadata["annotations"][SPEC_HASH_ANNOTATION] = spec_hash(spec_body)
-    return {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": metadata, "spec": spec_body}
-
-
-def _hostname(node):
-    return (node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL)
-
-
-def _node_name_term(node_name):
-    return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
-
-
-def render_pv(spec, slot, node, storage_class_name):
-    """A hostPath PV pre-bound to the slot's PVC; per-node PVs carry node affinity for the scheduler."""
-    body = {
-        "capacity": {"storage": spec.size},
-        "accessModes": list(spec.access_modes),
-        "persistentVolumeReclaimPolicy": "Retain",
-        "storageClassName": storage_class_name,
-        "hostPath": {"path": slot.host_path(spec.host_path_root), "type": "DirectoryOrCreate"},
-        "claimRef": {"namespace": slot.namespace, "name": slot.pvc_name()},
-    }
-    if node is not None:
-        hostname = _hostname(node)
-        term = ({"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}]}
-                if hostname else _node_name_term(node["metadata"]["name"]))
-        body["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
-    return _object("PersistentVolume", slot.pv_name(), None, slot.labels(), {IMAGE_ANNOTATION: spec.image}, body)
-
-
-def render_pvc(spec, slot, storage_class_name, extracted):
-    """The slot's PVC. Our PVs name it in claimRef, which binds them; the PVC itself leaves volumeName
-    empty, so with a WaitForFirstConsumer class the scheduler binds it while placing the Job's pod
-    (a PVC naming a volume not yet bound would count as an unbound immediate claim and stall the pod).
-    """
-    body = {
-        "accessModes": list(spec.access_modes),
-        "resources": {"requests": {"storage": spec.size}},
-    }
-    if storage_class_name is not None:
-        body["storageClassName"] = storage_class_name
-    annotations = {IMAGE_ANNOTATION: spec.image}
-    if extracted:
-        annotations[EXTRACTED_ANNOTATION] = spec.digest
-    return _object("PersistentVolumeClaim", slot.pvc_name(), slot.namespace, slot.labels(), annotations, body)
-
-
-def extraction_command(spec, node):
-    """The container command: the tools image runs the collection's cache_extract CLI into the PVC.
-
-    A pinned Job also names its node's GPU, so the extractor re-checks compatibility on its own
-    without needing API access to read node labels.
-    """
-    command = ["python3", "-m", EXTRACT_CLI_MODULE, "--image", spec.image, "--dest", EXTRACT_DEST,
-               *spec.extract_args]
-    if node is not None and spec.compatibility != "ignore":
-        for gpu in gpus_from_node_labels(node["metadata"].get("labels")):
-            command += ["--gpu", "%s/%s/%s" % (gpu["backend"], gpu["arch"], gpu["warp_size"]),
-                        "--compatibility", "fail"]
-    return command
-
-
-def _pinned_scheduling(spec, node):
-    """nodeSelector and affinity of the Job's pod: the user's, with the node pin merged in, never replaced."""
-    node_selector = dict(spec.pod_spec("nodeSelector") or {})
-    affinity = spec.pod_spec("affinity")
-    if node is None:
-        return node_selector, affinity
-    hostname = _hostname(node)
-    if hostname:
-        node_selector[HOSTNAME_LABEL] = hostname
-        return node_selector, affinity
-    # Without a hostname label, pin by node name the way the DaemonSet controller does.
-    affinity = copy.deepcopy(affinity) or {}
-    required = affinity.setdefault("nodeAffinity", {}).setdefault(
-        "requiredDuringSchedulingIgnoredDuringExecution", {})
-    terms = required.get("nodeSelectorTerms") or [{}]
-    pin = _node_name_term(node["metadata"]["name"])["matchFields"]
-    required["nodeSelectorTerms"] = [dict(term, matchFields=(term.get("matchFields") or []) + pin) for term in terms]
-    return node_selector, affinity
-
-
-def render_job(spec, slot, node):
-    """The extraction Job, under the restricted Pod Security profile, with bounded retries and lifetime."""
-    node_selector, affinity = _pinned_scheduling(spec, node)
-    pod_labels = spec.pod_metadata("labels")
-    pod_labels.update(slot.labels())
-    pod_spec = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": EXTRACT_UID,
-            "runAsGroup": EXTRACT_UID,
-            "fsGroup": EXTRACT_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [{
-            "name": EXTRACT_CONTAINER,
-            "image": spec.extract_image,
-            "imagePullPolicy": "IfNotPresent",
-            "command": extraction_command(spec, node),
-            "securityContext": {
-                "allowPrivilegeEscalation": False,
-                "readOnlyRootFilesystem": True,
-                "runAsNonRoot": True,
-                "capabilities": {"drop": ["ALL"]},
-            },
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-            "volumeMounts": [
-                {"name": "cache", "mountPath": CACHE_MOUNT_PATH},
-                {"name": "tmp", "mountPath": "/tmp"},
-            ],
-        }],
-        "volumes": [
-            {"name": "cache", "persistentVolumeClaim": {"claimName": slot.pvc_name()}},
-            {"name": "tmp", "emptyDir": {}},
-        ],
-    }
-    if node_selector:
-        pod_spec["nodeSelector"] = node_selector
-    if affinity:
-        pod_spec["affinity"] = affinity
-    for field in ("tolerations", "priorityClassName"):
-        value = spec.pod_spec(field)
-        if value:
-            pod_spec[field] = value
-    template_metadata = {"labels": pod_labels}
-    if spec.pod_metadata("annotations"):
-        template_metadata["annotations"] = spec.pod_metadata("annotations")
-    body = {
-        "backoffLimit": spec.job_limits["backoff_limit"],
-        "activeDeadlineSeconds": spec.job_limits["active_deadline_seconds"],
-        "ttlSecondsAfterFinished": spec.job_limits["ttl_seconds_after_finished"],
-        "template": {"metadata": template_metadata, "spec": pod_spec},
-    }
-    return _object("Job", slot.job_name(), slot.namespace, slot.labels(), {IMAGE_ANNOTATION: spec.image}, body)
-
-
-def render_namespace(name):
-    """Unlabelled: workloads move into it, so it is never ours to delete (undeploy leaves namespaces alone)."""
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 # ---------------------------------------------------------------- live state helpers

@@ -12,6 +12,8 @@ __metaclass__ = type
 
 import copy
 
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+
 GROUP = "gkm.io"
 VERSION = "v1alpha1"
 # kind -> (plural, namespaced)
@@ -31,7 +33,7 @@ _TIMESTAMP_FIELDS = ("lastReconcileTime",)
 _ENTRY_FIELDS = ("namespace", "node", "pvc", "job", "digest", "phase", "message", "fix")
 
 
-class ResourceError(ValueError):
+class ResourceError(GkmError, ValueError):
     """A cache resource cannot be reconciled as written; the message names the field."""
 
 

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
@@ -29,6 +30,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
     group_by_cache,
     slots_from_live,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_OPTIONS
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.metadata import (
     CacheMetadataError,
     parse_cache_metadata,
@@ -40,24 +42,15 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import (
 )
 
 OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job")
-REGISTRY_OPTIONS = {
-    "registry_username": "username",
-    "registry_password": "password",
-    "registry_docker_config": "docker_config",
-    "registry_ca_file": "ca_file",
-    "registry_validate_certs": "validate_certs",
-    "registry_plain_http": "plain_http",
-}
 DEFAULT_STORAGE_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 WAIT_POLL_SECONDS = 1.0
 
 
-class DistributeError(Exception):
+class DistributeError(GkmError):
     """The run cannot go on; `result` carries what is known so far (plan, status, writes)."""
 
     def __init__(self, message, **result):
-        super(DistributeError, self).__init__(message)
-        self.result = result
+        super(DistributeError, self).__init__(message, result)
 
 
 # ---------------------------------------------------------------- inputs

@@ -21,11 +21,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     NODE_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
-    EXTRACTED_ANNOTATION,
     SlotState,
     job_condition,
     pod_mounts,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 
 PENDING, EXTRACTING, EXTRACTED, ERROR, INCOMPATIBLE, OUTDATED = (
     "Pending", "Extracting", "Extracted", "Error", "Incompatible", "Outdated")

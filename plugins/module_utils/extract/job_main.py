@@ -20,6 +20,9 @@ import json
 import os
 import sys
 
+from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
 
 
@@ -60,29 +63,15 @@ def build_parser():
     return parser
 
 
-def node_labels_reader(kubeconfig=None):
-    """A function returning a node's labels, using in-cluster credentials or a kubeconfig."""
-    def read(name):
-        from kubernetes import client, config
-
-        if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            api = config.new_client_from_config(config_file=kubeconfig)
-        else:
-            config.load_incluster_config()
-            api = client.ApiClient()
-        return client.CoreV1Api(api).read_node(name).metadata.labels or {}
-
-    return read
-
-
 def main(argv=None):
     args = build_parser().parse_args(argv)
     options = {key: value for key, value in vars(args).items() if key not in ("check", "kubeconfig")}
     options["password"] = os.environ.get("GKM_REGISTRY_PASSWORD")
     try:
         result = cache_pull.ensure_cache(options, check_mode=args.check,
-                                         node_labels_reader=node_labels_reader(args.kubeconfig))
-    except cache_pull.CachePullError as exc:
+                                         node_labels_reader=cache_pull.node_labels_reader(
+                                             lambda: Kube(api_client_from_kubeconfig(args.kubeconfig))))
+    except GkmError as exc:
         json.dump({"failed": True, "msg": str(exc)}, sys.stdout)
         sys.stdout.write("\n")
         return 1

@@ -15,7 +15,8 @@ import hashlib
 import os
 import shutil
 
-from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive as extract
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive, rules, tree
 from ansible_collections.gkm.cluster.plugins.module_utils.oci import gpu_compat, signature
 from ansible_collections.gkm.cluster.plugins.module_utils.oci import metadata as cache_metadata
 from ansible_collections.gkm.cluster.plugins.module_utils.oci import registry as oci
@@ -50,7 +51,7 @@ DEFAULTS = {
 }
 
 
-class CachePullError(Exception):
+class CachePullError(GkmError):
     """A user-facing failure: the message names the field or the problem and the fix."""
 
 
@@ -191,7 +192,18 @@ def _marker_current(marker, opts, digest):
         return False
     if opts["verify"] == "cosign" and (marker.get("signature") or {}).get("key") != _key_id(opts["public_key"]):
         return False
-    return extract.tree_intact(opts["dest"], marker)
+    return tree.tree_intact(opts["dest"], marker)
+
+
+def node_labels_reader(make_kube):
+    """A node_labels_reader for ensure_cache: the node's labels through a Kube made on first use."""
+    def read(name):
+        node = make_kube().get("Node", name)
+        if node is None:
+            raise CachePullError("gpus_from_node_labels: node %s does not exist; name a node of this cluster" % name)
+        return dict((node.get("metadata") or {}).get("labels") or {})
+
+    return read
 
 
 def ensure_cache(options, check_mode=False, node_labels_reader=None):
@@ -201,10 +213,10 @@ def ensure_cache(options, check_mode=False, node_labels_reader=None):
         return remove_cache(opts, check_mode)
     gpus = _gpus(opts, node_labels_reader)
     try:
-        extract.check_dest(opts["dest"])
+        tree.check_dest(opts["dest"])
         client, container = oci.RegistryClient.for_reference(opts["image"], **_registry_options(opts))
         digest = container.digest or client.head_digest(container)
-        marker = extract.read_marker(opts["dest"])
+        marker = tree.read_marker(opts["dest"])
         previous = (marker or {}).get("digest")
         if _marker_current(marker, opts, digest):
             compatible, incompatible, reason = _compatibility(opts, marker.get("targets") or [], gpus)
@@ -225,9 +237,9 @@ def ensure_cache(options, check_mode=False, node_labels_reader=None):
             return _result(opts, digest, facts, True, previous, compatible_gpus=compatible,
                            incompatible_gpus=incompatible, msg="would extract %s" % digest)
         facts.update(image=opts["image"], digest=digest, dest=opts["dest"])
-        limits = extract.Limits(opts["max_bytes"], opts["max_files"], opts["max_expansion_ratio"])
+        limits = rules.Limits(opts["max_bytes"], opts["max_files"], opts["max_expansion_ratio"])
         with client.open_blob(container, layer["digest"]) as response:
-            stats = extract.extract_layer(
+            stats = archive.extract_layer(
                 lambda n: response.raw.read(n, decode_content=False), layer["digest"], layer["size"], opts["dest"],
                 limits=limits, whole_layer=opts["whole_layer"], rewrite_groups=opts["rewrite_group_paths"],
                 marker=facts)
@@ -237,7 +249,7 @@ def ensure_cache(options, check_mode=False, node_labels_reader=None):
                        setid_bits_stripped=stats["setid_bits_stripped"],
                        group_files_rewritten=stats["group_files_rewritten"], seconds=stats["seconds"],
                        msg="extracted %s" % digest)
-    except (oci.OCIError, cache_metadata.CacheMetadataError, extract.ExtractError, signature.SignatureError) as exc:
+    except (oci.OCIError, cache_metadata.CacheMetadataError, rules.ExtractError, signature.SignatureError) as exc:
         raise CachePullError("%s: %s" % (opts["image"], exc)) from exc
 
 
@@ -247,14 +259,14 @@ def remove_cache(opts, check_mode=False):
     base = {"dest": dest, "image": opts.get("image"), "digest": None, "skipped": False}
     if not os.path.lexists(dest):
         return dict(base, changed=False, previous_digest=None, msg="absent")
-    marker = extract.read_marker(dest)
+    marker = tree.read_marker(dest)
     if marker is None and not (os.path.isdir(dest) and not os.path.islink(dest) and not os.listdir(dest)):
         raise CachePullError("dest %s was not written by this module (no %s); refusing to remove it"
-                             % (dest, extract.MARKER_NAME))
+                             % (dest, tree.MARKER_NAME))
     previous = (marker or {}).get("digest")
     result = dict(base, changed=True, previous_digest=previous,
                   diff={"before": "digest: %s\n" % previous, "after": "absent\n"}, msg="removed")
     if not check_mode:
-        with extract.DestLock(dest):
+        with tree.DestLock(dest):
             shutil.rmtree(dest)
     return result

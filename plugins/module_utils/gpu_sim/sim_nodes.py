@@ -21,6 +21,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
 # Patch mode applies as its own field manager: nodes it patches may carry fields that another apply as
@@ -35,7 +36,7 @@ CONTROLLER_TAINT_PREFIX = "node.kubernetes.io/"
 POLL_SECONDS = 0.5
 
 
-class SimNodesError(ValueError):
+class SimNodesError(GkmError, ValueError):
     """The node list cannot be reconciled; the message names the group or node and the fix."""
 
 

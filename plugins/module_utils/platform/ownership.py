@@ -19,6 +19,8 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+
 DEFAULT_CONFIGMAP = "gkm-cluster-ownership"
 DEFAULT_NAMESPACE = "gkm-system"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gkm.cluster"}
@@ -27,7 +29,7 @@ RECORD_FIELDS = ("version", "method", "source", "namespace", "namespace_created"
 METHODS = ("helm", "manifest")
 
 
-class OwnershipError(ValueError):
+class OwnershipError(GkmError, ValueError):
     """A record or a request is unusable; the message names the field and the fix."""
 
 

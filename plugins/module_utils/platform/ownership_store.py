@@ -13,7 +13,6 @@ __metaclass__ = type
 
 import datetime
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
 from ansible_collections.gkm.cluster.plugins.module_utils.platform import ownership
 
 VERSION_LABEL = "app.kubernetes.io/version"
@@ -45,9 +44,12 @@ def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def run(params, check_mode, api_client_factory):
-    """Query, record or forget; returns the module result."""
-    kube = kube_access.Kube(api_client_factory(), dry_run=check_mode)
+def run(params, check_mode, make_kube):
+    """Query, record or forget; returns (module result, diff).
+
+    make_kube() returns the Kube to use, a dry-running one in check mode.
+    """
+    kube = make_kube()
     component = params["component"]
     cm_name, cm_namespace = params["ownership_configmap"], params["ownership_namespace"]
     configmap = kube.get("ConfigMap", cm_name, cm_namespace)

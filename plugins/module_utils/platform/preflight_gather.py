@@ -16,7 +16,6 @@ import time
 
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
 from ansible_collections.gkm.cluster.plugins.module_utils.platform import preflight
 
 PROBE_PREFIX = "gkm-rox-probe-"
@@ -135,7 +134,8 @@ def gather(kube, params, check_mode, environ=None):
     return facts
 
 
-def run(params, check_mode, api_client_factory):
-    kube = kube_access.Kube(api_client_factory(), dry_run=check_mode)
+def run(params, check_mode, make_kube):
+    """Gather (and in apply mode label); make_kube() returns the Kube to use, a dry-running one in check mode."""
+    kube = make_kube()
     facts = gather(kube, params, check_mode)
     return dict(facts, changed=bool(facts["labelled"]))

@@ -21,7 +21,7 @@ import time
 from ansible.module_utils.six.moves import http_client
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.common.tls import not_after
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import objects
@@ -34,7 +34,7 @@ SERVER_MADE_CONFIGMAPS = ("kube-root-ca.crt",)
 _VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "generation", "creationTimestamp")
 
 
-class InstallError(Exception):
+class InstallError(GkmError):
     """A problem the user can fix; the message says which option or object and how."""
 
 
@@ -337,10 +337,13 @@ def url_ready(url, ca_bundle, timeout=5):
         connection.close()
 
 
-def run(params, check_mode, make_api_client):
-    """Validate, then install or remove; returns (module result, per-object diffs)."""
+def run(params, check_mode, make_kube):
+    """Validate, then install or remove; returns (module result, per-object diffs).
+
+    make_kube() returns the Kube to use, a dry-running one in check mode.
+    """
     settings = validate(params)
-    kube = kube_access.Kube(make_api_client(), dry_run=check_mode)
+    kube = make_kube()
     provided = "".join(webhook_tls.split_pem_bundle(params.get("ca_bundle"))) or None
     installer = Installer(kube, settings, check_mode=check_mode, wait=params["wait"],
                           wait_timeout=params["wait_timeout"], provided_ca_bundle=provided)

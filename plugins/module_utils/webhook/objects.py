@@ -15,7 +15,7 @@ import base64
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import MANAGED_BY_LABEL, MANAGER
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import MUTATION_LABEL
 
-SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server"
+SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main"
 # The webhook's name carries the install's name and namespace: the API server's denial messages and
 # its per-webhook metrics (apiserver_admission_webhook_*{name=...}) then tell installs apart.
 WEBHOOK_NAME_SUFFIX = "pvc-mutation.gkm.io"

@@ -1,0 +1,32 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+    # Options of plugins/module_utils/oci/args.py REGISTRY_ARG_SPEC.
+    DOCUMENTATION = r"""
+options:
+  registry_username:
+    description: Registry user name.
+    type: str
+  registry_password:
+    description: Password or token of O(registry_username).
+    type: str
+  registry_docker_config:
+    description: Docker C(config.json) with registry credentials, instead of O(registry_username).
+    type: path
+  registry_ca_file:
+    description: CA bundle for the registry's TLS certificate.
+    type: path
+  registry_validate_certs:
+    description: Verify the registry's TLS certificate (extraction Jobs get the same setting).
+    type: bool
+    default: true
+  registry_plain_http:
+    description: Talk plain HTTP to the registry (extraction Jobs too). Only for loopback or test registries.
+    type: bool
+    default: false
+"""

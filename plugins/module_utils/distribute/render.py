@@ -1,0 +1,185 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Rendering, pure: the PV, PVC, Job and Namespace objects of one cache slot, each carrying the hash of
+the spec it was rendered from.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import hashlib
+import json
+
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import gpus_from_node_labels
+
+SPEC_HASH_ANNOTATION = "gkm.io/spec-hash"
+IMAGE_ANNOTATION = "gkm.io/image"
+EXTRACTED_ANNOTATION = "gkm.io/extracted-digest"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# The PVC is mounted at /gkm and the cache goes one level down: the extractor swaps a finished tree
+# into place with a rename, which a volume's mount point itself cannot take part in.
+CACHE_MOUNT_PATH = "/gkm"
+EXTRACT_DEST = "/gkm/cache"
+EXTRACT_CONTAINER = "extract"
+# The tools image's unprivileged user; fsGroup makes the PVC writable for it.
+EXTRACT_UID = 1000
+EXTRACT_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main"
+API_VERSIONS = {"Namespace": "v1", "PersistentVolume": "v1", "PersistentVolumeClaim": "v1", "Job": "batch/v1"}
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def spec_hash(spec_body):
+    encoded = json.dumps(spec_body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+def _object(kind, name, namespace, labels, annotations, spec_body):
+    metadata = {"name": name, "labels": labels, "annotations": dict(annotations)}
+    if namespace:
+        metadata["namespace"] = namespace
+    metadata["annotations"][SPEC_HASH_ANNOTATION] = spec_hash(spec_body)
+    return {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": metadata, "spec": spec_body}
+
+
+def _hostname(node):
+    return (node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL)
+
+
+def _node_name_term(node_name):
+    return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+
+
+def render_pv(spec, slot, node, storage_class_name):
+    """A hostPath PV pre-bound to the slot's PVC; per-node PVs carry node affinity for the scheduler."""
+    body = {
+        "capacity": {"storage": spec.size},
+        "accessModes": list(spec.access_modes),
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": storage_class_name,
+        "hostPath": {"path": slot.host_path(spec.host_path_root), "type": "DirectoryOrCreate"},
+        "claimRef": {"namespace": slot.namespace, "name": slot.pvc_name()},
+    }
+    if node is not None:
+        hostname = _hostname(node)
+        term = ({"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}]}
+                if hostname else _node_name_term(node["metadata"]["name"]))
+        body["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
+    return _object("PersistentVolume", slot.pv_name(), None, slot.labels(), {IMAGE_ANNOTATION: spec.image}, body)
+
+
+def render_pvc(spec, slot, storage_class_name, extracted):
+    """The slot's PVC. Our PVs name it in claimRef, which binds them; the PVC itself leaves volumeName
+    empty, so with a WaitForFirstConsumer class the scheduler binds it while placing the Job's pod
+    (a PVC naming a volume not yet bound would count as an unbound immediate claim and stall the pod).
+    """
+    body = {
+        "accessModes": list(spec.access_modes),
+        "resources": {"requests": {"storage": spec.size}},
+    }
+    if storage_class_name is not None:
+        body["storageClassName"] = storage_class_name
+    annotations = {IMAGE_ANNOTATION: spec.image}
+    if extracted:
+        annotations[EXTRACTED_ANNOTATION] = spec.digest
+    return _object("PersistentVolumeClaim", slot.pvc_name(), slot.namespace, slot.labels(), annotations, body)
+
+
+def extraction_command(spec, node):
+    """The container command: the tools image runs the collection's cache_extract CLI into the PVC.
+
+    A pinned Job also names its node's GPU, so the extractor re-checks compatibility on its own
+    without needing API access to read node labels.
+    """
+    command = ["python3", "-m", EXTRACT_CLI_MODULE, "--image", spec.image, "--dest", EXTRACT_DEST,
+               *spec.extract_args]
+    if node is not None and spec.compatibility != "ignore":
+        for gpu in gpus_from_node_labels(node["metadata"].get("labels")):
+            command += ["--gpu", "%s/%s/%s" % (gpu["backend"], gpu["arch"], gpu["warp_size"]),
+                        "--compatibility", "fail"]
+    return command
+
+
+def _pinned_scheduling(spec, node):
+    """nodeSelector and affinity of the Job's pod: the user's, with the node pin merged in, never replaced."""
+    node_selector = dict(spec.pod_spec("nodeSelector") or {})
+    affinity = spec.pod_spec("affinity")
+    if node is None:
+        return node_selector, affinity
+    hostname = _hostname(node)
+    if hostname:
+        node_selector[HOSTNAME_LABEL] = hostname
+        return node_selector, affinity
+    # Without a hostname label, pin by node name the way the DaemonSet controller does.
+    affinity = copy.deepcopy(affinity) or {}
+    required = affinity.setdefault("nodeAffinity", {}).setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    pin = _node_name_term(node["metadata"]["name"])["matchFields"]
+    required["nodeSelectorTerms"] = [dict(term, matchFields=(term.get("matchFields") or []) + pin) for term in terms]
+    return node_selector, affinity
+
+
+def render_job(spec, slot, node):
+    """The extraction Job, under the restricted Pod Security profile, with bounded retries and lifetime."""
+    node_selector, affinity = _pinned_scheduling(spec, node)
+    pod_labels = spec.pod_metadata("labels")
+    pod_labels.update(slot.labels())
+    pod_spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": EXTRACT_UID,
+            "runAsGroup": EXTRACT_UID,
+            "fsGroup": EXTRACT_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [{
+            "name": EXTRACT_CONTAINER,
+            "image": spec.extract_image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": extraction_command(spec, node),
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "runAsNonRoot": True,
+                "capabilities": {"drop": ["ALL"]},
+            },
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            "volumeMounts": [
+                {"name": "cache", "mountPath": CACHE_MOUNT_PATH},
+                {"name": "tmp", "mountPath": "/tmp"},
+            ],
+        }],
+        "volumes": [
+            {"name": "cache", "persistentVolumeClaim": {"claimName": slot.pvc_name()}},
+            {"name": "tmp", "emptyDir": {}},
+        ],
+    }
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    if affinity:
+        pod_spec["affinity"] = affinity
+    for field in ("tolerations", "priorityClassName"):
+        value = spec.pod_spec(field)
+        if value:
+            pod_spec[field] = value
+    template_metadata = {"labels": pod_labels}
+    if spec.pod_metadata("annotations"):
+        template_metadata["annotations"] = spec.pod_metadata("annotations")
+    body = {
+        "backoffLimit": spec.job_limits["backoff_limit"],
+        "activeDeadlineSeconds": spec.job_limits["active_deadline_seconds"],
+        "ttlSecondsAfterFinished": spec.job_limits["ttl_seconds_after_finished"],
+        "template": {"metadata": template_metadata, "spec": pod_spec},
+    }
+    return _object("Job", slot.job_name(), slot.namespace, slot.labels(), {IMAGE_ANNOTATION: spec.image}, body)
+
+
+def render_namespace(name):
+    """Unlabelled: workloads move into it, so it is never ours to delete (undeploy leaves namespaces alone)."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}

@@ -1,0 +1,182 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Scheduling predicates, pure: which nodes a cache's extraction Job can run on, and why not.
+
+Taints and tolerations, node selectors, required node affinity and GPU compatibility, evaluated the
+way the scheduler evaluates them, so a plan names the reason a node is left out.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
+    GPUSpecError,
+    gpus_compatible,
+    gpus_from_node_labels,
+)
+
+TOLERATIONS_FIX = "pod_template.spec.tolerations"
+
+
+class PlanError(ValueError):
+    """The desired state cannot be planned against this cluster; the message says what to change."""
+
+
+# ---------------------------------------------------------------- scheduling predicates
+
+
+def _tolerates(toleration, taint):
+    effect = toleration.get("effect")
+    if effect and effect != taint.get("effect"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    key = toleration.get("key")
+    if not key:
+        return operator == "Exists"
+    if key != taint.get("key"):
+        return False
+    return operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def node_taints(node):
+    """The node's taints, plus the one a cordon implies (the scheduler treats both alike)."""
+    spec = node.get("spec") or {}
+    taints = list(spec.get("taints") or [])
+    if spec.get("unschedulable") and not any(t.get("key") == "node.kubernetes.io/unschedulable" for t in taints):
+        taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+    return taints
+
+
+def untolerated_taints(node, tolerations):
+    """Taints that keep a pod with these tolerations off the node (PreferNoSchedule only discourages)."""
+    return [
+        taint for taint in node_taints(node)
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+        and not any(_tolerates(toleration, taint) for toleration in tolerations or [])
+    ]
+
+
+def format_taint(taint):
+    if taint.get("value"):
+        return "%s=%s:%s" % (taint["key"], taint["value"], taint["effect"])
+    return "%s:%s" % (taint["key"], taint["effect"])
+
+
+def selector_mismatches(labels, selector):
+    """Keys of `selector` whose value the labels do not carry."""
+    return sorted(key for key, value in (selector or {}).items() if labels.get(key) != str(value))
+
+
+def _expression_matches(expression, values_by_key):
+    key, operator = expression.get("key"), expression.get("operator")
+    values = [str(value) for value in expression.get("values") or []]
+    present = key in values_by_key
+    value = values_by_key.get(key)
+    if operator == "In":
+        return present and value in values
+    if operator == "NotIn":
+        return not present or value not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and values:
+        try:
+            number, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return number > bound if operator == "Gt" else number < bound
+    return False
+
+
+def _term_matches(term, node):
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False  # an empty term selects nothing, as in the scheduler
+    labels = node["metadata"].get("labels") or {}
+    node_fields = {"metadata.name": node["metadata"]["name"]}
+    return all(_expression_matches(e, labels) for e in expressions) and all(
+        _expression_matches(f, node_fields) for f in fields)
+
+
+def required_affinity_matches(node, affinity):
+    required = ((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return True
+    return any(_term_matches(term, node) for term in required.get("nodeSelectorTerms") or [])
+
+
+def gpu_incompatibility(labels, targets):
+    """(is_gpu_node, reason): reason is None when the node's GPUs can run one of the image's targets."""
+    try:
+        gpus = gpus_from_node_labels(labels)
+    except GPUSpecError as error:
+        return True, "GPU labels unusable: %s" % error
+    if not gpus:
+        return False, "no gkm.io/gpu-* labels: not a GPU node (use compatibility: ignore to include it)"
+    compatible, incompatible = gpus_compatible(targets or [], gpus)
+    if compatible:
+        return True, None
+    gpu = incompatible[0]
+    wanted = ", ".join("%s/%s/%s" % (t["backend"], t["arch"], t["warp_size"]) for t in targets or [])
+    return True, "GPU %s/%s/%s does not match the image's targets (%s)" % (
+        gpu["backend"], gpu["arch"], gpu["warp_size"], wanted or "none")
+
+
+class Eligibility:
+    """Nodes that get the cache, and for every other node the reasons it does not.
+
+    `incompatible` lists GPU nodes whose GPUs cannot run the image (status phase Incompatible);
+    `untolerated_taints` counts, per taint, the nodes that only taints keep the Job's pod off.
+    """
+
+    def __init__(self):
+        self.eligible = []
+        self.excluded = {}
+        self.incompatible = []
+        self.untolerated_taints = {}
+
+
+def node_eligibility(spec, nodes):
+    result = Eligibility()
+    tolerations = spec.pod_spec("tolerations", [])
+    pod_selector = spec.pod_spec("nodeSelector", {})
+    affinity = spec.pod_spec("affinity")
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = node["metadata"]["name"]
+        labels = node["metadata"].get("labels") or {}
+        unselected = selector_mismatches(labels, spec.node_selector)
+        if unselected:
+            result.excluded[name] = ["not selected by node_selector (%s)" % ", ".join(
+                "%s=%s" % (key, spec.node_selector[key]) for key in unselected)]
+            continue
+        reasons = []
+        mismatched = selector_mismatches(labels, pod_selector)
+        if mismatched:
+            reasons.append("labels do not match pod_template.spec.nodeSelector (%s)" % ", ".join(
+                "%s=%s" % (key, pod_selector[key]) for key in mismatched))
+        if not required_affinity_matches(node, affinity):
+            reasons.append("does not match the required node affinity in pod_template.spec.affinity")
+        placeable_but_for_taints = not reasons
+        for taint in untolerated_taints(node, tolerations):
+            taint_text = format_taint(taint)
+            if placeable_but_for_taints:
+                result.untolerated_taints[taint_text] = result.untolerated_taints.get(taint_text, 0) + 1
+            reasons.append("untolerated taint %s (add a toleration to %s)" % (taint_text, TOLERATIONS_FIX))
+        if spec.compatibility != "ignore":
+            is_gpu_node, reason = gpu_incompatibility(labels, spec.targets)
+            if reason:
+                reasons.append(reason)
+                if is_gpu_node:
+                    result.incompatible.append(name)
+        if reasons:
+            result.excluded[name] = reasons
+        else:
+            result.eligible.append(node)
+    if spec.compatibility == "fail" and result.incompatible:
+        raise PlanError("compatibility is 'fail' and the image cannot run on GPU node(s) %s: %s" % (
+            ", ".join(result.incompatible),
+            "; ".join("%s: %s" % (n, result.excluded[n][-1]) for n in result.incompatible)))
+    return result

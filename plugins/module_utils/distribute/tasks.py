@@ -1,0 +1,37 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The work of the cache modules (cache_distribute, cache_info, cache_reconcile), one function each.
+
+Each takes the common/module.py ModuleCall and returns the module's result.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.reconcile import reconcile
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import describe, distribute
+
+
+def cache_distribute(call):
+    workers = call.params["concurrency"]
+    return distribute(call.kube(workers), call.params, check_mode=call.check_mode, want_diff=call.diff)
+
+
+def cache_info(call):
+    for field in ("name", "namespace"):
+        problem = call.params[field] and name_problem(field, call.params[field])
+        if problem:
+            raise GkmError(problem)
+    return describe(call.kube(), call.params["name"], call.params["namespace"])
+
+
+def cache_reconcile(call):
+    params = call.params
+    options = {key: params[key] for key in DISTRIBUTION_ARG_SPEC}
+    namespace = params["namespace"] if params["kind"] == "GKMCache" else None
+    return reconcile(call.kube(options["concurrency"]), params["kind"], params["name"], namespace, options,
+                     check_mode=call.check_mode, want_diff=call.diff, definition=params["definition"])

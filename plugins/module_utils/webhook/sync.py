@@ -1,0 +1,138 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Keeps the webhook's CacheView current: one list+watch thread per source, events handed to the event loop.
+
+Sources: the managed PVCs and the GKMCache / ClusterGKMCache objects (absent CRDs count as "none yet"
+and are looked for again). The view itself is only ever touched by the loop thread.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import logging
+import threading
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError, resource_path
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
+    CLUSTER_KIND,
+    GKM_GROUP,
+    GKM_VERSION,
+    MANAGED_PVC_SELECTOR,
+    NAMESPACED_KIND,
+)
+
+LOG = logging.getLogger("gkm.webhook")
+
+WATCH_TIMEOUT_SECONDS = 300
+# How often a missing CRD is looked for again, and the back-off bounds after a failed LIST or watch.
+ABSENT_RETRY_SECONDS = 15
+ERROR_RETRY_SECONDS = (1, 30)
+
+
+class _Source:
+    """One list+watch of a resource, feeding the view through the event loop."""
+
+    def __init__(self, name, path, label_selector, apply_event, replace, optional):
+        self.name = name
+        self.path = path
+        self.label_selector = label_selector
+        self.apply_event = apply_event
+        self.replace = replace
+        self.optional = optional  # a 404 (CRD not installed) means "none of these yet"
+
+
+class ViewSync:
+    """Keeps a CacheView current with one thread per watched source."""
+
+    def __init__(self, kube, view, metrics, loop):
+        self.kube = kube
+        self.view = view
+        self.metrics = metrics
+        self.loop = loop
+        self.synced = {}
+        self._stop = threading.Event()
+
+        def cache_source(kind, plural):
+            return _Source(
+                plural,
+                "/apis/%s/%s/%s" % (GKM_GROUP, GKM_VERSION, plural),
+                None,
+                lambda event_type, obj: view.apply_cache_event(kind, event_type, obj),
+                lambda items: view.replace_caches(kind, items),
+                optional=True,
+            )
+
+        self.sources = [
+            _Source("persistentvolumeclaims", resource_path("PersistentVolumeClaim"), MANAGED_PVC_SELECTOR,
+                    view.apply_pvc_event, view.replace_pvcs, optional=False),
+            cache_source(NAMESPACED_KIND, "gkmcaches"),
+            cache_source(CLUSTER_KIND, "clustergkmcaches"),
+        ]
+        for source in self.sources:
+            self.synced[source.name] = False
+
+    def start(self):
+        for source in self.sources:
+            threading.Thread(target=self._run, args=(source,), name="watch-" + source.name, daemon=True).start()
+
+    def stop(self):
+        self._stop.set()
+
+    def is_synced(self):
+        return all(self.synced.values())
+
+    def _on_loop(self, function, *args):
+        self.loop.call_soon_threadsafe(function, *args)
+
+    def _mark_synced(self, source):
+        if not self.synced[source.name]:
+            self.synced[source.name] = True
+            LOG.info("view synced: %s", source.name)
+
+    def _run(self, source):
+        delay = ERROR_RETRY_SECONDS[0]
+        while not self._stop.is_set():
+            try:
+                resource_version = self._list(source)
+                delay = ERROR_RETRY_SECONDS[0]
+                if resource_version is None:
+                    self._stop.wait(ABSENT_RETRY_SECONDS)
+                    continue
+                self._watch(source, resource_version)
+            except KubeError as error:
+                if error.status != 410:  # 410 Gone: the resource version expired, re-LIST at once
+                    LOG.warning("watch of %s failed (%s); re-listing in %ss", source.name, error, delay)
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, ERROR_RETRY_SECONDS[1])
+            except Exception as error:  # connection errors of any kind: re-list and go on
+                LOG.warning("watch of %s failed (%s); re-listing in %ss", source.name, error, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, ERROR_RETRY_SECONDS[1])
+            self._on_loop(self.metrics.count_watch_restart, source.name)
+
+    def _list(self, source):
+        """LIST into the view; returns the resource version to watch from, None when the CRD is absent."""
+        query = [("labelSelector", source.label_selector)] if source.label_selector else []
+        status, listed = self.kube.request("GET", source.path, query, what="list %s" % source.name)
+        if status == 404:
+            if not source.optional:
+                raise KubeError("list %s: the API server does not serve it" % source.name, 404)
+            self._on_loop(source.replace, [])
+            self._on_loop(self._mark_synced, source)
+            return None
+        self._on_loop(source.replace, listed.get("items") or [])
+        self._on_loop(self._mark_synced, source)
+        return listed["metadata"]["resourceVersion"]
+
+    def _watch(self, source, resource_version):
+        events = self.kube.watch(source.path, resource_version, source.label_selector, WATCH_TIMEOUT_SECONDS)
+        for event_type, obj in events:
+            if self._stop.is_set():
+                events.close()
+                return
+            if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            self._on_loop(source.apply_event, event_type, obj)
+            self._on_loop(self.metrics.count_watch_event, source.name)
+        # The watch ended on its timeout: the caller re-lists, which also repairs any missed event.
