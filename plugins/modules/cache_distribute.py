@@ -28,7 +28,7 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gkm.cluster.registry
   - gkm.cluster.distribution
-  - gkm.cluster.kubernetes_client
+  - gkm.cluster.cluster_access
 options:
   name:
     description: Cache name, a DNS-1123 label; ReadOnlyMany PVCs carry this name, so workloads use it as claimName.

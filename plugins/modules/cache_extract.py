@@ -121,6 +121,7 @@ options:
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gkm.cluster.registry
+  - gkm.cluster.cluster_access
 attributes:
   check_mode:
     description: Reads the registry and reports what would change; writes nothing.
@@ -131,7 +132,6 @@ attributes:
 requirements:
   - oras (oras-py)
   - cryptography (for O(verify=cosign))
-  - kubernetes (for O(gpus_from_node_labels))
   - isal (optional, faster decompression)
 """
 

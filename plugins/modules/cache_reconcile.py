@@ -26,7 +26,7 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - gkm.cluster.registry
   - gkm.cluster.distribution
-  - gkm.cluster.kubernetes_client
+  - gkm.cluster.cluster_access
 options:
   kind:
     description: Kind of the cache resource.

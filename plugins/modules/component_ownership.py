@@ -26,7 +26,7 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-  - gkm.cluster.kubernetes_client
+  - gkm.cluster.cluster_access
 options:
   component:
     description: Name of the component, the data key of its record, for example C(cert-manager).

@@ -27,7 +27,7 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-  - gkm.cluster.kubernetes_client
+  - gkm.cluster.cluster_access
 options:
   groups:
     description:

@@ -28,7 +28,7 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-  - gkm.cluster.kubernetes_client
+  - gkm.cluster.cluster_access
 options:
   kinds:
     description: The kinds to search, each a dict with C(api_version) and C(kind).

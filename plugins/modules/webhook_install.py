@@ -31,7 +31,7 @@ author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-  - gkm.cluster.kubernetes_client
+  - gkm.cluster.cluster_access
 requirements:
   - cryptography
 options:

@@ -1,6 +1,6 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""One reconcile of a distributed cache, and the read-only report of any cache: the modules' bodies.
+"""One reconcile of a distributed cache, and the read-only report of any cache.
 
 `distribute` resolves the image to a digest, reads the cluster with one label-selected LIST per
 kind, plans, validates, writes the plan (server-side dry run in check mode), optionally waits for
