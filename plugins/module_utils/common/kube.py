@@ -261,11 +261,14 @@ def _lines(response):
         yield pending
 
 
-def _server_message(data):
+def _server_message(body):
+    """The API server's message from an error body (bytes or str, depending on the client version)."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
     try:
-        return json.loads(data).get("message", "")
+        return json.loads(body).get("message", "")
     except (TypeError, ValueError, AttributeError):
-        return (data or b"")[:300].decode("utf-8", "replace")
+        return (body or "")[:300]
 
 
 def _backoff(attempt, retry_after):
