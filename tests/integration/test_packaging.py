@@ -1,10 +1,13 @@
 """The built collection tarball as users get it: its contents, an execution environment built from it, and an
 install into an empty collections path that runs a playbook by FQCN against the simulated cluster."""
 
+import ast
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import uuid
 
@@ -17,7 +20,16 @@ from tests.helpers.modules import run_module
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, ".venv", "bin")
 SITE_PACKAGES = os.path.join(ROOT, ".venv", "lib", "python3.11", "site-packages")
-OUR_PYTHON_DEPS = {"kubernetes", "oras", "requests", "cryptography", "aiohttp", "isal"}
+
+
+def requirement_names(lines):
+    """Distribution names of requirement lines (comments and blank lines skipped)."""
+    return {re.split(r"[<>=!~;\[ ]", line.split("#")[0].strip())[0] for line in lines
+            if line.split("#")[0].strip()}
+
+
+with open(os.path.join(ROOT, "requirements.txt")) as _handle:
+    DECLARED = requirement_names(_handle)
 
 
 def run(command, **kwargs):
@@ -32,6 +44,22 @@ def clean_env(**extra):
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
     env.update(extra)
     return env
+
+
+def test_requirements_declare_every_library_the_plugins_import():
+    imported = set()
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, "plugins")):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name)) as handle:
+                    tree = ast.parse(handle.read())
+                imported |= {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                             for alias in node.names}
+                imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                             if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    third_party = imported - set(sys.stdlib_module_names) - {"ansible", "ansible_collections", "__future__"}
+    # For every library used so far the import name is the distribution name.
+    assert third_party == DECLARED
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +123,7 @@ def test_execution_environment_context_installs_our_dependencies(tarball, tmp_pa
          "--write-pip=%s" % pip_file, "--write-bindep=%s" % bindep_file], cwd=build)
     ours = [line.split("#")[0].strip() for line in pip_file.read_text().splitlines()
             if line.endswith("# from collection gkm.cluster")]
-    assert {requirement.split(">")[0].split("<")[0].split("=")[0] for requirement in ours} == OUR_PYTHON_DEPS
+    assert requirement_names(ours) == DECLARED >= {"kubernetes", "oras", "cryptography", "aiohttp", "isal"}
     assert "kubernetes>=24.2.0" in ours
     system = [line for line in bindep_file.read_text().splitlines() if line.endswith("# from collection gkm.cluster")]
     assert system and all("[compile" in line for line in system), system
