@@ -182,8 +182,10 @@ def test_installed_tarball_runs_status_playbook_by_fqcn(tarball, tmp_path, sim, 
         removed = run_module("cache_distribute", sim.kubeconfig, name=name, namespace=namespace, state="absent",
                              force=True)
         assert not removed.get("failed"), removed
-    assert "PLAY [Show gkm.cluster cache status]" in status.stdout
-    assert "NAMESPACE  NAME" in status.stdout and "POD-OUTDATED" in status.stdout
-    rows = [line.strip().strip('",') for line in status.stdout.splitlines() if name in line]
-    assert len(rows) == 1 and rows[0].split()[:2] == [namespace, name], status.stdout
-    assert "failed=0" in status.stdout
+    # The default callback prints the table lines as a JSON list: one quoted line each.
+    lines = [line.strip().rstrip(",").strip('"') for line in status.stdout.splitlines()]
+    assert "PLAY [Show gkm.cluster cache status] " in status.stdout and "failed=0" in status.stdout
+    assert ["NAMESPACE", "NAME", "STATUS", "NODES", "NODE-IN-USE", "NODE-NOT-IN-USE", "NODE-ERROR", "POD-RUNNING",
+            "POD-OUTDATED"] in [line.split() for line in lines], status.stdout
+    rows = [line.split() for line in lines if name in line]
+    assert len(rows) == 1 and rows[0][:2] == [namespace, name] and len(rows[0]) == 9, status.stdout
