@@ -34,8 +34,8 @@ with open(os.path.join(ROOT, "requirements.txt")) as _handle:
 
 def run(command, **kwargs):
     completed = subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)
-    assert completed.returncode == 0, "%s failed:\n%s\n%s" % (command, completed.stdout[-3000:],
-                                                             completed.stderr[-3000:])
+    assert completed.returncode == 0, "%s failed:\n%s\n%s" % (
+        command, completed.stdout[-3000:], completed.stderr[-3000:])
     return completed
 
 
@@ -164,15 +164,15 @@ def test_installed_tarball_runs_status_playbook_by_fqcn(tarball, tmp_path, sim, 
                                       kcache_images.CacheSpec(backend="hip"))
     name = "pack-%s" % uuid.uuid4().hex[:6]
     distribute = user / "distribute.yml"
+    task = {"name": "Distribute", "gkm.cluster.cache_distribute": {
+        "name": name, "namespace": namespace, "image": image.ref, "registry_plain_http": True,
+        "extract_image": "gkm-cluster-tools:test", "kubeconfig": "{{ gkm_kubeconfig }}",
+        # One worker: other sessions may add many nodes to the shared cluster.
+        "pod_template": {"spec": {
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "nodeSelector": {"kubernetes.io/hostname": "gkm-gpu-worker-1"}}}}}
     distribute.write_text(yaml.safe_dump([{"name": "Distribute one cache", "hosts": "gkm_controller",
-                                           "gather_facts": False, "tasks": [{
-        "name": "Distribute", "gkm.cluster.cache_distribute": {
-            "name": name, "namespace": namespace, "image": image.ref, "registry_plain_http": True,
-            "extract_image": "gkm-cluster-tools:test", "kubeconfig": "{{ gkm_kubeconfig }}",
-            # One worker: other sessions may add many nodes to the shared cluster.
-            "pod_template": {"spec": {
-                "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                "nodeSelector": {"kubernetes.io/hostname": "gkm-gpu-worker-1"}}}}}]}], sort_keys=False))
+                                           "gather_facts": False, "tasks": [task]}], sort_keys=False))
     try:
         run([os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), str(distribute)], env=env, cwd=user)
         status = run([os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), "gkm.cluster.status"],
