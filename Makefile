@@ -13,14 +13,18 @@ DEBIAN_PACKAGES := docker-registry skopeo
 SIM         := $(PY) tools/sim-cluster/sim.py
 PYTEST      := $(PY) -m pytest
 
-.PHONY: help setup venv debian-packages binaries cli-tools collection-link sim-up sim-down sim-status demo \
-        test pytest lint ruff ansible-lint sanity unit integration molecule build \
+.PHONY: help setup sim-setup venv debian-packages binaries cli-tools collection-link sim-up sim-down sim-status demo \
+        test pytest lint ruff ansible-lint changelog-lint sanity unit integration molecule build \
         bench-extract bench-distribute bench-webhook bench-deploy
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-setup: venv debian-packages binaries cli-tools collection-link ## Everything the tests and the demo need
+setup: sim-setup cli-tools ## Everything the tests and benchmarks need
+
+# The oras and cosign CLIs take about ten minutes to build and only tests and benchmarks use them: the demo and
+# the simulated cluster stop here.
+sim-setup: venv debian-packages binaries collection-link ## What the simulated cluster and the demo need
 
 venv: $(VENV)/.installed ## Python virtualenv with the pinned requirements
 $(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt
@@ -47,7 +51,7 @@ collection-link: ## Make the checkout importable as ansible_collections.gkm.clus
 	@mkdir -p $(COLLECTIONS)/ansible_collections/gkm
 	@ln -sfn ../../../.. $(COLLECTIONS)/ansible_collections/gkm/cluster
 
-sim-up: setup ## Start the simulated GPU cluster and registry (idempotent)
+sim-up: sim-setup ## Start the simulated GPU cluster and registry (idempotent)
 	$(SIM) up
 
 sim-down: venv ## Stop the simulated cluster and registry and remove their state
@@ -66,7 +70,7 @@ test: setup lint sanity pytest molecule ## Run every test (ruff, ansible-lint, a
 pytest: setup ## Unit and integration tests in one run (starts and stops the simulated cluster if needed)
 	$(PYTEST) tests
 
-lint: ruff ansible-lint ## ruff and ansible-lint (production profile)
+lint: ruff ansible-lint changelog-lint ## ruff, ansible-lint (production profile), antsibull-changelog lint
 
 ruff: venv
 	$(VENV)/bin/ruff check .
@@ -74,6 +78,10 @@ ruff: venv
 ansible-lint: setup
 	@if compgen -G "roles/*/tasks" >/dev/null || compgen -G "playbooks/*.yml" >/dev/null; then \
 	  $(VENV)/bin/ansible-lint --profile production --offline; else echo "ansible-lint: no roles or playbooks yet"; fi
+
+changelog-lint: venv ## Changelog fragments and changelogs/changelog.yaml
+	$(VENV)/bin/antsibull-changelog lint
+	$(VENV)/bin/antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
 
 sanity: setup ## ansible-test sanity, no ignore entries (a copy of the collection under ~/.cache)
 	tools/ci/sanity.sh
@@ -87,16 +95,16 @@ integration: setup
 molecule: setup ## The molecule scenarios (tools/ci/molecule.sh starts and stops the simulated cluster it needs)
 	tools/ci/molecule.sh
 
-build: setup ## Build the collection tarball
+build: venv ## Build the collection tarball into .cache/dist
 	$(VENV)/bin/ansible-galaxy collection build --force --output-path .cache/dist
 
-bench-extract: sim-up ## Extraction benchmark -> bench/results/extract.json
+bench-extract: setup sim-up ## Extraction benchmark -> bench/results/extract.json
 	$(PY) bench/extract.py
 
-bench-distribute: sim-up ## Distribution benchmark -> bench/results/distribute.json
+bench-distribute: setup sim-up ## Distribution benchmark -> bench/results/distribute.json
 	$(PY) bench/distribute.py
 
-bench-webhook: sim-up ## Webhook benchmark -> bench/results/webhook.json
+bench-webhook: setup sim-up ## Webhook benchmark -> bench/results/webhook.json
 	$(PY) bench/webhook.py
 
 bench-deploy: setup ## deploy.yml, its no-change re-run and undeploy.yml on a cluster of its own -> bench/results/deploy.json
