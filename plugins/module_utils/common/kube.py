@@ -128,8 +128,8 @@ class Kube:
                     return 404, None
                 final = error.status not in RETRY_STATUS or attempt == MAX_ATTEMPTS - 1
                 if final or (error.status == 409 and not write):
-                    message = "%s %s failed: HTTP %s %s" % (method, what or path, error.status,
-                                                           _server_message(error.body))
+                    message = "%s %s failed: HTTP %s %s" % (
+                        method, what or path, error.status, _server_message(error.body))
                     raise KubeError(message, error.status) from error
                 time.sleep(_backoff(attempt, (error.headers or {}).get("Retry-After")))
                 continue

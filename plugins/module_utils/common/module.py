@@ -44,16 +44,16 @@ class ModuleCall:
         return Kube(self.api_client(workers), dry_run=self.check_mode, workers=workers)
 
 
-def run_module(argument_spec, work, libraries=(), kubernetes=True, **module_options):
+def run_module(argument_spec, work, libraries=(), always_needs_cluster=True, **module_options):
     """Run a module: work(ModuleCall) returns its result dict, a "diff" key included when it has one.
 
-    libraries: (name, import error or None) of the Python libraries the work needs besides kubernetes.
-    kubernetes: the module talks to a cluster, so it takes the auth options and needs the client.
+    Every module takes kubernetes.core's auth options. libraries: (name, import error or None) of the
+    Python libraries the work needs besides the kubernetes client, which is checked up front unless
+    always_needs_cluster is false (then only when the work asks for the cluster).
     """
-    spec = dict(argument_spec)
-    if kubernetes:
-        spec.update(AUTH_ARG_SPEC)
-        libraries = (("kubernetes", KUBERNETES_IMPORT_ERROR), *tuple(libraries))
+    spec = dict(argument_spec, **AUTH_ARG_SPEC)
+    if always_needs_cluster:
+        libraries = (("kubernetes", KUBERNETES_IMPORT_ERROR), *libraries)
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True, **module_options)
     for library, import_error in libraries:
         if import_error:
