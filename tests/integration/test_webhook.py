@@ -90,6 +90,7 @@ def wait_view_has(webhook, pvcs):
                lambda: webhook.server.metric(webhook.certs.ca, 'gkm_webhook_view_objects{kind="pvcs"}') >= pvcs)
 
 
+@pytest.mark.matrix
 def test_daemonset_pods_get_their_own_node_pvc(kube, namespace, webhook):
     core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
     nodes = gpu_node_names(core)
