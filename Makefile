@@ -12,9 +12,13 @@ export PATH := $(BIN):$(PATH)
 DEBIAN_PACKAGES := docker-registry skopeo
 SIM         := $(PY) tools/sim-cluster/sim.py
 PYTEST      := $(PY) -m pytest
+# The lowest declared ansible-core and kubernetes client (requirements/lowest.txt); .venv holds the highest.
+VENV_LOWEST := .venv-lowest
+LOWEST_SITE := $(VENV_LOWEST)/lib/python3.11/site-packages
+LOWEST_ENV  := PATH=$(abspath $(VENV_LOWEST))/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS):$(abspath $(LOWEST_SITE))
 
 .PHONY: help setup sim-setup venv debian-packages binaries cli-tools collection-link sim-up sim-down sim-status demo \
-        test pytest lint ruff ansible-lint changelog-lint sanity unit integration molecule build \
+        test pytest test-lowest lint ruff ansible-lint changelog-lint sanity venv-lowest unit integration molecule build \
         bench-extract bench-distribute bench-webhook bench-deploy
 
 help: ## List the targets
@@ -31,6 +35,18 @@ $(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/c
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements/dev.txt -c requirements/constraints.txt
+	touch $@
+
+venv-lowest: venv $(VENV_LOWEST)/.installed ## Virtualenv with the lowest declared ansible-core and kubernetes client
+$(VENV_LOWEST)/.installed: requirements/lowest.txt
+	test -x $(VENV_LOWEST)/bin/python || python3 -m venv $(VENV_LOWEST)
+	$(VENV_LOWEST)/bin/python -m pip install -q --upgrade pip
+	$(VENV_LOWEST)/bin/python -m pip install -q -r requirements/lowest.txt
+	@# Galaxy is unreachable and the `ansible` package would pull in its own ansible-core: link .venv's
+	@# kubernetes.core (the modules' client set-up) and ansible.posix (the tests' json stdout callback), so
+	@# Python imports and ansible-core's collection search both find them here.
+	for c in kubernetes/core ansible/posix; do mkdir -p $(LOWEST_SITE)/ansible_collections/$${c%/*} && \
+	  ln -sfn $(abspath $(VENV))/lib/python3.11/site-packages/ansible_collections/$$c $(LOWEST_SITE)/ansible_collections/$$c; done
 	touch $@
 
 debian-packages: ## Install missing Debian packages (root only; otherwise says what to install)
@@ -65,10 +81,15 @@ demo: sim-up ## Simulated GPU cluster, sample caches, deploy.yml with inventorie
 	$(PY) tools/sample_caches.py
 	$(VENV)/bin/ansible-playbook -i inventories/sim playbooks/deploy.yml
 
-test: setup lint sanity pytest molecule ## Run every test (ruff, ansible-lint, ansible-test sanity, unit and integration, molecule)
+test: setup lint sanity pytest test-lowest molecule ## Run every test (ruff, ansible-lint, sanity, unit and integration, the lowest versions, molecule)
 
 pytest: setup ## Unit and integration tests in one run (starts and stops the simulated cluster if needed)
 	$(PYTEST) tests
+
+test-lowest: setup venv-lowest ## On the lowest ansible-core and kubernetes client: unit tests, the `matrix` integration subset, sanity
+	$(LOWEST_ENV) $(VENV_LOWEST)/bin/python -m pytest tests/unit -q
+	$(LOWEST_ENV) $(VENV_LOWEST)/bin/python -m pytest tests/integration -q -m matrix
+	SANITY_VENV=$(VENV_LOWEST) tools/ci/sanity.sh
 
 lint: ruff ansible-lint changelog-lint ## ruff, ansible-lint (production profile), antsibull-changelog lint
 

@@ -140,8 +140,8 @@ def second_namespace(kube):
 # ---------------------------------------------------------------- the four scenarios
 
 
-@pytest.mark.parametrize(("scope", "mode"), [("namespaced", "rwo"), ("namespaced", "rox"), ("cluster", "rwo"),
-                                             ("cluster", "rox")])
+@pytest.mark.parametrize(("scope", "mode"), [pytest.param("namespaced", "rwo", marks=pytest.mark.matrix),
+                                             ("namespaced", "rox"), ("cluster", "rwo"), ("cluster", "rox")])
 def test_four_scenarios_converge_and_rerun_writes_nothing(sim, kube, images, namespace, second_namespace, scope,
                                                           mode):
     name = unique("va")

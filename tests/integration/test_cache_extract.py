@@ -280,6 +280,7 @@ def test_module_check_diff_apply_and_idempotence_through_ansible_playbook(regist
     assert failed.get("failed") is True and "no GPU matches" in failed["msg"]
 
 
+@pytest.mark.matrix
 @pytest.mark.cluster
 def test_gpus_from_node_labels_reads_the_simulated_node(registry, sim, tmp_path):
     hip = ki.build_image(registry.host, _repo("node"), "hip", ki.CacheSpec(backend="hip", kernels=1))
@@ -295,6 +296,7 @@ def test_gpus_from_node_labels_reads_the_simulated_node(registry, sim, tmp_path)
     assert json.loads(out)["skipped"] is True and not (tmp_path / "c").exists()
 
 
+@pytest.mark.matrix
 @pytest.mark.cluster
 def test_module_reads_node_labels_with_kubernetes_core_auth(registry, sim, tmp_path):
     image = ki.build_image(registry.host, _repo("module-node"), "v1", ki.CacheSpec(backend="hip", kernels=1))

@@ -90,6 +90,24 @@ def wait_view_has(webhook, pvcs):
                lambda: webhook.server.metric(webhook.certs.ca, 'gkm_webhook_view_objects{kind="pvcs"}') >= pvcs)
 
 
+@pytest.mark.matrix
+def test_the_view_follows_pvcs_by_watch_events_not_re_lists(sim, kube, namespace, tmp_path):
+    """Re-LISTs after failed watches keep the view right but slow; only the counters tell them apart."""
+    certs = CertificateFiles(str(tmp_path))
+    server = LocalWebhookServer(sim.kubeconfig, certs.cert_file, certs.key_file).start()
+    try:
+        server.wait_ready(certs.ca)
+        nodes = gpu_node_names(client.CoreV1Api(kube))
+        create_node_pvcs(kube, namespace, CACHE, nodes)
+        events = 'gkm_webhook_watch_events_total{source="persistentvolumeclaims"}'
+        wait_until("watch events for %d new PVCs" % len(nodes),
+                   lambda: server.metric(certs.ca, events) >= len(nodes), timeout=30)
+        assert server.metric(certs.ca, 'gkm_webhook_watch_restarts_total{source="persistentvolumeclaims"}') == 0
+    finally:
+        server.stop()
+
+
+@pytest.mark.matrix
 def test_daemonset_pods_get_their_own_node_pvc(kube, namespace, webhook):
     core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
     nodes = gpu_node_names(core)

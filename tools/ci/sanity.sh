@@ -4,6 +4,9 @@
 # ask git, which ignores the copy) and run it there, with no ignore file.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# The venv whose ansible-test runs: .venv (highest ansible-core) unless SANITY_VENV names another
+# (make test-lowest passes .venv-lowest).
+venv=$(cd "$root" && cd "${SANITY_VENV:-.venv}" && pwd)
 base="${XDG_CACHE_HOME:-$HOME/.cache}/gkm-cluster/sanity"
 mkdir -p "$base"
 # One run at a time for this user, whichever checkout it comes from: a run empties and refills its copy, and
@@ -15,15 +18,17 @@ if ! flock -n 9; then
   echo "sanity: another run holds $base/.lock; waiting for it (at most 30 minutes)" >&2
   flock -w 1800 9 || { echo "sanity: gave up waiting for $base/.lock" >&2; exit 1; }
 fi
-# The tree is kept between runs (only tests/output survives a refresh): ansible-test caches its venvs there.
-tree="$base/$(echo "$root" | sha256sum | cut -c1-12)/ansible_collections/gkm/cluster"
+# The tree is kept between runs (only tests/output survives a refresh): ansible-test caches its venvs there,
+# so each checkout and venv (ansible-core version) has a tree of its own.
+tree="$base/$(echo "$root $venv" | sha256sum | cut -c1-12)/ansible_collections/gkm/cluster"
 if [ -d "$tree" ]; then
   find "$tree" -mindepth 1 -maxdepth 1 ! -name tests -exec rm -rf {} +
   find "$tree/tests" -mindepth 1 -maxdepth 1 ! -name output -exec rm -rf {} +
 fi
 mkdir -p "$tree"
-# ansible-test bootstraps pip in its venvs with a script it downloads from a host we cannot reach.
-pip_version=$("$root/.venv/bin/python" -c \
+# ansible-test bootstraps pip in its venvs with a script it downloads from a host we cannot reach; each
+# ansible-core version asks for its own pip version (2.16: 23.1.2), the stand-in serves any of them.
+pip_version=$("$venv/bin/python" -c \
   "import re, ansible_test, pathlib; print(re.search(r\"pip='([0-9.]+)'\", (pathlib.Path(ansible_test.__file__).parent / '_internal/python_requirements.py').read_text()).group(1))")
 bootstrap="$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py"
 [ -f "$bootstrap" ] || install -D -m 0644 "$root/tools/ci/get_pip_offline.py" "$bootstrap"
@@ -36,4 +41,4 @@ git ls-files -co --exclude-standard -z | grep -zvE '^(\.ci|bench|tools|requireme
 ln -sfn "$root/.venv/lib/python3.11/site-packages/ansible_collections/kubernetes" "$tree/../../kubernetes"
 cd "$tree"
 rm -rf tests/sanity  # the rule is no ignore entries at all
-"$root/.venv/bin/ansible-test" sanity --venv --python 3.11 --color no "$@"
+"$venv/bin/ansible-test" sanity --venv --python 3.11 --color no "$@"
