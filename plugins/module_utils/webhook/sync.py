@@ -100,16 +100,15 @@ class ViewSync:
                     self._stop.wait(ABSENT_RETRY_SECONDS)
                     continue
                 self._watch(source, resource_version)
-            except KubeError as error:
-                if error.status != 410:  # 410 Gone: the resource version expired, re-LIST at once
+            except Exception as error:  # API and connection errors alike: re-list and go on
+                # 410 Gone: the resource version expired, so re-LIST at once.
+                if not (isinstance(error, KubeError) and error.status == 410):
                     LOG.warning("watch of %s failed (%s); re-listing in %ss", source.name, error, delay)
                     self._stop.wait(delay)
                     delay = min(delay * 2, ERROR_RETRY_SECONDS[1])
-            except Exception as error:  # connection errors of any kind: re-list and go on
-                LOG.warning("watch of %s failed (%s); re-listing in %ss", source.name, error, delay)
-                self._stop.wait(delay)
-                delay = min(delay * 2, ERROR_RETRY_SECONDS[1])
-            self._on_loop(self.metrics.count_watch_restart, source.name)
+            # Once stopped, the event loop may be closed already.
+            if not self._stop.is_set():
+                self._on_loop(self.metrics.count_watch_restart, source.name)
 
     def _list(self, source):
         """LIST into the view; returns the resource version to watch from, None when the CRD is absent."""
