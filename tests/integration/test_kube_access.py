@@ -13,7 +13,7 @@ import pytest
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube, KubeError, resource_path
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.matrix]
 
 
 def config_map(namespace, name, value):
