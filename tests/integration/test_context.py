@@ -14,6 +14,15 @@ from tests.helpers.roles import run_playbook, run_sim_playbook
 pytestmark = pytest.mark.cluster
 
 NAMED = "gkm-sim-by-name"
+# Each role as a user includes it, with what it needs to reach its first Kubernetes call.
+ROLES = {
+    "gkm": {"name": "gkm.cluster.gkm", "vars": {"gkm_state": "absent"}},
+    "sweep": {"name": "gkm.cluster.gkm", "tasks_from": "sweep.yml"},
+    "caches": {"name": "gkm.cluster.caches", "vars": {"caches_state": "absent"}},
+    "cert_manager": {"name": "gkm.cluster.cert_manager", "vars": {"cert_manager_manifest_path": "/dev/null"}},
+    "kyverno": {"name": "gkm.cluster.kyverno", "vars": {"kyverno_state": "absent"}},
+    "hardware": {"name": "gkm.cluster.hardware", "vars": {"hardware_install_nfd": False}},
+}
 
 
 @pytest.fixture
@@ -63,3 +72,27 @@ def test_module_defaults_group_sets_auth_for_every_gkm_module(sim, two_contexts,
     run = run_playbook(play("nowhere"), tmp_path)
     assert not run.ok
     assert unreachable(run), run.failures()
+
+
+def test_every_role_reaches_the_server_of_gkm_context(tmp_path):
+    """No cluster needed: two unreachable servers, and each role's first request must go to the chosen one."""
+    kubeconfig = tmp_path / "two-servers.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "first",
+        "clusters": [{"name": name, "cluster": {"server": "https://127.0.0.1:%d" % port}}
+                     for name, port in (("first", 1), ("second", 2))],
+        "users": [{"name": "someone", "user": {"token": "unused"}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": "someone"}} for name in ("first", "second")],
+    }))
+    tasks = [{"name": "Run %s" % name,
+              "block": [{"name": "Include %s" % name, "ansible.builtin.include_role": dict(
+                  (key, value) for key, value in role.items() if key != "vars"), "vars": role.get("vars", {})}],
+              "rescue": [{"name": "Failure of %s" % name,
+                          "ansible.builtin.debug": {"msg": "{{ ansible_failed_result.msg }}"}}]}
+             for name, role in ROLES.items()]
+    for context, port in ((None, 1), ("second", 2)):
+        play_vars = dict({"gkm_kubeconfig": str(kubeconfig)}, **({"gkm_context": context} if context else {}))
+        run = run_playbook({"vars": play_vars, "tasks": tasks}, tmp_path)
+        for name in ROLES:
+            message = run.result("Failure of %s" % name)["msg"]
+            assert "host='127.0.0.1', port=%d)" % port in message, (name, context, message)
