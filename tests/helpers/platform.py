@@ -105,10 +105,15 @@ def create_objects(kube, objects):
         raw.request("POST", path, body=obj)
 
 
+class _QuietFileHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # a test's output stays readable
+        pass
+
+
 @contextlib.contextmanager
 def serve_directory(directory):
     """An HTTP server on loopback serving directory, as a release download site; yields its base URL."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    handler = functools.partial(_QuietFileHandler, directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

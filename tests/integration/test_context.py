@@ -66,7 +66,7 @@ def test_module_defaults_group_sets_auth_for_every_gkm_module(sim, two_contexts,
     run = run_playbook(play(NAMED), tmp_path)
     assert run.ok, run.failures() or run.stderr[-2000:]
     info = run.result("Read the caches")
-    assert info["invocation"]["module_args"]["kubeconfig"] == two_contexts
+    assert info["invocation"]["module_args"]["context"] == NAMED
     assert isinstance(info["caches"], list)
 
     run = run_playbook(play("nowhere"), tmp_path)

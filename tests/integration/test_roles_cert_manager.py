@@ -172,7 +172,7 @@ def test_a_download_needs_a_known_checksum_and_is_verified_against_it(sim, kube,
             sim, ownership_namespace, cert_manager_manifest_url=url,
             cert_manager_manifest_checksum="sha256:" + "0" * 64), check=True)
         assert not wrong.ok
-        assert "did not match sha256:%s; it was %s" % ("0" * 64, digest) in " ".join(wrong.failures())
+        assert "did not match %s; it was %s." % ("0" * 64, digest) in " ".join(wrong.failures())
 
         # The table the roles pin: an entry for the version verifies a download without a user checksum.
         table = {"platform_component_name": "cert-manager", "platform_component_version": "v1.18.2",
@@ -182,7 +182,7 @@ def test_a_download_needs_a_known_checksum_and_is_verified_against_it(sim, kube,
         tampered = run_role("platform_component", tmp_path, dict(
             table, platform_component_manifest_checksums={"v1.18.2": "sha256:" + "1" * 64}), check=True)
         assert not tampered.ok
-        assert "did not match sha256:%s" % ("1" * 64) in " ".join(tampered.failures())
+        assert "did not match %s; it was %s." % ("1" * 64, digest) in " ".join(tampered.failures())
         pinned = run_role("platform_component", tmp_path, dict(
             table, platform_component_manifest_checksums={"v1.18.2": "sha256:" + digest}), check=True)
         assert pinned.ok, pinned.failures()
