@@ -1,7 +1,11 @@
 """Shared pieces of the platform-role integration tests: stand-in manifests, cleanup, ownership records."""
 
+import contextlib
+import functools
+import http.server
 import json
 import os
+import threading
 import time
 import uuid
 
@@ -99,3 +103,22 @@ def create_objects(kube, objects):
         else:
             path = "/apis/apps/v1/namespaces/%s/deployments" % obj["metadata"]["namespace"]
         raw.request("POST", path, body=obj)
+
+
+class _QuietFileHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # a test's output stays readable
+        pass
+
+
+@contextlib.contextmanager
+def serve_directory(directory):
+    """An HTTP server on loopback serving directory, as a release download site; yields its base URL."""
+    handler = functools.partial(_QuietFileHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield "http://127.0.0.1:%d" % server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()

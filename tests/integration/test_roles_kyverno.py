@@ -137,3 +137,14 @@ def test_someone_elses_kyverno_keeps_running_and_only_our_policies_go(
         assert set(policies(kube)) == {"someone-elses-policy"}
     finally:
         delete_objects(kube, objects)
+
+
+def test_the_default_download_is_refused_without_a_known_checksum(sim, kube, tmp_path, ownership_namespace):
+    run = run_role("kyverno", tmp_path, role_vars(sim, ownership_namespace, kyverno_attestor_keyless_issuer=ISSUER,
+                                                  kyverno_attestor_keyless_subject=SUBJECT))
+    assert not run.ok
+    message = " ".join(run.failures())
+    assert ("kyverno v1.15.1: no known checksum for "
+            "https://github.com/kyverno/kyverno/releases/download/v1.15.1/install.yaml") in message
+    assert "sha256sum" in message and "set kyverno_manifest_checksum" in message
+    assert not crd_exists(kube) and record(kube, ownership_namespace, "kyverno") is None
