@@ -29,10 +29,8 @@ try:
     from kubernetes.client.exceptions import ApiException
     from kubernetes.dynamic import DynamicClient
 
-    HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
 except ImportError:
-    HAS_KUBERNETES = False
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
 
 FIELD_MANAGER = "gkm.cluster"

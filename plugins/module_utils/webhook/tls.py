@@ -27,7 +27,7 @@ try:
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 except ImportError:
-    pass  # tls.HAS_CRYPTOGRAPHY reports it; the module fails with missing_required_lib first
+    pass  # common.tls.CRYPTOGRAPHY_IMPORT_ERROR reports it; the module fails with missing_required_lib first
 
 CA_CERT_KEY = "ca.crt"
 CA_KEY_KEY = "ca.key"
