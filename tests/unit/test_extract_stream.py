@@ -2,6 +2,7 @@
 
 import io
 import os
+import stat
 import tarfile
 
 import pytest
@@ -135,3 +136,39 @@ def test_tree_fingerprint_notices_a_changed_file(populated):
     victim = next(p for p in dest.rglob("*.cubin"))
     victim.write_bytes(b"short")
     assert not tree.tree_intact(str(dest), marker)
+
+
+def test_tree_is_readable_by_any_uid_and_writable_by_none_else_whatever_the_umask(tmp_path):
+    """The workload reading the cache is not the extractor's uid: group/other read every file, cross every dir."""
+    blob, _diff_id = ki.layer_bytes([
+        ki.Entry("io.triton.cache/K", type=tarfile.DIRTYPE, mode=0o700),
+        ki.Entry("io.triton.cache/K/private.json", b"{}", mode=0o600),
+        ki.Entry("io.triton.cache/K/tool.so", b"elf", mode=0o6777),
+        ki.Entry("io.triton.cache/K/sticky.bin", b"s", mode=0o1666),
+        ki.Entry("io.triton.cache/K/copy.so", type=tarfile.LNKTYPE, linkname="io.triton.cache/K/tool.so"),
+        ki.Entry("io.triton.manifest/deep/er/manifest.json", b"{}", mode=0o640),
+    ])
+    previous = os.umask(0o077)
+    try:
+        _extract(blob, tmp_path / "c")
+    finally:
+        os.umask(previous)
+    modes = {}
+    for dirpath, dirnames, filenames in os.walk(tmp_path / "c"):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            modes[os.path.relpath(path, tmp_path / "c")] = os.lstat(path).st_mode
+    assert stat.S_IMODE(os.lstat(tmp_path / "c").st_mode) == 0o755
+    assert {name: stat.S_IMODE(mode) for name, mode in modes.items()} == {
+        ".gkm-cache.json": 0o644,
+        "io.triton.cache": 0o755,
+        "io.triton.cache/K": 0o755,
+        "io.triton.cache/K/private.json": 0o644,
+        "io.triton.cache/K/tool.so": 0o755,
+        "io.triton.cache/K/copy.so": 0o755,
+        "io.triton.cache/K/sticky.bin": 0o644,
+        "io.triton.manifest": 0o755,
+        "io.triton.manifest/deep": 0o755,
+        "io.triton.manifest/deep/er": 0o755,
+        "io.triton.manifest/deep/er/manifest.json": 0o644,
+    }

@@ -13,7 +13,8 @@ Safety rules, checked on every entry before anything is written for it:
 - symlinks are created last, after all regular files, and only when their target stays inside the
   extracted tree without passing through another symlink; hardlinks may only point at regular
   files already extracted from the same layer;
-- setuid/setgid/sticky and group/other write bits are dropped (files become 0644 or 0755);
+- setuid/setgid/sticky and group/other write bits are dropped: files become 0644 or 0755 and directories
+  0755 whatever the umask, so a workload running as any uid can read the tree (it is not the extractor's uid);
 - limits on total bytes, file count and expansion ratio (uncompressed / compressed) stop zip bombs.
 """
 
@@ -67,6 +68,9 @@ _MAX_GROUP_FILE = 16 * 1024 * 1024
 _POOLED_FILE_MAX = 4 * 1024 * 1024
 _POOL_THREADS = 8
 _POOL_MAX_INFLIGHT_BYTES = 64 * 1024 * 1024
+# Readable and traversable by every uid, writable by the extractor only.
+DIR_MODE = 0o755
+MARKER_MODE = 0o644
 
 
 # ---------------------------------------------------------------- extraction
@@ -114,12 +118,19 @@ class _Extraction:
             future.result()
 
     def _parent(self, path):
+        missing = []
         parent = path.rpartition("/")[0]
-        if parent not in self.dirs:
-            os.makedirs(os.path.join(self.root, parent), mode=0o755, exist_ok=True)
-            while parent and parent not in self.dirs:
-                self.dirs.add(parent)
-                parent = parent.rpartition("/")[0]
+        while parent and parent not in self.dirs:
+            missing.append(parent)
+            parent = parent.rpartition("/")[0]
+        for directory in reversed(missing):
+            full = os.path.join(self.root, directory)
+            try:
+                os.mkdir(full)
+            except FileExistsError:
+                raise ExtractError("entry %r is a file but the layer also has it as a directory" % directory) from None
+            os.chmod(full, DIR_MODE)  # mkdir's mode is cut by the umask
+            self.dirs.add(directory)
 
     def _claim(self, path, size):
         if path in self.dirs:
@@ -201,6 +212,7 @@ def _write_file(path, chunks, mode):
     written = 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
+        os.fchmod(fd, mode)  # open's mode is cut by the umask
         for chunk in chunks:
             os.write(fd, chunk)
             written += len(chunk)
@@ -225,13 +237,12 @@ def extract_layer(read, layer_digest, layer_size, dest, limits=None, whole_layer
         root = tempfile.mkdtemp(prefix="." + name + TMP_INFIX, dir=parent)
         old_tree = None
         try:
-            os.chmod(root, 0o755)
+            os.chmod(root, DIR_MODE)
             stats = _extract_into(read, layer_digest, layer_size, root, dest, limits, whole_layer, rewrite_groups)
             files, size, fingerprint = tree_fingerprint(root)
             document = dict(marker or {}, version=MARKER_VERSION, layer_digest=layer_digest, files=files,
                             bytes=size, tree=fingerprint, whole_layer=whole_layer, rewrite_groups=rewrite_groups)
-            with open(os.path.join(root, MARKER_NAME), "w") as f:
-                json.dump(document, f)
+            _write_file(os.path.join(root, MARKER_NAME), (json.dumps(document).encode("utf-8"),), MARKER_MODE)
             old_tree = swap_into_place(root, dest)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
