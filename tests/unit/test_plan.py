@@ -6,7 +6,7 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import naming
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import render, scheduling
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret, render, scheduling
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import spec as cache_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
@@ -186,7 +186,10 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         assert container["command"][:3] == ["python3", "-m", render.EXTRACT_CLI_MODULE]
         assert container["command"][3:] == ["--image", "registry.local/caches/vector-add@" + DIGEST_A,
-                                            "--dest", "/gkm/cache", "--gpu", "hip/gfx90a/64", "--compatibility", "fail"]
+                                            "--dest", "/gkm/cache", "--termination-log", "/dev/termination-log",
+                                            "--gpu", "hip/gfx90a/64", "--compatibility", "fail"]
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+        assert pod_spec["automountServiceAccountToken"] is False
         assert pod_spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == slot.pvc_name()
         assert job["spec"]["backoffLimit"] == 2
         assert job["spec"]["activeDeadlineSeconds"] == 900
@@ -384,3 +387,117 @@ def test_job_command_is_accepted_by_the_extraction_cli():
     args = cache_extract_cli.build_parser().parse_args(command[3:])
     assert (args.image, args.dest, args.plain_http, args.compatibility) == (spec.image, "/gkm/cache", True, "fail")
     assert args.gpus == [{"backend": "hip", "arch": "gfx90a", "warp_size": "64"}]
+
+
+# ---------------------------------------------------------------- permission step and registry Secret
+
+
+RESTRICTED_ADDABLE_CAPS = {"NET_BIND_SERVICE"}
+BASELINE_ADDABLE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                         "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+
+
+def restricted_violations(pod_spec, container):
+    """Pod Security `restricted` rules one container breaks (the API server's own check runs in the
+    integration tests; this one says which field)."""
+    context = dict(pod_spec.get("securityContext") or {}, **(container.get("securityContext") or {}))
+    problems = []
+    if context.get("runAsNonRoot") is not True or context.get("runAsUser") == 0:
+        problems.append("runs as root")
+    if set(context.get("capabilities", {}).get("add") or []) - RESTRICTED_ADDABLE_CAPS:
+        problems.append("adds capabilities")
+    if context.get("capabilities", {}).get("drop") != ["ALL"]:
+        problems.append("keeps capabilities")
+    if context.get("allowPrivilegeEscalation") is not False:
+        problems.append("may escalate")
+    if (context.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+        problems.append("no seccomp")
+    return problems
+
+
+def test_hostpath_jobs_get_the_least_privileged_permission_step_and_the_extractor_stays_restricted():
+    job = by_kind(planner.plan(make_spec(), facts()).desired, "Job")[0]
+    pod_spec = job["spec"]["template"]["spec"]
+    extractor, = pod_spec["containers"]
+    owner, = pod_spec["initContainers"]
+    assert restricted_violations(pod_spec, extractor) == []
+    assert restricted_violations(pod_spec, owner) == ["runs as root", "adds capabilities"]
+    assert owner["securityContext"] == {
+        "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}}
+    assert set(owner["securityContext"]["capabilities"]["add"]) <= BASELINE_ADDABLE_CAPS
+    assert owner["image"] == extractor["image"]
+    assert owner["command"] == ["python3", "-m", render.OWNER_CLI_MODULE, "/gkm", "1000",
+                                "--termination-log", "/dev/termination-log"]
+    assert owner["volumeMounts"] == [{"name": "cache", "mountPath": "/gkm"}]  # the volume only, no Secret
+    assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert job["spec"]["podFailurePolicy"]["rules"][0] == {
+        "action": "FailJob", "onExitCodes": {"operator": "In", "values": [1, 2, 4]}}
+
+
+@pytest.mark.parametrize(("storage_class", "create_pvs", "set_volume_owner", "expected"), [
+    (None, "auto", "auto", True),            # no provisioner: our hostPath PVs
+    (CSI_CLASS, "auto", "auto", False),      # provisioned volumes honour fsGroup
+    (CSI_CLASS, "always", "auto", True),     # our hostPath PVs again
+    (CSI_CLASS, "auto", "always", True),
+    (None, "auto", "never", False),
+])
+def test_permission_step_follows_the_volumes(storage_class, create_pvs, set_volume_owner, expected):
+    spec = make_spec(create_pvs=create_pvs, set_volume_owner=set_volume_owner)
+    job = by_kind(planner.plan(spec, facts(storage_class=storage_class)).desired, "Job")[0]
+    assert ("initContainers" in job["spec"]["template"]["spec"]) is expected
+
+
+def test_bad_set_volume_owner_is_refused():
+    with pytest.raises(cache_spec.SpecError, match="set_volume_owner must be one of auto, always, never"):
+        make_spec(set_volume_owner="sometimes")
+
+
+def secret_spec(files, **params):
+    spec = make_spec(**params)
+    spec.registry_files = files
+    return spec
+
+
+def test_registry_secret_per_namespace_mounted_read_only_and_passed_as_files():
+    files = {registry_secret.DOCKER_CONFIG_KEY: '{"auths": {}}', registry_secret.CA_KEY: "PEM"}
+    spec = secret_spec(files, scope="cluster", workload_namespaces=["team-a", "team-b"])
+    result = planner.plan(spec, facts())
+    secrets = by_kind(result.desired, "Secret")
+    assert [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in secrets] == [
+        ("team-a", registry_secret.secret_name("vector-add", "", "team-a")),
+        ("team-b", registry_secret.secret_name("vector-add", "", "team-b"))]
+    assert secrets[0]["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gkm.cluster",
+                                                "gkm.io/cache": "vector-add", "gkm.io/cache-namespace": ""}
+    assert secrets[0]["data"] == {"ca.crt": "UEVN", "config.json": "eyJhdXRocyI6IHt9fQ=="}
+    assert [a.kind for a in result.ordered_actions()][:2] == ["Secret", "Secret"]  # before the Jobs mount them
+    for job in by_kind(result.desired, "Job"):
+        pod_spec = job["spec"]["template"]["spec"]
+        volume = next(v for v in pod_spec["volumes"] if v["name"] == "registry")
+        namespace = job["metadata"]["namespace"]
+        assert volume["secret"] == {"secretName": registry_secret.secret_name("vector-add", "", namespace),
+                                    "defaultMode": 0o440}
+        extractor = pod_spec["containers"][0]
+        assert {"name": "registry", "mountPath": "/gkm-registry", "readOnly": True} in extractor["volumeMounts"]
+        assert extractor["command"][9:13] == ["--docker-config", "/gkm-registry/config.json",
+                                              "--ca-file", "/gkm-registry/ca.crt"]
+        assert "PEM" not in str(job) and "env" not in extractor
+
+
+def test_registry_secret_rerun_writes_nothing_rotation_updates_only_the_secret_and_removal_deletes_it():
+    spec = secret_spec({registry_secret.CA_KEY: "PEM"})
+    desired = planner.plan(spec, facts()).desired
+    live = as_live(desired, complete_jobs=True, marked=True)
+    live["Secret"][0]["type"] = "Opaque"
+    assert verbs(planner.plan(spec, facts(objects=live))) == []
+
+    rotated = planner.plan(secret_spec({registry_secret.CA_KEY: "NEW PEM"}), facts(objects=live))
+    assert [(a.verb, a.kind) for a in rotated.actions] == [("update", "Secret")]
+
+    without = planner.plan(secret_spec({}), facts(objects=live))
+    assert [(a.verb, a.kind) for a in without.actions] == [("delete", "Secret")]
+    assert by_kind(without.desired, "Secret") == []
+
+    absent = planner.plan(make_spec(state="absent"), facts(objects=live))
+    assert ("delete", "Secret") in [(a.verb, a.kind) for a in absent.actions]
+    assert all(s.outcome != "outdated" for s in absent.slots)

@@ -28,6 +28,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     Slot,
     short_digest,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
     EXTRACTED_ANNOTATION,
     SPEC_HASH_ANNOTATION,
@@ -43,8 +44,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling 
 )
 
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
-# Apply order: a namespace before what lives in it, a PV before the PVC that names it.
-KIND_ORDER = ("Namespace", "PersistentVolume", "PersistentVolumeClaim", "Job")
+# Apply order: a namespace before what lives in it, a PV before the PVC that names it, a Secret and a PVC
+# before the Job whose pod mounts them.
+KIND_ORDER = ("Namespace", "Secret", "PersistentVolume", "PersistentVolumeClaim", "Job")
 
 
 # ---------------------------------------------------------------- live state helpers
@@ -171,7 +173,8 @@ class Plan:
 class ClusterFacts:
     """What the planner knows about the cluster, as plain API dicts.
 
-    objects: {"PersistentVolumeClaim": [...], "PersistentVolume": [...], "Job": [...]} of this cache only.
+    objects: {"PersistentVolumeClaim": [...], "PersistentVolume": [...], "Job": [...], "Secret": [...]} of this
+    cache only.
     storage_class: the class PVCs use (named or default), or None when the cluster has none.
     pods: pods of the namespaces involved (to find PVCs in use).
     """
@@ -185,12 +188,16 @@ class ClusterFacts:
 
 
 def _storage(spec, facts):
-    """(storage class name for PVCs and PVs, whether we create hostPath PVs)."""
+    """(storage class name for PVCs and PVs, whether we create hostPath PVs, whether Jobs set the volume owner).
+
+    fsGroup does not apply to hostPath volumes, so the Jobs filling ours need the permission step.
+    """
     storage_class = facts.storage_class
     name = storage_class["metadata"]["name"] if storage_class else (spec.storage_class_name or "")
     has_provisioner = bool(storage_class) and storage_class.get("provisioner") != NO_PROVISIONER
     make_pvs = spec.create_pvs == "always" or (spec.create_pvs == "auto" and not has_provisioner)
-    return name, make_pvs
+    set_owner = spec.set_volume_owner == "always" or (spec.set_volume_owner == "auto" and make_pvs)
+    return name, make_pvs, set_owner
 
 
 class _Planner:
@@ -216,17 +223,32 @@ class _Planner:
         self.plan = Plan(node_eligibility(spec, nodes) if present else Eligibility())
         if present:
             self._namespaces()
-            storage_class_name, make_pvs = _storage(spec, self.facts)
+            storage = _storage(spec, self.facts)
             for namespace in spec.namespaces:
+                self._registry_secret(namespace)
                 if spec.per_node:
                     for node in self.plan.eligibility.eligible:
                         slot = Slot(spec.name, spec.cache_namespace, namespace, node["metadata"]["name"], spec.digest)
-                        self._slot(slot, node, storage_class_name, make_pvs)
+                        self._slot(slot, node, *storage)
                 else:
                     slot = Slot(spec.name, spec.cache_namespace, namespace, "", spec.digest)
-                    self._slot(slot, None, storage_class_name, make_pvs)
+                    self._slot(slot, None, *storage)
         self._stale()
         return self.plan
+
+    def _registry_secret(self, namespace):
+        """Create or update the namespace's registry Secret; its content is compared, there is no spec hash."""
+        desired = registry_secret.render_secret(self.spec, namespace)
+        if desired is None:
+            return
+        self.plan.desired.append(desired)
+        live = self.live.get(object_ref(desired))
+        if live is None:
+            self.plan.add("create", desired, "missing")
+            return
+        self.claimed.add(object_ref(live))
+        if (live.get("data") or {}) != desired["data"] or _metadata_outdated(live, desired):
+            self.plan.add("update", desired, "registry credentials or CA changed")
 
     def _namespaces(self):
         missing = [ns for ns in self.spec.namespaces if ns not in self.facts.namespaces]
@@ -236,7 +258,7 @@ class _Planner:
         for namespace in missing:
             self.plan.add("create", render_namespace(namespace), "namespace does not exist")
 
-    def _slot(self, slot, node, storage_class_name, make_pvs):
+    def _slot(self, slot, node, storage_class_name, make_pvs, set_owner):
         spec, plan = self.spec, self.plan
         pv = render_pv(spec, slot, node if spec.per_node else None, storage_class_name) if make_pvs else None
         pvc_ref = ("PersistentVolumeClaim", slot.namespace, slot.pvc_name())
@@ -266,7 +288,7 @@ class _Planner:
         extracted = not fresh and (marked or job_done)
         if extracted:
             pvc = render_pvc(spec, slot, storage_class_name, True)
-        job = render_job(spec, slot, node if spec.per_node else None)
+        job = render_job(spec, slot, node if spec.per_node else None, set_owner)
         plan.desired.extend(obj for obj in (pv, pvc, job) if obj is not None)
         if fresh:
             for desired, live in ((pv, pv_live), (pvc, pvc_live), (job, job_live)):
@@ -299,8 +321,16 @@ class _Planner:
         spec, plan = self.spec, self.plan
         groups = {}
         for ref, obj in self.live.items():
-            if ref not in self.claimed:
-                groups.setdefault(_group_key(ref[0], obj), []).append(obj)
+            if ref in self.claimed:
+                continue
+            if ref[0] == "Secret":
+                # A registry Secret serves a namespace, not a slot: removed once unused, never reported.
+                if spec.prune or spec.state == "absent":
+                    plan.add("delete", obj, "no longer desired (%s)" % (
+                        "state is absent" if spec.state == "absent" else "no registry credentials or CA, or "
+                        "namespace %s is no longer a workload namespace" % ref[1]))
+                continue
+            groups.setdefault(_group_key(ref[0], obj), []).append(obj)
         for (namespace, node, digest), members in sorted(groups.items()):
             pvcs = [obj for obj in members if obj["kind"] == "PersistentVolumeClaim"]
             users = [user for pvc in pvcs for user in self.users(pvc)]

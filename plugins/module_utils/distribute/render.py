@@ -1,7 +1,7 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Rendering, pure: the PV, PVC, Job and Namespace objects of one cache slot, each carrying the hash of
-the spec it was rendered from.
+the spec it was rendered from (the registry Secret is registry_secret.py's).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -12,6 +12,7 @@ import copy
 import hashlib
 import json
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import gpus_from_node_labels
 
 SPEC_HASH_ANNOTATION = "gkm.io/spec-hash"
@@ -23,9 +24,16 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 CACHE_MOUNT_PATH = "/gkm"
 EXTRACT_DEST = "/gkm/cache"
 EXTRACT_CONTAINER = "extract"
-# The tools image's unprivileged user; fsGroup makes the PVC writable for it.
+# The tools image's unprivileged user. fsGroup makes volumes of most storage classes writable for it, but
+# not hostPath ones: there the permission step (OWNER_CONTAINER) makes the volume's root its own.
 EXTRACT_UID = 1000
 EXTRACT_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main"
+OWNER_CONTAINER = "volume-owner"
+OWNER_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.volume_owner"
+TERMINATION_LOG = "/dev/termination-log"
+# job_main's exit codes for a refusal, bad arguments and an unwritable volume: a retry cannot help, so the
+# Job fails at once (code 3, registry unreachable, is retried up to backoff_limit).
+FAIL_JOB_EXIT_CODES = (1, 2, 4)
 API_VERSIONS = {"Namespace": "v1", "PersistentVolume": "v1", "PersistentVolumeClaim": "v1", "Job": "batch/v1"}
 
 
@@ -91,15 +99,18 @@ def render_pvc(spec, slot, storage_class_name, extracted):
 def extraction_command(spec, node):
     """The container command: the tools image runs the collection's cache_extract CLI into the PVC.
 
-    A pinned Job also names its node's GPU, so the extractor re-checks compatibility on its own
-    without needing API access to read node labels.
+    A pinned Job also names its node's GPUs (the planner read its labels), so the extractor re-checks
+    compatibility on its own without API access.
     """
     command = ["python3", "-m", EXTRACT_CLI_MODULE, "--image", spec.image, "--dest", EXTRACT_DEST,
-               *spec.extract_args]
+               "--termination-log", TERMINATION_LOG, *spec.extract_args,
+               *registry_secret.extractor_args(spec.registry_files)]
     if node is not None and spec.compatibility != "ignore":
-        for gpu in gpus_from_node_labels(node["metadata"].get("labels")):
-            command += ["--gpu", "%s/%s/%s" % (gpu["backend"], gpu["arch"], gpu["warp_size"]),
-                        "--compatibility", "fail"]
+        gpus = gpus_from_node_labels(node["metadata"].get("labels"))
+        for gpu in gpus:
+            command += ["--gpu", "%s/%s/%s" % (gpu["backend"], gpu["arch"], gpu["warp_size"])]
+        if gpus:
+            command += ["--compatibility", "fail"]
     return command
 
 
@@ -123,11 +134,72 @@ def _pinned_scheduling(spec, node):
     return node_selector, affinity
 
 
-def render_job(spec, slot, node):
-    """The extraction Job, under the restricted Pod Security profile, with bounded retries and lifetime."""
+def _owner_container(spec):
+    """The permission step: uid 0 with CAP_CHOWN only (seccomp RuntimeDefault from the pod), it makes the
+    volume's root the extractor's and exits.
+
+    Pod Security: running as root and adding a capability are allowed by `baseline`, refused by `restricted`.
+    """
+    return {
+        "name": OWNER_CONTAINER,
+        "image": spec.extract_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-m", OWNER_CLI_MODULE, CACHE_MOUNT_PATH, str(EXTRACT_UID),
+                    "--termination-log", TERMINATION_LOG],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
+        },
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+        "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT_PATH}],
+    }
+
+
+def _extract_container(spec, node):
+    """The extractor, under the restricted Pod Security profile."""
+    mounts = [{"name": "cache", "mountPath": CACHE_MOUNT_PATH}, {"name": "tmp", "mountPath": "/tmp"}]
+    if spec.registry_files:
+        mounts.append({"name": registry_secret.VOLUME_NAME, "mountPath": registry_secret.MOUNT_PATH,
+                       "readOnly": True})
+    return {
+        "name": EXTRACT_CONTAINER,
+        "image": spec.extract_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": extraction_command(spec, node),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "volumeMounts": mounts,
+    }
+
+
+def render_job(spec, slot, node, set_volume_owner=False):
+    """The extraction Job, with bounded retries and lifetime; `set_volume_owner` adds the permission step.
+
+    Without that step the pod meets Pod Security `restricted`, with it `baseline`.
+    """
     node_selector, affinity = _pinned_scheduling(spec, node)
     pod_labels = spec.pod_metadata("labels")
     pod_labels.update(slot.labels())
+    volumes = [
+        {"name": "cache", "persistentVolumeClaim": {"claimName": slot.pvc_name()}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if spec.registry_files:
+        # 0440 and fsGroup: the extractor reads it through its group, nobody else can.
+        volumes.append({"name": registry_secret.VOLUME_NAME, "secret": {
+            "secretName": registry_secret.secret_name(spec.name, spec.cache_namespace, slot.namespace),
+            "defaultMode": 0o440}})
     pod_spec = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -138,28 +210,11 @@ def render_job(spec, slot, node):
             "fsGroup": EXTRACT_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [{
-            "name": EXTRACT_CONTAINER,
-            "image": spec.extract_image,
-            "imagePullPolicy": "IfNotPresent",
-            "command": extraction_command(spec, node),
-            "securityContext": {
-                "allowPrivilegeEscalation": False,
-                "readOnlyRootFilesystem": True,
-                "runAsNonRoot": True,
-                "capabilities": {"drop": ["ALL"]},
-            },
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-            "volumeMounts": [
-                {"name": "cache", "mountPath": CACHE_MOUNT_PATH},
-                {"name": "tmp", "mountPath": "/tmp"},
-            ],
-        }],
-        "volumes": [
-            {"name": "cache", "persistentVolumeClaim": {"claimName": slot.pvc_name()}},
-            {"name": "tmp", "emptyDir": {}},
-        ],
+        "containers": [_extract_container(spec, node)],
+        "volumes": volumes,
     }
+    if set_volume_owner:
+        pod_spec["initContainers"] = [_owner_container(spec)]
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
     if affinity:
@@ -175,6 +230,11 @@ def render_job(spec, slot, node):
         "backoffLimit": spec.job_limits["backoff_limit"],
         "activeDeadlineSeconds": spec.job_limits["active_deadline_seconds"],
         "ttlSecondsAfterFinished": spec.job_limits["ttl_seconds_after_finished"],
+        "podFailurePolicy": {"rules": [
+            {"action": "FailJob", "onExitCodes": {"operator": "In", "values": list(FAIL_JOB_EXIT_CODES)}},
+            # An evicted or preempted pod is not the extraction's failure: it does not use up a retry.
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        ]},
         "template": {"metadata": template_metadata, "spec": pod_spec},
     }
     return _object("Job", slot.job_name(), slot.namespace, slot.labels(), {IMAGE_ANNOTATION: spec.image}, body)

@@ -30,7 +30,7 @@ COUNT_NAMES = (
 )
 # Fields of a status that say when it was written rather than what it says.
 _TIMESTAMP_FIELDS = ("lastReconcileTime",)
-_ENTRY_FIELDS = ("namespace", "node", "pvc", "job", "digest", "phase", "message", "fix")
+_ENTRY_FIELDS = ("namespace", "node", "pvc", "job", "digest", "phase", "reason", "message", "fix")
 
 
 class ResourceError(GkmError, ValueError):

@@ -18,6 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import G
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
     SpecError,
     cache_spec_from_params,
@@ -41,7 +42,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import (
     parse_reference,
 )
 
-OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job")
+OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job", "Secret")
 DEFAULT_STORAGE_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 WAIT_POLL_SECONDS = 1.0
 
@@ -78,6 +79,27 @@ def extractor_registry_args(params):
     return args
 
 
+def _read_option_file(params, option):
+    path = params.get(option)
+    if not path:
+        return None
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError as error:
+        raise DistributeError("%s %s cannot be read: %s" % (option, path, error.strerror)) from error
+
+
+def registry_files(params, image_ref):
+    """What the Jobs get of the registry options, for the image's registry ({} when they need nothing)."""
+    try:
+        return registry_secret.secret_data(
+            parse_reference(image_ref).registry, params.get("registry_username"), params.get("registry_password"),
+            _read_option_file(params, "registry_docker_config"), _read_option_file(params, "registry_ca_file"))
+    except registry_secret.RegistrySecretError as error:
+        raise DistributeError(str(error)) from error
+
+
 def build_spec(params):
     """The validated CacheSpec, pinned to the image digest when the cache is to be present."""
     fields = dict(params, extract_args=extractor_registry_args(params))
@@ -87,7 +109,7 @@ def build_spec(params):
             if not params.get("image"):
                 raise SpecError("image is required with state: present")
             image_ref, digest, metadata = resolve_image(params)
-            pin_image(spec, image_ref, digest, metadata)
+            pin_image(spec, image_ref, digest, metadata, registry_files(params, image_ref))
     except SpecError as error:
         raise DistributeError(str(error)) from error
     return spec
@@ -123,7 +145,7 @@ def gather_facts(kube, spec):
     if failures:
         raise DistributeError("reading the cluster failed: %s" % failures[0])
     objects = {kind: results[index] for index, kind in enumerate(OBJECT_KINDS)}
-    nodes, namespaces, classes = results[3:] if present else ([], [], [])
+    nodes, namespaces, classes = results[len(OBJECT_KINDS):] if present else ([], [], [])
     namespace_names = {ns["metadata"]["name"] for ns in namespaces}
     facts = planner.ClusterFacts(nodes, namespace_names, objects, list_pods(kube, spec, objects, namespace_names),
                                  _storage_class(spec, classes) if present else None)
@@ -135,14 +157,25 @@ def gather_facts(kube, spec):
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
+def _failing_job_namespaces(jobs):
+    """Namespaces with a Job that had a pod fail and has not completed: their failed pods say why."""
+    return {job["metadata"]["namespace"] for job in jobs
+            if (job.get("status") or {}).get("failed") and not planner.job_condition(job, "Complete")}
+
+
 def list_pods(kube, spec, objects, existing_namespaces=None):
-    """Unfinished pods of every namespace the cache has or wants PVCs in (who mounts what, stuck Jobs)."""
+    """Unfinished pods of every namespace the cache has or wants PVCs in (who mounts what, stuck Jobs), and
+    the failed pods of its failing Jobs (their termination messages)."""
     namespaces = set(spec.namespaces) if spec else set()
     for kind in ("PersistentVolumeClaim", "Job"):
         namespaces.update(obj["metadata"]["namespace"] for obj in objects.get(kind, []))
     if existing_namespaces is not None:
         namespaces &= existing_namespaces
-    results = kube.map(lambda ns: kube.list("Pod", namespace=ns, field_selector=UNFINISHED_PODS), sorted(namespaces))
+    calls = [lambda ns=ns: kube.list("Pod", namespace=ns, field_selector=UNFINISHED_PODS) for ns in sorted(namespaces)]
+    calls += [lambda ns=ns: kube.list("Pod", namespace=ns, label_selector=managed_selector(),
+                                      field_selector="status.phase=Failed")
+              for ns in sorted(_failing_job_namespaces(objects.get("Job", [])))]
+    results = kube.map(lambda call: call(), calls)
     failures = [r for r in results if isinstance(r, Exception)]
     if failures:
         raise DistributeError("listing pods failed: %s" % failures[0])
@@ -191,15 +224,16 @@ def execute(kube, plan, replace_timeout):
 
 
 def _trim(obj):
-    """What a diff shows of an object: identity, labels, annotations and spec."""
+    """What a diff shows of an object: identity, labels, annotations and spec (a Secret's data, redacted after)."""
     if not obj:
         return {}
     metadata = obj.get("metadata") or {}
     trimmed = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                "metadata": {key: metadata[key] for key in ("name", "namespace", "labels", "annotations")
                             if key in metadata}}
-    if "spec" in obj:
-        trimmed["spec"] = obj["spec"]
+    for field in ("spec", "data"):
+        if field in obj:
+            trimmed[field] = obj[field]
     return trimmed
 
 
@@ -213,6 +247,9 @@ def plan_diff(plan, facts):
         ref = (action.kind, action.namespace, action.name)
         before = _trim(live.get(ref)) if action.verb != "create" else {}
         after = {} if action.verb == "delete" else _trim(action.body)
+        if action.kind == "Secret":
+            before = registry_secret.redacted(before, live.get(ref)) if before else before
+            after = registry_secret.redacted(after, live.get(ref)) if after else after
         header = "%s %s (%s)" % (action.kind, "/".join(filter(None, ref[1:])), action.verb)
         diffs.append({"before": before, "after": after, "before_header": header, "after_header": header})
     return diffs

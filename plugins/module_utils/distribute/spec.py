@@ -21,6 +21,7 @@ READ_ONLY_MANY = "ReadOnlyMany"
 ACCESS_MODES = (READ_WRITE_ONCE, READ_ONLY_MANY, "ReadWriteMany", "ReadWriteOncePod")
 COMPATIBILITY_MODES = ("skip", "fail", "ignore")
 CREATE_PVS_MODES = ("auto", "always", "never")
+SET_VOLUME_OWNER_MODES = ("auto", "always", "never")
 POD_TEMPLATE_METADATA_FIELDS = ("labels", "annotations")
 POD_TEMPLATE_SPEC_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName")
 
@@ -59,6 +60,9 @@ class CacheSpec:
         self.create_pvs = fields.get("create_pvs", "auto")
         self.extract_image = fields.get("extract_image")
         self.extract_args = list(fields.get("extract_args") or [])
+        # {Secret key: text} the Jobs get from the registry options (registry_secret.py); filled in with the image.
+        self.registry_files = dict(fields.get("registry_files") or {})
+        self.set_volume_owner = fields.get("set_volume_owner", "auto")
         self.host_path_root = fields.get("host_path_root", "/var/lib/gkm-cluster/caches")
         self.job_limits = dict(DEFAULT_JOB_LIMITS, **(fields.get("job_limits") or {}))
         self.state = fields.get("state", "present")
@@ -155,7 +159,8 @@ def cache_spec_from_params(params):
     if params.get("storage_class_name"):
         _require_storage_class(params["storage_class_name"])
     validate_pod_template(params.get("pod_template"))
-    for field, choices in (("compatibility", COMPATIBILITY_MODES), ("create_pvs", CREATE_PVS_MODES)):
+    for field, choices in (("compatibility", COMPATIBILITY_MODES), ("create_pvs", CREATE_PVS_MODES),
+                           ("set_volume_owner", SET_VOLUME_OWNER_MODES)):
         if params.get(field) is not None and params[field] not in choices:
             raise SpecError("%s must be one of %s, got %r" % (field, ", ".join(choices), params[field]))
     limits = {key: value for key, value in (params.get("job_limits") or {}).items() if value is not None}
@@ -166,7 +171,8 @@ def cache_spec_from_params(params):
     if params.get("state", "present") == "present" and not params.get("extract_image"):
         raise SpecError("extract_image is required: the tools image whose cache_extract command fills the PVCs")
     optional = {key: params[key] for key in ("size", "compatibility", "create_pvs", "host_path_root", "prune",
-                                             "force", "create_namespaces", "state", "extract_args")
+                                             "force", "create_namespaces", "state", "extract_args",
+                                             "set_volume_owner")
                 if params.get(key) is not None}
     return CacheSpec(
         name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,
@@ -182,9 +188,11 @@ def _require_storage_class(name):
         raise SpecError("storage_class_name %r is not a valid storage class name (DNS subdomain)" % name)
 
 
-def pin_image(spec, image_ref, digest, metadata):
-    """Fill in the resolved image: digest-pinned reference, digest, GPU targets and the default size."""
+def pin_image(spec, image_ref, digest, metadata, registry_files=None):
+    """Fill in the resolved image: digest-pinned reference, digest, GPU targets, the default size and the
+    registry files its Jobs need."""
     spec.image = image_ref
+    spec.registry_files = dict(registry_files or {})
     spec.digest = digest
     spec.targets = (metadata or {}).get("targets")
     if not spec.size:

@@ -3,7 +3,8 @@
 """A distributed cache's status, computed from the plan's slots and what the cluster reports.
 
 Per namespace and node: the PVC, the Job and a phase (Pending, Extracting, Extracted, Error,
-Incompatible, Outdated). Per cache: GKM's printer columns, every one of them computed: nodes,
+Incompatible, Outdated), with a reason, message and fix when something is wrong (job_pods.py reads the
+Job's pods). Per cache: GKM's printer columns, every one of them computed: nodes,
 node_in_use, node_not_in_use, node_error, pod_running, pod_outdated. A Job whose pod the scheduler
 cannot place is reported with the scheduler's own message and the option that would fix it.
 """
@@ -20,6 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     MANAGER,
     NODE_LABEL,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
     SlotState,
     job_condition,
@@ -30,6 +32,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render impo
 PENDING, EXTRACTING, EXTRACTED, ERROR, INCOMPATIBLE, OUTDATED = (
     "Pending", "Extracting", "Extracted", "Error", "Incompatible", "Outdated")
 RUNNING = "Running"
+UNSCHEDULABLE = "Unschedulable"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 # Scheduler message fragments -> the option that changes the outcome.
@@ -71,33 +74,45 @@ def _index_job_pods(pods):
 
 
 def slot_phase(slot, pvc, job, job_pods):
-    """(phase, message, fixes) of one current slot from its live PVC, Job and the Job's pods."""
+    """(phase, message, fixes, reason) of one current slot from its live PVC, Job and the Job's pods.
+
+    A tools image that cannot be pulled is an Error at once: waiting longer cannot help.
+    """
     if slot.outcome == "blocked":
-        return PENDING, slot.reason, []
+        return PENDING, slot.reason, [], None
     marker = ((pvc or {}).get("metadata", {}).get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
     if slot.digest and marker.split(":", 1)[-1].startswith(slot.digest):
-        return EXTRACTED, None, []
+        return EXTRACTED, None, [], None
     if job is None:
-        return PENDING, "the extraction Job does not exist yet", []
+        return PENDING, "the extraction Job does not exist yet", [], None
     if job_condition(job, "Complete"):
-        return EXTRACTED, None, []
+        return EXTRACTED, None, [], None
+    problem = pods_problem(job_pods)
     failed = job_condition(job, "Failed")
     if failed:
-        return ERROR, "%s: %s" % (failed.get("reason"), failed.get("message")), []
+        if problem is not None:
+            return ERROR, problem.message, problem.fix, problem.reason
+        return ERROR, "%s: %s" % (failed.get("reason"), failed.get("message")), [], failed.get("reason")
     for pod in job_pods:
         message = _unschedulable(pod)
         if message:
-            return PENDING, message, scheduler_fix(message)
+            return PENDING, message, scheduler_fix(message), UNSCHEDULABLE
+    if problem is not None:
+        if problem.reason == IMAGE_NOT_PULLABLE:
+            return ERROR, problem.message, problem.fix, problem.reason
+        return PENDING, problem.message, problem.fix, problem.reason
     if any((pod.get("status") or {}).get("phase") == "Running" for pod in job_pods):
-        return EXTRACTING, None, []
-    return PENDING, "waiting for the extraction pod to start", []
+        return EXTRACTING, None, [], None
+    return PENDING, "waiting for the extraction pod to start", [], None
 
 
-def _entry(slot, phase, message=None, fixes=None, users=None):
+def _entry(slot, phase, message=None, fixes=None, users=None, reason=None):
     entry = {"namespace": slot.namespace, "node": slot.node, "digest": slot.digest, "pvc": slot.pvc,
              "job": slot.job, "phase": phase}
     if slot.pv:
         entry["pv"] = slot.pv
+    if reason:
+        entry["reason"] = reason
     if message:
         entry["message"] = message
     if fixes:
@@ -132,10 +147,11 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
         if slot.outcome == "current":
             current_claims.add((slot.namespace, slot.pvc))
         job_key = (slot.namespace, slot.job)
-        phase, message, fixes = slot_phase(slot, pvcs.get((slot.namespace, slot.pvc)), jobs.get(job_key),
-                                           job_pods.get(job_key, []))
-        entries.append(_entry(slot, phase, message, fixes, users=mounts.get((slot.namespace, slot.pvc))))
-        if fixes:
+        phase, message, fixes, reason = slot_phase(slot, pvcs.get((slot.namespace, slot.pvc)), jobs.get(job_key),
+                                                   job_pods.get(job_key, []))
+        entries.append(_entry(slot, phase, message, fixes, users=mounts.get((slot.namespace, slot.pvc)),
+                              reason=reason))
+        if reason == UNSCHEDULABLE:
             diagnosis = {"namespace": slot.namespace, "job": slot.job, "message": message, "fix": fixes}
             if untolerated_taints and "taint" in message:
                 diagnosis["untolerated_taints"] = dict(untolerated_taints)

@@ -4,10 +4,16 @@
 
     python -m ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main \\
         --image registry.example.com/caches/vector-add:v1 --dest /cache/vector-add \\
-        --gpus-from-node-labels "$NODE_NAME" --verify cosign --public-key /keys/cosign.pub
+        --gpu hip/gfx90a/64 --verify cosign --public-key /keys/cosign.pub
 
 Runs the same code as the gkm.cluster.cache_extract module and prints its result as JSON.
-Exit status: 0 done (changed, unchanged or skipped), 1 failed, 2 bad arguments.
+The Job passes its node's GPUs with --gpu (the planner read the node's labels), so it needs no API access;
+--gpus-from-node-labels reads them through the API for runs by hand.
+Exit status: 0 done (changed, unchanged or skipped), 1 refused (the image or the options are wrong: running
+again cannot help), 2 bad arguments, 3 the registry could not be reached (worth a retry), 4 the destination's
+volume is not writable.
+With --termination-log the failure message is also written there: the Job passes /dev/termination-log, so
+the message reaches the pod's status, where the cache modules read it.
 The registry password is read from $GKM_REGISTRY_PASSWORD so it never shows in the process list.
 """
 
@@ -16,14 +22,22 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
+import errno
 import json
 import os
 import sys
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import RegistryUnreachable
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_RETRY = 3
+EXIT_NOT_WRITABLE = 4
+# The kubelet reads at most 4096 bytes of a termination message.
+TERMINATION_MESSAGE_MAX = 4000
+NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def _gpu(text):
@@ -60,21 +74,69 @@ def build_parser():
                         "and io.*.manifest/")
     parser.add_argument("--no-rewrite-group-paths", dest="rewrite_group_paths", action="store_false")
     parser.add_argument("--check", action="store_true", help="report what would change, write nothing")
+    parser.add_argument("--termination-log", metavar="PATH",
+                        help="also write a failure's message here (the Job passes /dev/termination-log)")
     return parser
+
+
+def _kube(kubeconfig):
+    # Imported here: only --gpus-from-node-labels talks to the API, the Job never does.
+    from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
+    from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+
+    return Kube(api_client_from_kubeconfig(kubeconfig))
+
+
+def not_writable_message(exc, dest, uid):
+    """What to do when the destination's volume refuses the extractor's writes."""
+    return ("cannot write %s as uid %d (%s) while extracting into %s: the volume is not writable by the extraction "
+            "user. The permission step (set_volume_owner, an init container that makes the volume's root owned by "
+            "uid %d) is off or did not run, or the storage does not allow it (read-only, root-squashing NFS); turn "
+            "it on or use a storage class whose volumes honour fsGroup" % (
+                exc.filename or dest, uid, exc.strerror, dest, uid))
+
+
+def check_volume_writable(dest):
+    """Fail before any download when the directory holding dest exists but is not ours to write."""
+    volume = os.path.dirname(os.path.normpath(dest))
+    if os.path.isdir(volume) and not os.access(volume, os.W_OK | os.X_OK):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), volume)
+
+
+def report_failure(message, termination_log):
+    """Print the failure as the JSON result and, for the pod's status, into the termination log."""
+    json.dump({"failed": True, "msg": message}, sys.stdout)
+    sys.stdout.write("\n")
+    if termination_log:
+        try:
+            with open(termination_log, "w") as log:
+                log.write(message[:TERMINATION_MESSAGE_MAX])
+        except OSError as exc:
+            sys.stderr.write("cannot write the termination log %s: %s\n" % (termination_log, exc.strerror))
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    options = {key: value for key, value in vars(args).items() if key not in ("check", "kubeconfig")}
+    options = {key: value for key, value in vars(args).items() if key not in ("check", "kubeconfig",
+                                                                              "termination_log")}
     options["password"] = os.environ.get("GKM_REGISTRY_PASSWORD")
     try:
+        if not args.check and args.state == "present":
+            check_volume_writable(args.dest)
         result = cache_pull.ensure_cache(options, check_mode=args.check,
                                          node_labels_reader=cache_pull.node_labels_reader(
-                                             lambda: Kube(api_client_from_kubeconfig(args.kubeconfig))))
+                                             lambda: _kube(args.kubeconfig)))
     except GkmError as exc:
-        json.dump({"failed": True, "msg": str(exc)}, sys.stdout)
-        sys.stdout.write("\n")
-        return 1
+        report_failure(str(exc), args.termination_log)
+        return EXIT_RETRY if isinstance(exc.__cause__, RegistryUnreachable) else EXIT_REFUSED
+    except OSError as exc:
+        volume = os.path.dirname(os.path.normpath(args.dest))
+        path = os.path.normpath(str(exc.filename or volume))
+        if exc.errno in NOT_WRITABLE and (path == volume or path.startswith(volume.rstrip("/") + "/")):
+            report_failure(not_writable_message(exc, args.dest, os.getuid()), args.termination_log)
+            return EXIT_NOT_WRITABLE
+        report_failure("%s: %s" % (exc.filename or args.dest, exc.strerror or exc), args.termination_log)
+        return EXIT_REFUSED
     result.pop("diff", None)
     json.dump(result, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")

@@ -1,0 +1,106 @@
+"""The extraction Job's two programs, run as the Job runs them, without a cluster: failures reach the
+termination log with their exit code, an unwritable volume is named with the uid, the permission step chowns."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import render
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import job_main, volume_owner
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
+UNPRIVILEGED = 1000
+
+
+def run_as(uid, module, *args):
+    """`python3 -m module args` as `uid` (the Job's user), in a fresh interpreter."""
+    command = ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
+               sys.executable, "-m", module.__name__, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/",
+                          env={"PYTHONPATH": COLLECTIONS, "PATH": os.environ["PATH"]})
+
+
+@pytest.fixture
+def tmp_path():
+    """A directory other uids can reach (pytest's own sits under a 0700 one)."""
+    path = tempfile.mkdtemp(prefix="gkm-job-main-")
+    os.chmod(path, 0o755)
+    yield pathlib.Path(path)
+    shutil.rmtree(path)
+
+
+@pytest.fixture
+def termination_log(tmp_path):
+    path = tmp_path / "termination-log"
+    path.touch()
+    path.chmod(0o666)
+    return path
+
+
+def test_fail_job_exit_codes_are_job_mains():
+    assert render.FAIL_JOB_EXIT_CODES == (job_main.EXIT_REFUSED, job_main.EXIT_USAGE, job_main.EXIT_NOT_WRITABLE)
+    assert job_main.EXIT_RETRY not in render.FAIL_JOB_EXIT_CODES
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the program as another uid")
+def test_root_owned_volume_is_refused_before_any_download_naming_path_uid_and_fix(tmp_path, termination_log):
+    volume = tmp_path / "pv"
+    volume.mkdir(mode=0o755)  # what the kubelet's DirectoryOrCreate makes: root:root 0755
+    # The registry address is never contacted: the volume check comes first.
+    done = run_as(UNPRIVILEGED, job_main, "--image", "127.0.0.1:9/c/a:v1", "--dest", str(volume / "cache"),
+                  "--plain-http", "--termination-log", str(termination_log))
+    assert done.returncode == job_main.EXIT_NOT_WRITABLE, done.stderr
+    message = termination_log.read_text()
+    assert json.loads(done.stdout) == {"failed": True, "msg": message}
+    assert "cannot write %s as uid %d" % (volume, UNPRIVILEGED) in message
+    assert "set_volume_owner" in message and "fsGroup" in message
+    assert os.listdir(volume) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+def test_permission_step_makes_the_volume_the_extractors_and_the_extractor_gets_past_it(tmp_path, termination_log):
+    volume = tmp_path / "pv"
+    volume.mkdir(mode=0o755)
+    (volume / "left-alone").write_text("x")
+    assert volume_owner.main([str(volume), str(UNPRIVILEGED)]) == 0
+    info = os.stat(volume)
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (UNPRIVILEGED, UNPRIVILEGED, 0o755)
+    assert os.stat(volume / "left-alone").st_uid == 0  # nothing below the root changes
+    assert volume_owner.ensure_owner(str(volume), UNPRIVILEGED) is False
+    # Now the extractor passes the volume check and fails only at the (closed) registry: retryable.
+    done = run_as(UNPRIVILEGED, job_main, "--image", "127.0.0.1:9/c/a:v1", "--dest", str(volume / "cache"),
+                  "--plain-http", "--timeout", "2", "--termination-log", str(termination_log))
+    assert done.returncode == job_main.EXIT_RETRY, done.stdout + done.stderr
+    assert "unreachable" in termination_log.read_text()
+
+
+def test_permission_step_failure_reaches_the_termination_log(tmp_path, termination_log, capsys):
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    assert volume_owner.main([str(not_a_directory), "1000", "--termination-log", str(termination_log)]) == 1
+    message = termination_log.read_text()
+    assert message.startswith("the permission step cannot make %s owned by uid 1000" % not_a_directory)
+    assert json.loads(capsys.readouterr().out)["msg"] == message
+
+
+def test_refusal_exits_1_and_long_messages_are_cut_for_the_kubelet(tmp_path, termination_log, capsys):
+    assert job_main.main(["--image", "no-registry-host", "--dest", str(tmp_path / "c"),
+                          "--termination-log", str(termination_log)]) == job_main.EXIT_REFUSED
+    assert "must name its registry host" in termination_log.read_text()
+    job_main.report_failure("x" * 10000, str(termination_log))
+    assert len(termination_log.read_text()) == job_main.TERMINATION_MESSAGE_MAX
+    capsys.readouterr()
+
+
+def test_without_termination_log_nothing_is_written_outside_stdout(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert job_main.main(["--image", "no-registry-host", "--dest", str(tmp_path / "c")]) == job_main.EXIT_REFUSED
+    assert json.loads(capsys.readouterr().out)["failed"] is True
+    assert os.listdir(tmp_path) == []
