@@ -35,8 +35,22 @@ options:
     description: Directory on the nodes under which hostPath PVs keep the extracted caches.
     type: str
     default: /var/lib/gkm-cluster/caches
+  set_volume_owner:
+    description:
+      - The extraction Jobs' permission step, an init container of O(extract_image) running as uid 0 with every
+        capability dropped but C(CHOWN), that makes the volume's root owned by the extractor's uid 1000 and changes
+        nothing else. fsGroup does not apply to hostPath volumes, whose directories the kubelet creates as root.
+      - C(auto) adds it when this collection creates hostPath PVs (see O(create_pvs)); C(always) and C(never) force it.
+        Leave it out for storage classes whose volumes honour fsGroup.
+      - With it the Jobs' pods need the C(baseline) Pod Security level, without it they meet C(restricted).
+    type: str
+    choices: [auto, always, never]
+    default: auto
   extract_image:
-    description: The gkm.cluster tools image whose cache_extract command the Jobs run. Required with O(state=present).
+    description:
+      - The gkm.cluster tools image whose cache_extract command the Jobs run (C(make images REGISTRY=...) builds and
+        pushes it). Required with O(state=present).
+      - If a node cannot pull it, that node's entry is an C(Error) with reason C(ToolsImageNotPullable) at once.
     type: str
   job_limits:
     description: Bounds of the extraction Jobs.

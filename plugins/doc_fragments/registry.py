@@ -10,16 +10,21 @@ class ModuleDocFragment(object):
     DOCUMENTATION = r"""
 options:
   registry_username:
-    description: Registry user name.
+    description:
+      - Registry user name. For cache_distribute and cache_reconcile it also reaches the extraction Jobs, in a
+        Docker config inside a Secret the Jobs mount read-only (never in a Job spec or log).
     type: str
   registry_password:
     description: Password or token of O(registry_username).
     type: str
   registry_docker_config:
-    description: Docker C(config.json) with registry credentials, instead of O(registry_username).
+    description:
+      - Docker C(config.json) with registry credentials, instead of O(registry_username).
+      - For cache_distribute and cache_reconcile, the image registry's inline C(auths) entry (only that one)
+        reaches the extraction Jobs through the same Secret; credential helpers cannot.
     type: path
   registry_ca_file:
-    description: CA bundle for the registry's TLS certificate.
+    description: CA bundle for the registry's TLS certificate (for the cache modules, the extraction Jobs get it too).
     type: path
   registry_validate_certs:
     description: Verify the registry's TLS certificate (extraction Jobs get the same setting).

@@ -13,8 +13,8 @@ short_description: Distribute a GPU kernel cache to PVCs on Kubernetes, per node
 version_added: "0.1.0"
 description:
   - Turns one cache's desired state (GKM's C(GKMCache) or C(ClusterGKMCache) spec) into PersistentVolumeClaims,
-    hostPath PersistentVolumes where the storage class has no provisioner, and extraction Jobs, and keeps them
-    converged on every later run.
+    hostPath PersistentVolumes where the storage class has no provisioner, extraction Jobs and, when the registry
+    needs credentials or a CA, a registry Secret per namespace, and keeps them converged on every later run.
   - With C(ReadOnlyMany) in O(access_modes), one PVC named as the cache per namespace; otherwise one PVC and one
     Job pinned to each eligible node, per namespace.
   - Names are deterministic (cache, namespace, node and digest), objects are found again with one label-selected
@@ -75,10 +75,18 @@ options:
 requirements:
   - oras
 notes:
-  - The extraction Jobs run under the restricted Pod Security profile (uid 1000, fsGroup 1000). Directories of
-    hostPath PVs are created by the kubelet and do not honour fsGroup; make O(host_path_root) writable for uid 1000
-    on the nodes.
-  - Registry credentials are used to resolve O(image) only; the Jobs pull anonymously.
+  - The extraction container runs under the C(restricted) Pod Security profile (uid 1000, fsGroup 1000, no
+    capabilities, read-only root filesystem, no service account token); a pinned Job gets its node's GPUs as
+    arguments and never calls the API server.
+  - Directories of hostPath PVs are created by the kubelet as root and do not honour fsGroup, so Jobs filling the
+    hostPath PVs this module creates get a permission step (O(set_volume_owner)), an init container that runs as
+    uid 0 with only CAP_CHOWN. Such pods need the C(baseline) Pod Security level; without the step they meet
+    C(restricted).
+  - Registry credentials (O(registry_username)/O(registry_password) or the image registry's inline entry of
+    O(registry_docker_config)) and O(registry_ca_file) reach the Jobs through a Secret per cache and namespace,
+    mounted read-only; they never appear in a Job spec, in the diff (values are redacted) or in a log.
+  - Per node, failures are reported with a reason, the message and the fix; a tools image that cannot be pulled
+    is an Error at once, without waiting for O(wait_timeout).
 seealso:
   - module: gkm.cluster.cache_info
   - module: gkm.cluster.cache_extract
@@ -132,7 +140,7 @@ plan:
     summary:
       description: Counts per action (create, update, replace, delete) and kind.
       type: dict
-      sample: {"create": {"PersistentVolumeClaim": 3, "PersistentVolume": 3, "Job": 3}}
+      sample: {"create": {"PersistentVolumeClaim": 3, "PersistentVolume": 3, "Job": 3, "Secret": 1}}
     actions:
       description: One entry per object with action, kind, namespace, name and reason.
       type: list
@@ -152,6 +160,9 @@ status:
       description:
         - One per namespace and node (node empty for ReadOnlyMany) with pvc, job, digest, phase (Pending,
           Extracting, Extracted, Error, Incompatible, Outdated), message, fix and mounted_by.
+        - When something is wrong, reason says what - C(ToolsImageNotPullable), C(ExtractionRefused) (the
+          extractor's own message), C(VolumeNotWritable), C(PermissionStepFailed), C(RegistryUnreachable),
+          C(Unschedulable), or the failed Job's condition reason - and message names the node.
       type: list
       elements: dict
     unschedulable:
@@ -180,7 +191,7 @@ duration_seconds:
   returned: success
   type: float
 diff:
-  description: Per-object before and after, in diff mode.
+  description: Per-object before and after, in diff mode; a Secret's values show as C(<redacted>).
   returned: when diff mode is on
   type: list
   elements: dict

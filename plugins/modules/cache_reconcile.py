@@ -49,6 +49,10 @@ options:
     type: dict
 requirements:
   - oras
+notes:
+  - The objects are those of M(gkm.cluster.cache_distribute) - the extraction Jobs meet Pod Security C(restricted),
+    or C(baseline) with the permission step (O(set_volume_owner)), and registry credentials and CA reach them in a
+    Secret - and the status's C(nodes) entries carry the same reason, message and fix per node.
 seealso:
   - module: gkm.cluster.cache_distribute
   - module: gkm.cluster.cache_info

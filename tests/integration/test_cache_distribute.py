@@ -6,6 +6,7 @@ import uuid
 import pytest
 from kubernetes import client
 
+from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
 from tests.helpers.modules import AuditWrites, run_module
 
@@ -321,41 +322,55 @@ def test_gpu_taint_without_toleration_is_diagnosed_then_converges_with_it(sim, k
         remove(sim, name=name, namespace=namespace)
 
 
-FAIL_STAGE = {
-    "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage",
-    "metadata": {"name": "gkm-test-pod-fail"},
-    "spec": {
-        "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
-        "selector": {"matchExpressions": [
-            {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
-            {"key": ".status.phase", "operator": "In", "values": ["Running"]},
-            {"key": ".metadata.labels.gkmfail", "operator": "In", "values": ["true"]},
-        ]},
-        "weight": 1000,
-        "next": {"statusSubresource": "status", "statusTemplate": (
-            "{{ range $index, $item := .spec.containers }}\n"
-            "containerStatuses:\n- name: {{ $item.name | Quote }}\n  image: {{ $item.image | Quote }}\n"
-            "  ready: false\n  restartCount: 0\n  state:\n    terminated:\n      exitCode: 1\n"
-            "      reason: Error\n{{ end }}\nphase: Failed\n")},
-    },
-}
+def job_failure_reasons(kube, name):
+    return {c.reason for job in cache_objects(kube, name)["job"] for c in job.status.conditions or []
+            if c.type == "Failed" and c.status == "True"}
 
 
-def test_failing_extraction_job_is_error_and_node_error(sim, kube, images, namespace):
-    custom = client.CustomObjectsApi(kube)
-    custom.create_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "stages", FAIL_STAGE)
+def test_extractor_refusal_fails_the_job_at_once_and_its_message_is_the_node_status(sim, kube, images, namespace):
     name = unique("va")
-    args = tolerated(name=name, namespace=namespace, image=images[0].ref, labels={"gkmfail": "true"},
-                     job_limits={"backoff_limit": 0}, wait=True, wait_timeout=120)
+    args = tolerated(name=name, namespace=namespace, image=images[0].ref, labels={stages.REFUSAL_LABEL: "true"},
+                     wait=True, wait_timeout=120)
     try:
-        result = distribute(sim, **args)
-        assert not result.get("failed"), result
-        assert {e["phase"] for e in result["status"]["entries"]} == {"Error"}
-        assert "BackoffLimitExceeded" in result["status"]["entries"][0]["message"]
+        with stages.stage(kube, stages.REFUSAL):
+            started = time.monotonic()
+            result = distribute(sim, **args)
+            elapsed = time.monotonic() - started
+        assert not result.get("failed"), result.get("msg")
+        entries = result["status"]["entries"]
+        assert {(e["phase"], e["reason"]) for e in entries} == {("Error", "ExtractionRefused")}
+        assert sorted(e["message"] for e in entries) == [
+            "extraction failed on node %s: %s" % (node, stages.REFUSAL_MESSAGE) for node in WORKERS]
         assert result["status"]["counts"]["node_error"] == 3
         assert result["status"]["phase"] == "Error"
+        # The podFailurePolicy failed each Job at its first refusal: no retries (backoff_limit is 2).
+        assert job_failure_reasons(kube, name) == {"PodFailurePolicy"}
+        assert elapsed < 60, elapsed
+        info = run_module("cache_info", sim.kubeconfig, name=name, namespace=namespace)
+        assert {e["message"] for e in info["caches"][0]["status"]["entries"]} == {e["message"] for e in entries}
     finally:
-        custom.delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "stages", FAIL_STAGE["metadata"]["name"])
+        remove(sim, name=name, namespace=namespace)
+
+
+def test_tools_image_that_cannot_be_pulled_is_an_error_at_once_not_after_the_wait(sim, kube, images, namespace):
+    name = unique("va")
+    args = tolerated(name=name, namespace=namespace, image=images[0].ref, labels={stages.PULL_FAILURE_LABEL: "true"},
+                     wait=True, wait_timeout=300)
+    try:
+        with stages.stage(kube, stages.PULL_FAILURE):
+            started = time.monotonic()
+            result = distribute(sim, **args)
+            elapsed = time.monotonic() - started
+        assert not result.get("failed"), result
+        assert elapsed < 60, elapsed  # the wait stopped as soon as every node reported the failure
+        entries = sorted(result["status"]["entries"], key=lambda e: e["node"])
+        assert [(e["node"], e["phase"], e["reason"]) for e in entries] == [
+            (node, "Error", "ToolsImageNotPullable") for node in WORKERS]
+        assert entries[0]["message"] == (
+            "cannot pull the tools image %s on node %s: %s; build and push it (make images REGISTRY=...) or set "
+            "gkm_tools_image / gkm_registry_mirror" % (EXTRACT_IMAGE, WORKERS[0], stages.PULL_MESSAGE))
+        assert entries[0]["fix"] == ["extract_image (gkm_tools_image)", "gkm_registry_mirror"]
+    finally:
         remove(sim, name=name, namespace=namespace)
 
 
