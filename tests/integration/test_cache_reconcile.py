@@ -1,11 +1,15 @@
 """cache_reconcile against the real cluster: a declared definition is planned before it is applied."""
 
+import time
 import uuid
 
 import pytest
+from kubernetes import client
 
+from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
 from tests.helpers.modules import AuditWrites, run_module
+from tests.helpers.roles import run_role
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
@@ -75,3 +79,37 @@ def test_a_definition_of_another_resource_is_refused(sim, crds, namespace, image
     assert result.get("failed")
     assert "definition is GKMCache %s/rec-other" % namespace in result["msg"]
     assert "pass the manifest of the resource being reconciled" in result["msg"]
+
+
+def test_caches_role_mirrors_the_extraction_image_and_fails_at_once_when_it_cannot_be_pulled(sim, kube, crds,
+                                                                                               namespace, images,
+                                                                                               tmp_path):
+    """The role as deploy.yml runs it: gkm_registry_mirror reaches the Jobs' image, and a tools image no node can
+    pull stops the deploy with the kubelet's words instead of after caches_wait_timeout."""
+    name = "rec-pull-%s" % uuid.uuid4().hex[:5]
+    cache = manifest(name, namespace, images[0].ref)
+    cache["spec"]["podTemplate"]["metadata"] = {"labels": {stages.PULL_FAILURE_LABEL: "true"}}
+    role_vars = {"caches_kubeconfig": sim.kubeconfig, "caches_declared": [cache], "caches_registry_plain_http": True,
+                 "gkm_tools_image": "quay.io/gkm-cluster/tools:0.1.0", "gkm_registry_mirror": "mirror.example.com/gkm",
+                 "caches_wait_timeout": 300}
+    mirrored = "mirror.example.com/gkm/gkm-cluster/tools:0.1.0"
+    try:
+        with stages.stage(kube, stages.PULL_FAILURE):
+            started = time.monotonic()
+            run = run_role("caches", tmp_path, role_vars)
+            elapsed = time.monotonic() - started
+        assert not run.ok
+        assert run.failures() == [
+            "cannot pull the tools image %s on node %s: %s; build and push it (make images REGISTRY=...) or set "
+            "gkm_tools_image / gkm_registry_mirror" % (mirrored, NODE, stages.PULL_MESSAGE)]
+        assert elapsed < 120, elapsed
+        job = client.BatchV1Api(kube).list_namespaced_job(namespace, label_selector="gkm.io/cache=%s" % name).items[0]
+        assert {c.image for c in job.spec.template.spec.containers + job.spec.template.spec.init_containers} == {
+            mirrored}
+        live = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", name)
+        assert live["status"]["phase"] == "Error"
+        assert live["status"]["nodes"][0]["reason"] == "ToolsImageNotPullable"
+    finally:
+        result = run_module("cache_distribute", sim.kubeconfig, name=name, namespace=namespace, state="absent",
+                            force=True)
+        assert not result.get("failed"), result
