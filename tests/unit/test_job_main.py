@@ -104,3 +104,13 @@ def test_without_termination_log_nothing_is_written_outside_stdout(tmp_path, cap
     assert job_main.main(["--image", "no-registry-host", "--dest", str(tmp_path / "c")]) == job_main.EXIT_REFUSED
     assert json.loads(capsys.readouterr().out)["failed"] is True
     assert os.listdir(tmp_path) == []
+
+
+def test_the_jobs_programs_load_no_kubernetes_client():
+    """The Job never talks to the API server (its node's GPUs come as --gpu): the client is not even imported."""
+    probe = ("import sys; import %s, %s; print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"
+             % (job_main.__name__, volume_owner.__name__))
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": COLLECTIONS, "PATH": os.environ["PATH"]})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
