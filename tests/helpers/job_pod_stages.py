@@ -41,28 +41,33 @@ def _stage(name, label, phase_selector, template):
 
 # As a kubelet reports it: the sandbox is up (pod IP set, which also keeps kwok's pod-ready stage away), the
 # first container waits in ErrImagePull, the ones after it in PodInitializing.
-PULL_FAILURE = _stage("gkm-test-pull-failure", PULL_FAILURE_LABEL,
-                      {"key": ".status.podIP", "operator": "DoesNotExist"}, (
+_PULL_FAILURE_STATUS = (
     "phase: Pending\n"
     "hostIP: {{ NodeIPWith .spec.nodeName | Quote }}\n"
     "podIP: {{ PodIPWith .spec.nodeName false ( or .metadata.uid \"\" ) ( or .metadata.name \"\" ) "
     "( or .metadata.namespace \"\" ) | Quote }}\n"
-    "initContainerStatuses:\n" + _CONTAINERS % {"init": "waiting:\n      reason: ErrImagePull\n      message: "
-                                                        "\"%s\"" % PULL_MESSAGE} +
-    "containerStatuses:\n"
+    "initContainerStatuses:\n"
+    + _CONTAINERS % {"init": "waiting:\n      reason: ErrImagePull\n      message: \"%s\"" % PULL_MESSAGE}
+    + "containerStatuses:\n"
     "{{ range .spec.containers }}\n"
     "- name: {{ .name | Quote }}\n  image: {{ .image | Quote }}\n  ready: false\n  restartCount: 0\n"
     "  state:\n    waiting:\n      reason: PodInitializing\n"
-    "{{ end }}\n"))
+    "{{ end }}\n"
+)
+PULL_FAILURE = _stage("gkm-test-pull-failure", PULL_FAILURE_LABEL,
+                      {"key": ".status.podIP", "operator": "DoesNotExist"}, _PULL_FAILURE_STATUS)
 
 # The extractor ran and refused: exit code 1 and its message in the termination log.
-REFUSAL = _stage("gkm-test-refusal", REFUSAL_LABEL, {"key": ".status.phase", "operator": "In", "values": ["Running"]}, (
+_REFUSAL_STATUS = (
     "containerStatuses:\n"
     "{{ range .spec.containers }}\n"
     "- name: {{ .name | Quote }}\n  image: {{ .image | Quote }}\n  ready: false\n  restartCount: 0\n"
     "  state:\n    terminated:\n      exitCode: 1\n      reason: Error\n      message: \"%s\"\n"
     "{{ end }}\n"
-    "phase: Failed\n" % REFUSAL_MESSAGE))
+    "phase: Failed\n" % REFUSAL_MESSAGE
+)
+REFUSAL = _stage("gkm-test-refusal", REFUSAL_LABEL, {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                 _REFUSAL_STATUS)
 
 
 @contextlib.contextmanager

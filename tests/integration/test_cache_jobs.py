@@ -61,8 +61,8 @@ def enforce(kube, namespace, level):
     client.CoreV1Api(kube).patch_namespace(namespace, {"metadata": {"labels": {PSA_LABEL: level}}})
 
 
-def test_pod_security_baseline_admits_the_permission_step_restricted_only_the_job_without_it(sim, kube, image,
-                                                                                              namespace):
+def test_pod_security_baseline_admits_the_permission_step_restricted_only_the_job_without_it(
+        sim, kube, image, namespace):
     with_step, without_step = ("psa-%s" % uuid.uuid4().hex[:5] for _ in range(2))
     try:
         # No provisioner here, so the PVs are hostPath ones and the step is on by default.
@@ -86,8 +86,8 @@ def secrets(kube, namespace, name):
     return client.CoreV1Api(kube).list_namespaced_secret(namespace, label_selector=SECRET_SELECTOR % name).items
 
 
-def test_registry_credentials_and_ca_reach_the_job_as_a_secret_and_nowhere_else(sim, kube, image, namespace,
-                                                                                 tmp_path):
+def test_registry_credentials_and_ca_reach_the_job_as_a_secret_and_nowhere_else(
+        sim, kube, image, namespace, tmp_path):
     name = "sec-%s" % uuid.uuid4().hex[:5]
     password = "pw-%s" % uuid.uuid4().hex
     auth = base64.b64encode(("robot:%s" % password).encode()).decode()

@@ -81,9 +81,8 @@ def test_a_definition_of_another_resource_is_refused(sim, crds, namespace, image
     assert "pass the manifest of the resource being reconciled" in result["msg"]
 
 
-def test_caches_role_mirrors_the_extraction_image_and_fails_at_once_when_it_cannot_be_pulled(sim, kube, crds,
-                                                                                               namespace, images,
-                                                                                               tmp_path):
+def test_caches_role_mirrors_the_extraction_image_and_fails_at_once_when_it_cannot_be_pulled(
+        sim, kube, crds, namespace, images, tmp_path):
     """The role as deploy.yml runs it: gkm_registry_mirror reaches the Jobs' image, and a tools image no node can
     pull stops the deploy with the kubelet's words instead of after caches_wait_timeout."""
     name = "rec-pull-%s" % uuid.uuid4().hex[:5]
