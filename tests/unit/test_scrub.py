@@ -107,6 +107,10 @@ def test_failure_message_prefers_the_container_termination_message():
     assert scrub.failure_message(job, [pod]) == 'exit 1: {"refused": {"a/b/c/d": "a/b: not a directory or a ' \
                                                 'symbolic link"}}'
     assert scrub.failure_message(job, []) == "BackoffLimitExceeded: Job has reached the specified backoff limit"
+    refused = {"reason": "FailedCreate", "message": 'pods "x" is forbidden: violates PodSecurity "restricted:latest"'}
+    assert scrub.failure_message(job, [], [{"reason": "SuccessfulCreate"}, refused]) == (
+        'pod refused: pods "x" is forbidden: violates PodSecurity "restricted:latest"')
+    assert scrub.waiting_reason([], [refused]).startswith("pod refused: ")
 
 
 def test_waiting_reason_names_what_the_pod_waits_for():

@@ -200,8 +200,14 @@ def render_scrub(target, namespace, image, deadline_seconds):
     return [pv, pvc, job]
 
 
-def failure_message(job, pods):
-    """Why a scrub Job failed: its containers' termination messages, else the Job's own condition."""
+def _refusals(events):
+    """The Job controller's FailedCreate events: admission (Pod Security, quotas) refusing the Job's pod."""
+    return ["pod refused: %s" % event.get("message") for event in events if event.get("reason") == "FailedCreate"][-1:]
+
+
+def failure_message(job, pods, events=()):
+    """Why a scrub Job failed: its containers' termination messages, else why its pod was refused, else the
+    Job's own condition."""
     messages = []
     for pod in pods:
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -209,6 +215,7 @@ def failure_message(job, pods):
             if terminated.get("exitCode"):
                 messages.append("exit %s: %s" % (terminated["exitCode"],
                                                  (terminated.get("message") or terminated.get("reason") or "").strip()))
+    messages = messages or _refusals(events)
     if messages:
         return "; ".join(messages)
     for condition in (job.get("status") or {}).get("conditions") or []:
@@ -217,9 +224,9 @@ def failure_message(job, pods):
     return "unknown"
 
 
-def waiting_reason(pods):
-    """What a scrub pod that has not finished waits for (image pull, a missing root), for a timeout message."""
-    reasons = []
+def waiting_reason(pods, events=()):
+    """What a scrub pod that has not finished waits for (image pull, admission), for a timeout message."""
+    reasons = _refusals(events) if not pods else []
     for pod in pods:
         status = pod.get("status") or {}
         for container in status.get("containerStatuses") or []:
@@ -227,5 +234,5 @@ def waiting_reason(pods):
             if waiting:
                 reasons.append("%s %s" % (waiting.get("reason"), waiting.get("message") or ""))
         if not reasons:
-            reasons.append("pod %s" % status.get("phase", "not created"))
+            reasons.append("pod %s" % status.get("phase"))
     return "; ".join(reason.strip() for reason in reasons) or "no pod yet"

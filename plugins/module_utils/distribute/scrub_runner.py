@@ -143,20 +143,27 @@ class NodeDiskScrub:
                     entry["result"] = "removed"
                 elif job_condition(job, "Failed"):
                     entry["error"] = "scrub Job %s failed: %s" % (entry["job"], failure_message(
-                        job, self._pods(metadata)))
+                        job, self._pods(metadata), self._events(metadata)))
                 else:
                     still.append(run)
             pending = still
             if pending and time.monotonic() > deadline:
                 for entry, objects in pending:
                     entry["error"] = "scrub Job %s did not finish in %ss: %s" % (
-                        entry["job"], self.timeout, waiting_reason(self._pods(objects[2]["metadata"])))
+                        entry["job"], self.timeout, waiting_reason(self._pods(objects[2]["metadata"]),
+                                                                   self._events(objects[2]["metadata"])))
                 return
             if pending:
                 time.sleep(POLL_SECONDS)
 
     def _pods(self, metadata):
         return self.kube.list("Pod", namespace=metadata["namespace"], label_selector="job-name=%s" % metadata["name"])
+
+    def _events(self, metadata):
+        query = [("fieldSelector", "involvedObject.kind=Job,involvedObject.name=%s" % metadata["name"])]
+        status, data = self.kube.request("GET", "/api/v1/namespaces/%s/events" % metadata["namespace"], query,
+                                         what="events of Job %s" % metadata["name"])
+        return (data or {}).get("items") or [] if status == 200 else []
 
     def _remove_scrub_objects(self, rendered):
         refs = [(obj["kind"], obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
