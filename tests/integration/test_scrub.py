@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, watch
 
 from tests.helpers import kcache_images
-from tests.helpers.modules import AuditWrites, run_module
+from tests.helpers.modules import NODE_DISK, AuditWrites, run_module
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
@@ -25,13 +25,6 @@ SCRUB_SELECTOR = "gkm.io/scrub=true"
 CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.scrub_main"
 
 
-def node_disk():
-    """The simulated nodes' cache root: inside the run's state directory, so `sim.py down` removes it."""
-    from tests.conftest import sim_control
-
-    return os.path.join(sim_control.SIM_DIR, "node-disk")
-
-
 @pytest.fixture(scope="module")
 def image(registry):
     return kcache_images.build_image(registry.host, "scrub/vector-add", "v1", kcache_images.CacheSpec(backend="hip"))
@@ -40,7 +33,7 @@ def image(registry):
 def distribute(sim, nodes, check=False, **args):
     args.setdefault("registry_plain_http", True)
     args.setdefault("extract_image", EXTRACT_IMAGE)
-    args.setdefault("host_path_root", node_disk())
+    args.setdefault("host_path_root", NODE_DISK)
     terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]} for name in nodes]
     args["pod_template"] = {"spec": {"tolerations": [GPU_TOLERATION], "affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}}
@@ -135,7 +128,7 @@ def test_slot_pvs_go_only_after_each_node_s_scrub_job_succeeded(sim, kube, names
     pvs = {pv.metadata.name: pv for pv in slot_pvs(kube, name)}
     assert len(pvs) == 2
     paths = {pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0].values[0]:
-             os.path.relpath(pv.spec.host_path.path, node_disk()) for pv in pvs.values()}
+             os.path.relpath(pv.spec.host_path.path, NODE_DISK) for pv in pvs.values()}
 
     with Recorder(kube, namespace, name) as recorder:
         removed = distribute(sim, WORKERS, name=name, namespace=namespace, state="absent", wait_timeout=60)
@@ -161,7 +154,7 @@ def test_slot_pvs_go_only_after_each_node_s_scrub_job_succeeded(sim, kube, names
 
     report = {entry["node"]: entry for entry in removed["scrub"]["nodes"]}
     assert sorted(report) == sorted(WORKERS)
-    assert all(entry["result"] == "removed" and entry["paths"] == [paths[node]] and entry["root"] == node_disk()
+    assert all(entry["result"] == "removed" and entry["paths"] == [paths[node]] and entry["root"] == NODE_DISK
                for node, entry in report.items())
     assert not removed.get("warnings")
     wait_pvs_gone(kube, name)
@@ -189,7 +182,7 @@ def test_scrub_pv_is_the_root_pinned_to_the_node_and_claimed_in_the_namespace(si
     thread.join(timeout=60)
     assert not removed.get("failed"), removed.get("msg")
     pv = seen[0]
-    assert pv.spec.host_path.path == node_disk() and pv.spec.host_path.type == "DirectoryOrCreate"
+    assert pv.spec.host_path.path == NODE_DISK and pv.spec.host_path.type == "DirectoryOrCreate"
     assert pv.spec.persistent_volume_reclaim_policy == "Retain"
     term = pv.spec.node_affinity.required.node_selector_terms[0].match_fields[0]
     assert (term.key, term.values) == ("metadata.name", [WORKERS[0]])
@@ -283,5 +276,5 @@ def test_files_really_leave_a_real_node_s_disk(sim, kube, namespace, image):
     assert not removed.get("failed"), removed.get("msg")
     assert not os.path.lexists(slot)
     # Every parent up to the root went with it (other tests' slots may still be under the root).
-    assert not os.path.lexists(os.path.join(node_disk(), namespace))
-    assert os.path.isdir(node_disk())
+    assert not os.path.lexists(os.path.join(NODE_DISK, namespace))
+    assert os.path.isdir(NODE_DISK)

@@ -28,9 +28,16 @@ def test_slot_location_splits_a_rendered_path_into_root_and_slot():
     assert scrub.is_slot_pv(pv)
 
 
-def test_paths_that_are_not_a_slot_s_are_left_alone():
-    for path in ("/a/b/c/d", "relative/a/b/c/d/e", "/r/a/../c/d/e", ""):
-        assert scrub.slot_location({"spec": {"hostPath": {"path": path}}}) is None
+def test_paths_not_laid_out_as_the_labelled_slot_are_left_alone():
+    pv = slot_pv(node_obj=node("n1"))
+    for path in ("/a/b/c/d", "relative/a/b/c/d/e", "/r/team-a/../team-a/" + "ab" * 32, "",
+                 "/var/lib/gkm/team-a/vector-add", "/r/team-a/other/team-a/" + "ab" * 32,
+                 "/r/team-a/vector-add/team-a/" + "cd" * 32):
+        pv["spec"]["hostPath"]["path"] = path
+        assert scrub.slot_location(pv) is None, path
+    pv["spec"]["hostPath"]["path"] = "/r/team-a/vector-add/team-a/" + "ab" * 32
+    assert scrub.slot_location(pv) == ("/r", "team-a/vector-add/team-a/" + "ab" * 32)
+    assert scrub.slot_location(slot_pv(cache_namespace="")) == (ROOT, "_cluster/vector-add/team-a/" + "ab" * 32)
     scrub_pv = scrub.render_scrub(scrub.ScrubTarget("n1", ROOT), "team-a", IMAGE, 60)[0]
     assert not scrub.is_slot_pv(scrub_pv)
 
@@ -56,7 +63,8 @@ def test_plan_groups_paths_by_node_and_root():
     targets, unreachable = scrub.plan_scrub(pvs, [n1, n2])
     assert [(t.node, t.root, len(t.paths)) for t in targets] == [("n1", "/other", 1), ("n1", ROOT, 2), ("n2", ROOT, 1)]
     assert targets[1].pvs == {pvs[0]["metadata"]["name"], pvs[1]["metadata"]["name"]}
-    assert unreachable == [("gone", "%s/team-a/a/team-a/%s" % (ROOT, "ab" * 32), pvs[4]["metadata"]["name"])]
+    assert unreachable == ["node gone is gone: %s/team-a/a/team-a/%s (PV %s) stays on its disk" % (
+        ROOT, "ab" * 32, pvs[4]["metadata"]["name"])]
 
 
 def test_names_differ_by_paths_so_a_later_scrub_never_meets_a_terminating_one():

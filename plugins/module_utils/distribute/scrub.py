@@ -17,6 +17,8 @@ __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     CACHE_LABEL,
+    CACHE_NAMESPACE_LABEL,
+    DIGEST_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
@@ -72,10 +74,16 @@ def is_slot_pv(pv):
 
 
 def slot_location(pv):
-    """(cache root, slot path relative to it) of a slot PV, or None when its path is not a slot's."""
+    """(cache root, slot path relative to it) of a slot PV, or None when its path is not laid out as the slot
+    its labels name (then the root cannot be told, and nothing is removed)."""
     path = (((pv.get("spec") or {}).get("hostPath") or {}).get("path") or "").rstrip("/")
     parts = path.split("/")
     if not path.startswith("/") or len(parts) < SLOT_DEPTH + 2 or any(p in ("", ".", "..") for p in parts[1:]):
+        return None
+    labels = pv["metadata"].get("labels") or {}
+    namespace = ((pv.get("spec") or {}).get("claimRef") or {}).get("namespace")
+    expected = [labels.get(CACHE_NAMESPACE_LABEL) or "_cluster", labels.get(CACHE_LABEL), namespace]
+    if parts[-SLOT_DEPTH:-1] != expected or not parts[-1].startswith(labels.get(DIGEST_LABEL) or "-"):
         return None
     return "/".join(parts[:-SLOT_DEPTH]), "/".join(parts[-SLOT_DEPTH:])
 
@@ -105,20 +113,24 @@ def pv_nodes(pv, nodes):
 
 
 def plan_scrub(pvs, nodes):
-    """(ScrubTargets by (node, root), [(node, host path, PV name)] left on nodes that are gone)."""
-    targets, unreachable = {}, []
+    """(ScrubTargets sorted by (node, root), warnings naming what stays: paths on nodes that are gone, paths not
+    laid out as a slot)."""
+    targets, left = {}, []
     for pv in pvs:
+        name = pv["metadata"]["name"]
         location = slot_location(pv)
         if location is None:
+            left.append("%s (PV %s) is not laid out as the cache slot its labels name: left alone" % (
+                pv["spec"]["hostPath"]["path"], name))
             continue
         root, relative = location
-        name = pv["metadata"]["name"]
         namespace = ((pv.get("spec") or {}).get("claimRef") or {}).get("namespace")
         present, missing = pv_nodes(pv, nodes)
         for node in present:
             targets.setdefault((node, root), ScrubTarget(node, root)).add(relative, name, namespace)
-        unreachable.extend((node, "%s/%s" % (root, relative), name) for node in missing)
-    return [targets[key] for key in sorted(targets)], unreachable
+        left.extend("node %s is gone: %s/%s (PV %s) stays on its disk" % (node, root, relative, name)
+                    for node in missing)
+    return [targets[key] for key in sorted(targets)], left
 
 
 def pick_namespace(target, usable, fallback):

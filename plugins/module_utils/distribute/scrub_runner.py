@@ -69,9 +69,8 @@ class NodeDiskScrub:
             pvs = self._unmounted(pvs)
         if not pvs:
             return set()
-        targets, unreachable = plan_scrub(pvs, self.kube.list("Node"))
-        for node, path, pv in unreachable:
-            self.warnings.append("node %s is gone: %s (PV %s) stays on its disk" % (node, path, pv))
+        targets, left = plan_scrub(pvs, self.kube.list("Node"))
+        self.warnings.extend(left)
         image = self.image or next((image for image in images if image), None)
         if targets and not image:
             self.warnings.extend("no tools image to scrub with (set extract_image): %s/%s stays on node %s" % (
