@@ -199,6 +199,26 @@ def test_check_mode_reports_what_would_be_removed_and_creates_nothing(sim, kube,
     assert planned["scrub"]["nodes"][0]["paths"][0].startswith("%s/%s/%s/" % (namespace, name, namespace))
     assert audit.since("gkm-scrub-") == []
     assert len(slot_pvs(kube, name)) == 1
+    assert not distribute(sim, WORKERS[:1], name=name, namespace=namespace, state="absent").get("failed")
+    wait_pvs_gone(kube, name)
+
+
+def test_pvs_whose_namespace_is_gone_are_scrubbed_from_the_default_namespace(sim, kube, image):
+    core = client.CoreV1Api(kube)
+    namespace = unique("t-disk-gone-ns")
+    core.create_namespace({"metadata": {"name": namespace, "labels": {"gkm.io/test": "true"}}})
+    name = unique("disk-orphan")
+    assert not distribute(sim, WORKERS[:1], name=name, namespace=namespace, image=image.ref).get("failed")
+    core.delete_namespace(namespace)
+    deadline = time.monotonic() + 60
+    while namespace in {ns.metadata.name for ns in core.list_namespace().items}:
+        assert time.monotonic() < deadline, "namespace %s never went" % namespace
+        time.sleep(0.5)
+    removed = distribute(sim, WORKERS[:1], name=name, namespace=namespace, state="absent", wait_timeout=60)
+    assert not removed.get("failed"), removed.get("msg")
+    assert [(e["job"].split("/")[0], e["result"]) for e in removed["scrub"]["nodes"]] == [("default", "removed")]
+    wait_pvs_gone(kube, name)
+    assert scrub_objects(kube, "default") == []
 
 
 def test_a_gone_node_is_a_warning_and_nothing_waits_for_it(sim, kube, namespace, image):

@@ -79,6 +79,7 @@ def test_namespace_is_one_being_cleaned_that_still_exists():
     target.add("b/c/b/1", "pv", "b")
     assert scrub.pick_namespace(target, {"a", "b"}, {"a", "b"}) == "b"
     assert scrub.pick_namespace(target, {"a"}, {"a", "b"}) == "a"
+    assert scrub.pick_namespace(target, {"default"}, {"a", "b"}) == "default"
     assert scrub.pick_namespace(target, set(), {"a", "b"}) is None
 
 

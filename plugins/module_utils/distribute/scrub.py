@@ -37,6 +37,7 @@ SLOT_DEPTH = 4
 SCRUB_CAPACITY = "1Mi"
 # A finished scrub Job is deleted by the run; if the run dies first, the Job controller removes it.
 SCRUB_TTL_SECONDS = 3600
+LAST_RESORT_NAMESPACE = "default"
 
 
 class ScrubTarget:
@@ -134,9 +135,10 @@ def plan_scrub(pvs, nodes):
 
 
 def pick_namespace(target, usable, fallback):
-    """The namespace of the target's PVC: one being cleaned that exists and is not terminating, else any
-    other namespace of this run's slots (sorted lists, so a rerun picks the same one), else None."""
-    for namespace in sorted(target.namespaces) + sorted(fallback):
+    """The namespace of the scrub's PVC and Job: one being cleaned that exists and is not terminating, else
+    another of this run's, else "default" (a cache's namespace may be deleted before its PVs); sorted, so a
+    rerun picks the same one. None when none is usable."""
+    for namespace in sorted(target.namespaces) + sorted(fallback) + [LAST_RESORT_NAMESPACE]:
         if namespace in usable:
             return namespace
     return None
