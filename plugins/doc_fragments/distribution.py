@@ -36,13 +36,13 @@ options:
       - Directory on the nodes under which hostPath PVs keep the extracted caches.
       - Before a hostPath PV of ours is deleted (an old digest, a node or namespace no longer served, O(state=absent)),
         its directory is removed from the node's disk. One Job per node, pinned to it, runs the tools image's scrub
-        program on a PV of its own whose hostPath is this root: it removes exactly the slot directories being
+        program on a PV of its own whose hostPath is this root, and removes exactly the slot directories being
         deleted, without following symbolic links, then their empty parents up to, not including, the root. A
         ReadOnlyMany PV has no node affinity, so its directory is removed on every node.
       - The scrub Job runs as uid 0 with every capability dropped except DAC_OVERRIDE (the files belong to the
-        extraction uid 1000, their parents to root): the namespace must admit Pod Security C(baseline). A PV whose
+        extraction uid 1000, their parents to root), so the namespace must admit Pod Security C(baseline). A PV whose
         scrub fails or does not finish in O(wait_timeout) is not deleted, and the run fails with the Job's
-        termination message; a rerun tries again. A node that no longer exists cannot be scrubbed: a warning names it
+        termination message; a rerun tries again. A node that no longer exists cannot be scrubbed; a warning names it
         and the path left. Check mode creates no scrub Job; RV(scrub) says what would be removed.
     type: str
     default: /var/lib/gkm-cluster/caches

@@ -23,9 +23,9 @@ description:
   - Namespaces labelled as ours are deleted only when named in O(delete_namespaces); any other only loses the
     label, because workloads live there.
   - Objects already being deleted are left to finish.
-  - Before the hostPath PVs of cache slots are deleted, their directories are removed from the nodes' disks: one Job
-    per node and cache root, pinned to the node, runs the tools image's scrub program on a PV of its own whose
-    hostPath is the cache root, removes exactly the slot directories (never following symbolic links) and then
+  - Before the hostPath PVs of cache slots are deleted, their directories are removed from the nodes' disks by one
+    Job per node and cache root, pinned to the node. It runs the tools image's scrub program on a PV of its own whose
+    hostPath is the cache root, and removes exactly the slot directories (never following symbolic links), then
     their empty parents up to, not including, the root. The Job runs as uid 0 with every capability dropped except
     DAC_OVERRIDE (the files belong to the extraction uid 1000, their parents to root), so its namespace must admit
     Pod Security C(baseline). Its PV, PVC and Job are removed when it ends.
