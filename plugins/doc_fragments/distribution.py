@@ -32,7 +32,18 @@ options:
     choices: [auto, always, never]
     default: auto
   host_path_root:
-    description: Directory on the nodes under which hostPath PVs keep the extracted caches.
+    description:
+      - Directory on the nodes under which hostPath PVs keep the extracted caches.
+      - Before a hostPath PV of ours is deleted (an old digest, a node or namespace no longer served, O(state=absent)),
+        its directory is removed from the node's disk. One Job per node, pinned to it, runs the tools image's scrub
+        program on a PV of its own whose hostPath is this root, and removes exactly the slot directories being
+        deleted, without following symbolic links, then their empty parents up to, not including, the root. A
+        ReadOnlyMany PV has no node affinity, so its directory is removed on every node.
+      - The scrub Job runs as uid 0 with every capability dropped except DAC_OVERRIDE (the files belong to the
+        extraction uid 1000, their parents to root), so the namespace must admit Pod Security C(baseline). A PV whose
+        scrub fails or does not finish in O(wait_timeout) is not deleted, and the run fails with the Job's
+        termination message; a rerun tries again. A node that no longer exists cannot be scrubbed; a warning names it
+        and the path left. Check mode creates no scrub Job; RV(scrub) says what would be removed.
     type: str
     default: /var/lib/gkm-cluster/caches
   set_volume_owner:
@@ -51,6 +62,8 @@ options:
       - The gkm.cluster tools image whose cache_extract command the Jobs run (C(make images REGISTRY=...) builds and
         pushes it). Required with O(state=present).
       - If a node cannot pull it, that node's entry is an C(Error) with reason C(ToolsImageNotPullable) at once.
+      - The scrub Jobs run it too; with O(state=absent) and no O(extract_image), the image of an extraction Job being
+        deleted is used, and without either the directories stay on the nodes (a warning names them).
     type: str
   job_limits:
     description: Bounds of the extraction Jobs.

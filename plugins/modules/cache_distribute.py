@@ -178,6 +178,17 @@ excluded_nodes:
   description: Every other node with the reasons (node_selector, taints, affinity, GPU compatibility).
   returned: success
   type: dict
+scrub:
+  description: The node disks scrubbed before hostPath PVs were deleted (see O(host_path_root)).
+  returned: success
+  type: dict
+  contains:
+    nodes:
+      description:
+        - One entry per scrub Job - C(node), C(root), C(paths) (relative to the root), C(pvs), C(job) and C(result)
+          (C(removed), or C(would remove) in check mode), or C(error) with the Job's termination message.
+      type: list
+      elements: dict
 api_requests:
   description: API requests made by this run.
   returned: success

@@ -23,7 +23,17 @@ description:
   - Namespaces labelled as ours are deleted only when named in O(delete_namespaces); any other only loses the
     label, because workloads live there.
   - Objects already being deleted are left to finish.
-  - Check mode sends every write as a server-side dry run.
+  - Before the hostPath PVs of cache slots are deleted, their directories are removed from the nodes' disks by one
+    Job per node and cache root, pinned to the node. It runs the tools image's scrub program on a PV of its own whose
+    hostPath is the cache root, and removes exactly the slot directories (never following symbolic links), then
+    their empty parents up to, not including, the root. The Job runs as uid 0 with every capability dropped except
+    DAC_OVERRIDE (the files belong to the extraction uid 1000, their parents to root), so its namespace must admit
+    Pod Security C(baseline). Its PV, PVC and Job are removed when it ends.
+  - The directories of PVCs that running pods still mount stay (a warning names them); so do those on nodes that
+    no longer exist (a warning names the node and the path). When a scrub Job fails or does not finish in
+    O(scrub_timeout), its PVs are kept and the module fails with the Job's termination message; a rerun tries again.
+  - Check mode sends every write as a server-side dry run and creates no scrub Job; RV(scrub) says what would be
+    removed.
 author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
@@ -40,6 +50,16 @@ options:
     type: list
     elements: str
     default: []
+  scrub_image:
+    description:
+      - The tools image the scrub Jobs run (the extraction Jobs' image, with its C(scrub_main) program).
+      - Unset, the image of an extraction Job found by the sweep is used; without either, the directories stay and
+        a warning names them.
+    type: str
+  scrub_timeout:
+    description: Seconds to wait for the scrub Jobs.
+    type: int
+    default: 300
 """
 
 EXAMPLES = r"""
@@ -49,6 +69,7 @@ EXAMPLES = r"""
       - {api_version: v1, kind: PersistentVolumeClaim}
       - {api_version: v1, kind: Namespace}
     delete_namespaces: [gkm-system]
+    scrub_image: registry.example.com/gkm-cluster/tools:0.1.0
 """
 
 RETURN = r"""
@@ -67,6 +88,17 @@ kept:
   returned: always
   type: list
   elements: str
+scrub:
+  description: The node disks scrubbed before the slot PVs were deleted.
+  returned: always
+  type: dict
+  contains:
+    nodes:
+      description:
+        - One entry per scrub Job - C(node), C(root), C(paths) (relative to the root), C(pvs), C(job) and C(result)
+          (C(removed), or C(would remove) in check mode), or C(error) with the Job's termination message.
+      type: list
+      elements: dict
 skipped_kinds:
   description: Kinds of O(kinds) the API server does not serve.
   returned: always
@@ -80,6 +112,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.platform.tasks import 
 ARGUMENT_SPEC = dict(
     kinds=dict(type="list", elements="dict", required=True),
     delete_namespaces=dict(type="list", elements="str", default=[]),
+    scrub_image=dict(type="str"),
+    scrub_timeout=dict(type="int", default=300),
 )
 
 

@@ -8,7 +8,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
-AUDIT_LOG = os.path.join(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")), "logs", "audit.log")
+SIM_DIR = os.path.abspath(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")))
+AUDIT_LOG = os.path.join(SIM_DIR, "logs", "audit.log")
+# The simulated nodes' cache root (host_path_root): inside the run's state directory, so `sim.py down` removes it.
+NODE_DISK = os.path.join(SIM_DIR, "node-disk")
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 # The `ansible` of the venv running the tests: make test-lowest runs them with .venv-lowest's ansible-core.
 ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")

@@ -8,7 +8,7 @@ from kubernetes import client
 
 from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
-from tests.helpers.modules import AuditWrites, run_module
+from tests.helpers.modules import NODE_DISK, AuditWrites, run_module
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
@@ -32,6 +32,7 @@ def unique(prefix):
 def distribute(sim, check=False, diff=False, **args):
     args.setdefault("registry_plain_http", True)
     args.setdefault("extract_image", EXTRACT_IMAGE)
+    args.setdefault("host_path_root", NODE_DISK)
     return run_module("cache_distribute", sim.kubeconfig, check=check, diff=diff, **args)
 
 

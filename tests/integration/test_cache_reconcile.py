@@ -8,7 +8,7 @@ from kubernetes import client
 
 from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
-from tests.helpers.modules import AuditWrites, run_module
+from tests.helpers.modules import NODE_DISK, AuditWrites, run_module
 from tests.helpers.roles import run_role
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
@@ -39,7 +39,7 @@ def manifest(name, namespace, image):
 def reconcile(sim, name, namespace, check=False, **args):
     return run_module("cache_reconcile", sim.kubeconfig, check=check, kind="GKMCache", name=name,
                       namespace=namespace, registry_plain_http=True, extract_image="gkm-cluster-tools:test",
-                      wait=False, **args)
+                      host_path_root=NODE_DISK, wait=False, **args)
 
 
 def test_check_mode_plans_the_declared_image_and_writes_nothing(sim, crds, namespace, images):

@@ -19,6 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kub
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
     SpecError,
     cache_spec_from_params,
@@ -185,8 +186,9 @@ def list_pods(kube, spec, objects, existing_namespaces=None):
 # ---------------------------------------------------------------- writes
 
 
-def execute(kube, plan, replace_timeout):
-    """Write the plan: namespaces, then deletions, then (after replaced names are free) every apply."""
+def execute(kube, plan, replace_timeout, scrub):
+    """Write the plan: namespaces, then deletions (slot PVs once scrub cleared their nodes' disks), then
+    (after replaced names are free) every apply."""
     actions = plan.ordered_actions()
     errors = []
 
@@ -199,7 +201,7 @@ def execute(kube, plan, replace_timeout):
 
     namespaces = [a for a in actions if a.kind == "Namespace"]
     record(namespaces, kube.map(lambda a: kube.apply(a.body), namespaces))
-    removals = [a for a in actions if a.verb in ("delete", "replace")]
+    removals = scrub.clear_removals([a for a in actions if a.verb in ("delete", "replace")], errors)
     record(removals, kube.map(lambda a: kube.delete(a.kind, a.name, a.namespace), removals))
     replaced = [a for a in actions if a.verb == "replace"]
     applies = [a for a in actions if a.verb in ("create", "update") and a.kind != "Namespace"]
@@ -297,7 +299,8 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         result = {"plan": _plan_result(plan)}
         if want_diff:
             result["diff"] = plan_diff(plan, facts)
-        errors = execute(kube, plan, params.get("wait_timeout") or 120)
+        scrub = NodeDiskScrub(kube, spec.extract_image, params.get("wait_timeout") or 120)
+        errors = execute(kube, plan, params.get("wait_timeout") or 120, scrub)
         if errors:
             raise DistributeError("%d of %d writes failed; first: %s" % (len(errors), len(plan.actions),
                                                                          errors[0]["error"]),
@@ -305,7 +308,7 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         if kube.writes and not check_mode:
             facts = gather_facts(kube, spec)
         if params.get("wait") and spec.state == "present" and not check_mode:
-            facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120))
+            facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub)
         status = _status(spec, plan, facts)
     except KubeError as error:
         raise DistributeError(str(error), writes=kube.writes) from error
@@ -316,6 +319,8 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         status=status,
         eligible_nodes=[n["metadata"]["name"] for n in plan.eligibility.eligible],
         excluded_nodes=plan.eligibility.excluded,
+        scrub=scrub.report(),
+        warnings=scrub.warnings,
         api_requests=kube.requests,
         api_writes=kube.writes,
         duration_seconds=round(time.monotonic() - started, 3),
@@ -323,7 +328,7 @@ def distribute(kube, params, check_mode=False, want_diff=False):
     return result
 
 
-def _wait(kube, spec, facts, plan, deadline):
+def _wait(kube, spec, facts, plan, deadline, scrub):
     """Poll until every current slot is Extracted or Error, then record finished extractions on the PVCs."""
     status = _status(spec, plan, facts)
     polled = False
@@ -338,7 +343,7 @@ def _wait(kube, spec, facts, plan, deadline):
     if not polled and not kube.writes:
         return facts, plan  # nothing changed since the plan was made from these facts
     plan = _plan(spec, facts)
-    errors = execute(kube, plan, max(deadline - time.monotonic(), 10))
+    errors = execute(kube, plan, max(deadline - time.monotonic(), 10), scrub)
     if errors:
         raise DistributeError("recording finished extractions failed: %s" % errors[0]["error"], errors=errors)
     if plan.actions:

@@ -4,6 +4,8 @@
 
 Ownership records of components still installed are kept (deleting them would strand the components),
 and so are the namespaces holding them; other namespaces are deleted when asked, else only unlabelled.
+Before cache slot PVs are deleted, scrub Jobs remove their directories from the nodes' disks
+(distribute/scrub_runner.py); a PV whose scrub failed is kept, so a rerun tries again.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -13,6 +15,8 @@ __metaclass__ = type
 import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub import job_image
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 SELECTOR = MANAGED_BY + "=gkm.cluster"
@@ -66,7 +70,7 @@ def describe(kind, metadata):
     return "%s %s" % (kind, metadata["name"])
 
 
-def sweep(kube, kinds, delete_namespaces, check_mode):
+def sweep(kube, kinds, delete_namespaces, check_mode, scrub_image=None, scrub_timeout=300):
     """Delete or unlabel what is ours; returns the module result (without "diff")."""
     for entry in kinds:
         if not entry.get("api_version") or not entry.get("kind"):
@@ -101,6 +105,11 @@ def sweep(kube, kinds, delete_namespaces, check_mode):
                 unlabels.append((object_path(collection, namespaced, metadata), metadata))
             continue
         deletes.append((kind, object_path(collection, namespaced, metadata), metadata))
+    scrub = NodeDiskScrub(kube, scrub_image, scrub_timeout, skip_mounted=True)
+    held = scrub.clear([item for kind, _c, _n, item in objects if kind == "PersistentVolume"],
+                       [job_image(item) for kind, _c, _n, item in objects if kind == "Job"])
+    deletes = [entry for entry in deletes if not (entry[0] == "PersistentVolume" and entry[2]["name"] in held)]
+    result.update(scrub=scrub.report(), warnings=scrub.warnings)
     body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
     if check_mode:
         # A DELETE's body replaces its query options: the dry run must be in the body too.
@@ -126,5 +135,11 @@ def sweep(kube, kinds, delete_namespaces, check_mode):
             raise outcome
         if outcome[0] != 404:
             result["unlabelled"].append(entry[1]["name"])
-    result["changed"] = bool(result["deleted"] or result["unlabelled"])
+    result["changed"] = bool(result["deleted"] or result["unlabelled"] or result["scrub"]["nodes"])
+    failures = [entry for entry in result["scrub"]["nodes"] if entry.get("error")]
+    if failures:
+        result["kept"].extend("PersistentVolume %s: its directory on node %s is not removed yet" % (pv, entry["node"])
+                              for entry in failures for pv in entry["pvs"])
+        raise GkmError("scrubbing the nodes' disks failed on %s; their PVs are kept for a rerun: %s" % (
+            ", ".join(entry["node"] for entry in failures), failures[0]["error"]), result)
     return result

@@ -1,0 +1,174 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Scrub the nodes' disks under the slot PVs a run is about to delete (I/O; the objects are scrub.py's).
+
+One scrub Job per (node, cache root) runs at once on every node; the PVs of a node whose Job failed
+or timed out are held back (not deleted), so a later run scrubs them again. Nodes that are gone
+cannot be scrubbed: their paths are reported as warnings and their PVs go. The scrub's own PV, PVC
+and Job are removed when it ends. In check mode nothing is created: the report says what would go.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import job_condition, pod_mounts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub import (
+    failure_message,
+    is_slot_pv,
+    job_image,
+    pick_namespace,
+    plan_scrub,
+    render_scrub,
+    waiting_reason,
+)
+
+POLL_SECONDS = 1.0
+CLEANUP_SECONDS = 30
+UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+class NodeDiskScrub:
+    """Scrubs before deleting; `report()` is what the module returns under "scrub", `warnings` its warnings.
+
+    image: the tools image (the extraction Jobs' image); None falls back to the image of an extraction
+    Job being deleted in the same run. skip_mounted: leave the directories of PVCs that running pods
+    still mount (undeploy's sweep, which deletes such PVCs to let them go when the pods end).
+    """
+
+    def __init__(self, kube, image, timeout, skip_mounted=False):
+        self.kube = kube
+        self.image = image
+        self.timeout = timeout
+        self.skip_mounted = skip_mounted
+        self.nodes = []
+        self.warnings = []
+
+    def report(self):
+        return {"nodes": self.nodes}
+
+    def clear_removals(self, actions, errors):
+        """The distribute runner's hook: scrub under the PVs the actions delete; returns the actions that may
+        go ahead (a held PV's delete is dropped and an error recorded in the runner's shape)."""
+        pvs = [a.body for a in actions if a.verb == "delete" and a.kind == "PersistentVolume"]
+        images = [job_image(a.body) for a in actions if a.verb == "delete" and a.kind == "Job"]
+        earlier = len(self.nodes)
+        held = self.clear(pvs, images)
+        for target in self.nodes[earlier:]:
+            if target.get("error"):
+                errors.append({"action": "scrub", "kind": "PersistentVolume", "namespace": "",
+                               "name": ", ".join(sorted(target["pvs"])), "error": target["error"]})
+        return [a for a in actions if not (a.kind == "PersistentVolume" and a.name in held)]
+
+    def clear(self, pvs, images=()):
+        """Scrub the disks under the slot PVs among `pvs`; returns the names of the PVs that must stay."""
+        pvs = [pv for pv in pvs if is_slot_pv(pv)]
+        if self.skip_mounted:
+            pvs = self._unmounted(pvs)
+        if not pvs:
+            return set()
+        targets, left = plan_scrub(pvs, self.kube.list("Node"))
+        self.warnings.extend(left)
+        image = self.image or next((image for image in images if image), None)
+        if targets and not image:
+            self.warnings.extend("no tools image to scrub with (set extract_image): %s/%s stays on node %s" % (
+                t.root, path, t.node) for t in targets for path in sorted(t.paths))
+            return set()
+        if self.kube.dry_run:
+            self.nodes.extend(dict(t.to_dict(), result="would remove") for t in targets)
+            return set()
+        if not targets:
+            return set()
+        self._run(targets, image)
+        return {pv for target in self.nodes if target.get("error") for pv in target["pvs"]}
+
+    # ------------------------------------------------------------ internals
+
+    def _unmounted(self, pvs):
+        namespaces = sorted({((pv["spec"].get("claimRef") or {}).get("namespace")) or "" for pv in pvs} - {""})
+        listings = self.kube.map(lambda ns: self.kube.list("Pod", namespace=ns, field_selector=UNFINISHED_PODS),
+                                 namespaces)
+        mounts = pod_mounts([pod for pods in listings if not isinstance(pods, Exception) for pod in pods])
+        failed = {ns for ns, pods in zip(namespaces, listings) if isinstance(pods, Exception)}
+        kept = []
+        for pv in pvs:
+            claim = pv["spec"].get("claimRef") or {}
+            users = mounts.get((claim.get("namespace") or "", claim.get("name")), [])
+            if users or claim.get("namespace") in failed:
+                self.warnings.append("%s (PV %s) stays on the node's disk: PVC %s/%s is mounted by %s" % (
+                    pv["spec"]["hostPath"]["path"], pv["metadata"]["name"], claim.get("namespace"),
+                    claim.get("name"), ", ".join(u["name"] for u in users) or "pods that could not be listed"))
+            else:
+                kept.append(pv)
+        return kept
+
+    def _run(self, targets, image):
+        usable = {ns["metadata"]["name"] for ns in self.kube.list("Namespace")
+                  if not ns["metadata"].get("deletionTimestamp")}
+        fallback = set().union(*(t.namespaces for t in targets))
+        runs = []
+        for target in targets:
+            entry = dict(target.to_dict(), pvs=sorted(target.pvs))
+            self.nodes.append(entry)
+            namespace = pick_namespace(target, usable, fallback)
+            if namespace is None:
+                entry["error"] = "no namespace to run the scrub Job in: %s gone or terminating" % ", ".join(
+                    sorted(fallback))
+                continue
+            entry["job"] = "%s/%s" % (namespace, target.name())
+            runs.append((entry, render_scrub(target, namespace, image, self.timeout)))
+        for position in range(3):  # PV, then the PVC that binds it, then the Job that mounts it
+            outcomes = self.kube.map(lambda run, at=position: self.kube.apply(run[1][at]), runs)
+            for run, outcome in zip(runs, outcomes):
+                if isinstance(outcome, Exception) and not run[0].get("error"):
+                    run[0]["error"] = "creating the scrub objects failed: %s" % outcome
+        self._wait([run for run in runs if not run[0].get("error")])
+        self._remove_scrub_objects([objects for _entry, objects in runs])
+
+    def _wait(self, runs):
+        deadline = time.monotonic() + self.timeout
+        pending = list(runs)
+        while pending:
+            jobs = self.kube.map(lambda run: self.kube.get("Job", run[1][2]["metadata"]["name"],
+                                                           run[1][2]["metadata"]["namespace"]), pending)
+            still = []
+            for run, job in zip(pending, jobs):
+                entry, metadata = run[0], run[1][2]["metadata"]
+                if isinstance(job, Exception) or job is None:
+                    still.append(run)
+                elif job_condition(job, "Complete"):
+                    entry["result"] = "removed"
+                elif job_condition(job, "Failed"):
+                    entry["error"] = "scrub Job %s failed: %s" % (entry["job"], failure_message(
+                        job, self._pods(metadata), self._events(metadata)))
+                else:
+                    still.append(run)
+            pending = still
+            if pending and time.monotonic() > deadline:
+                for entry, objects in pending:
+                    entry["error"] = "scrub Job %s did not finish in %ss: %s" % (
+                        entry["job"], self.timeout, waiting_reason(self._pods(objects[2]["metadata"]),
+                                                                   self._events(objects[2]["metadata"])))
+                return
+            if pending:
+                time.sleep(POLL_SECONDS)
+
+    def _pods(self, metadata):
+        return self.kube.list("Pod", namespace=metadata["namespace"], label_selector="job-name=%s" % metadata["name"])
+
+    def _events(self, metadata):
+        query = [("fieldSelector", "involvedObject.kind=Job,involvedObject.name=%s" % metadata["name"])]
+        status, data = self.kube.request("GET", "/api/v1/namespaces/%s/events" % metadata["namespace"], query,
+                                         what="events of Job %s" % metadata["name"])
+        return (data or {}).get("items") or [] if status == 200 else []
+
+    def _remove_scrub_objects(self, rendered):
+        refs = [(obj["kind"], obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+                for objects in rendered for obj in reversed(objects)]
+        self.kube.map(lambda ref: self.kube.delete(ref[0], ref[2], ref[1] or None), refs)
+        stuck = self.kube.wait_gone(refs, CLEANUP_SECONDS)
+        self.warnings.extend("scrub object %s %s still there after %ss" % (kind, "/".join(filter(None, (ns, name))),
+                                                                          CLEANUP_SECONDS)
+                             for kind, ns, name in stuck)

@@ -1,0 +1,129 @@
+"""Scrub planning and rendering, pure: which paths each node's scrub Job removes, and how the Job is confined."""
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import scrub
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import render_pv
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import CacheSpec
+
+DIGEST = "sha256:" + "ab" * 32
+ROOT = "/var/lib/gkm-cluster/caches"
+IMAGE = "registry.example/gkm-cluster/tools:1"
+
+
+def node(name, hostname=None):
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": hostname or name}}}
+
+
+def slot_pv(cache="vector-add", namespace="team-a", node_obj=None, root=ROOT, cache_namespace="team-a"):
+    spec = CacheSpec(name=cache, cache_namespace=cache_namespace, namespaces=[namespace], image="r/i@" + DIGEST,
+                     digest=DIGEST, size="64Mi", host_path_root=root,
+                     access_modes=["ReadWriteOnce"] if node_obj else ["ReadOnlyMany"])
+    slot = Slot(cache, cache_namespace, namespace, node_obj["metadata"]["name"] if node_obj else "", DIGEST)
+    return render_pv(spec, slot, node_obj, "")
+
+
+def test_slot_location_splits_a_rendered_path_into_root_and_slot():
+    pv = slot_pv(node_obj=node("n1"))
+    assert scrub.slot_location(pv) == (ROOT, "team-a/vector-add/team-a/" + "ab" * 32)
+    assert scrub.is_slot_pv(pv)
+
+
+def test_paths_not_laid_out_as_the_labelled_slot_are_left_alone():
+    pv = slot_pv(node_obj=node("n1"))
+    for path in ("/a/b/c/d", "relative/a/b/c/d/e", "/r/team-a/../team-a/" + "ab" * 32, "",
+                 "/var/lib/gkm/team-a/vector-add", "/r/team-a/other/team-a/" + "ab" * 32,
+                 "/r/team-a/vector-add/team-a/" + "cd" * 32):
+        pv["spec"]["hostPath"]["path"] = path
+        assert scrub.slot_location(pv) is None, path
+    pv["spec"]["hostPath"]["path"] = "/r/team-a/vector-add/team-a/" + "ab" * 32
+    assert scrub.slot_location(pv) == ("/r", "team-a/vector-add/team-a/" + "ab" * 32)
+    assert scrub.slot_location(slot_pv(cache_namespace="")) == (ROOT, "_cluster/vector-add/team-a/" + "ab" * 32)
+    scrub_pv = scrub.render_scrub(scrub.ScrubTarget("n1", ROOT), "team-a", IMAGE, 60)[0]
+    assert not scrub.is_slot_pv(scrub_pv)
+
+
+def test_pinned_pvs_go_to_their_node_by_hostname_label_or_name_and_gone_nodes_are_reported():
+    nodes = [node("n1", hostname="host-1"), node("n2")]
+    by_hostname = slot_pv(node_obj=node("n1", hostname="host-1"))
+    by_name = slot_pv(node_obj={"metadata": {"name": "n2"}})
+    gone = slot_pv(node_obj=node("n9"))
+    assert scrub.pv_nodes(by_hostname, nodes) == (["n1"], [])
+    assert scrub.pv_nodes(by_name, nodes) == (["n2"], [])
+    assert scrub.pv_nodes(gone, nodes) == ([], ["n9"])
+
+
+def test_a_pv_without_node_affinity_is_scrubbed_on_every_node():
+    assert scrub.pv_nodes(slot_pv(), [node("n2"), node("n1")]) == (["n1", "n2"], [])
+
+
+def test_plan_groups_paths_by_node_and_root():
+    n1, n2 = node("n1"), node("n2")
+    pvs = [slot_pv("a", node_obj=n1), slot_pv("b", node_obj=n1), slot_pv("a", node_obj=n2),
+           slot_pv("c", node_obj=n1, root="/other"), slot_pv("a", node_obj=node("gone"))]
+    targets, unreachable = scrub.plan_scrub(pvs, [n1, n2])
+    assert [(t.node, t.root, len(t.paths)) for t in targets] == [("n1", "/other", 1), ("n1", ROOT, 2), ("n2", ROOT, 1)]
+    assert targets[1].pvs == {pvs[0]["metadata"]["name"], pvs[1]["metadata"]["name"]}
+    assert unreachable == ["node gone is gone: %s/team-a/a/team-a/%s (PV %s) stays on its disk" % (
+        ROOT, "ab" * 32, pvs[4]["metadata"]["name"])]
+
+
+def test_names_differ_by_paths_so_a_later_scrub_never_meets_a_terminating_one():
+    first, second = scrub.ScrubTarget("n1", ROOT), scrub.ScrubTarget("n1", ROOT)
+    first.add("x/a/x/1", "pv-1", "x")
+    second.add("x/a/x/2", "pv-2", "x")
+    assert first.name() != second.name() and len(first.name()) <= 63
+
+
+def test_namespace_is_one_being_cleaned_that_still_exists():
+    target = scrub.ScrubTarget("n1", ROOT)
+    target.add("b/c/b/1", "pv", "b")
+    assert scrub.pick_namespace(target, {"a", "b"}, {"a", "b"}) == "b"
+    assert scrub.pick_namespace(target, {"a"}, {"a", "b"}) == "a"
+    assert scrub.pick_namespace(target, {"default"}, {"a", "b"}) == "default"
+    assert scrub.pick_namespace(target, set(), {"a", "b"}) is None
+
+
+def test_rendered_scrub_reaches_the_root_through_its_own_pv_pinned_to_the_node():
+    target = scrub.ScrubTarget("gpu-1", ROOT)
+    target.add("team-a/vector-add/team-a/" + "ab" * 32, "pv-1", "team-a")
+    pv, pvc, job = scrub.render_scrub(target, "team-a", IMAGE, 120)
+    assert pv["spec"]["hostPath"] == {"path": ROOT, "type": "DirectoryOrCreate"}
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]}]
+    assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": pvc["metadata"]["name"]}
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pvc["spec"]["storageClassName"] == ""
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "gpu-1"
+    assert all("hostPath" not in volume for volume in pod["volumes"])
+    assert pod["volumes"] == [{"name": "root", "persistentVolumeClaim": {"claimName": pvc["metadata"]["name"]}}]
+    container = pod["containers"][0]
+    assert container["image"] == IMAGE
+    assert container["command"][-3:] == ["--root", scrub.SCRUB_MOUNT_PATH, "team-a/vector-add/team-a/" + "ab" * 32]
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    assert job["spec"]["activeDeadlineSeconds"] == 120
+    assert job["metadata"]["labels"][scrub.SCRUB_LABEL] == "true"
+
+
+def test_failure_message_prefers_the_container_termination_message():
+    job = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                                      "message": "Job has reached the specified backoff limit"}]}}
+    pod = {"status": {"containerStatuses": [{"state": {"terminated": {
+        "exitCode": 1, "message": '{"refused": {"a/b/c/d": "a/b: not a directory or a symbolic link"}}\n'}}}]}}
+    assert scrub.failure_message(job, [pod]) == 'exit 1: {"refused": {"a/b/c/d": "a/b: not a directory or a ' \
+                                                'symbolic link"}}'
+    assert scrub.failure_message(job, []) == "BackoffLimitExceeded: Job has reached the specified backoff limit"
+    refused = {"reason": "FailedCreate", "message": 'pods "x" is forbidden: violates PodSecurity "restricted:latest"'}
+    assert scrub.failure_message(job, [], [{"reason": "SuccessfulCreate"}, refused]) == (
+        'pod refused: pods "x" is forbidden: violates PodSecurity "restricted:latest"')
+    assert scrub.waiting_reason([], [refused]).startswith("pod refused: ")
+
+
+def test_waiting_reason_names_what_the_pod_waits_for():
+    pod = {"status": {"phase": "Pending", "containerStatuses": [{"state": {"waiting": {
+        "reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}}
+    assert scrub.waiting_reason([pod]) == "ImagePullBackOff Back-off pulling image"
+    assert scrub.waiting_reason([]) == "no pod yet"
