@@ -1,5 +1,7 @@
 # The tools image's Debian root (sourced by build.sh and lock-debian.sh): mmdebstrap from the apt sources this
-# machine uses, essential packages and python3 only, no documentation, no byte code, no apt sources left in it.
+# machine uses, essential packages and python3 only, no documentation, no apt sources left in it. The byte code
+# that Debian's python3 compiles on installation embeds timestamps: it is replaced by hash-based byte code,
+# compiled with a fixed hash seed so that set constants come out in the same order every time.
 
 DEBIAN_SUITE=bookworm
 DEBIAN_LOCK=tools/images/tools-debian.lock
@@ -25,9 +27,11 @@ debian_root() {  # PACKAGES OUT.tar
     --aptopt='Acquire::Check-Valid-Until "false"' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
-    --customize-hook='find "$1/usr" -name __pycache__ -prune -exec rm -rf {} +' \
-    --customize-hook='rm -rf "$1"/etc/apt/sources.list "$1"/etc/apt/sources.list.d/*' \
     --customize-hook="chroot \"\$1\" dpkg --purge $DEBIAN_UNWANTED" \
+    --customize-hook='rm -rf "$1"/etc/apt/sources.list "$1"/etc/apt/sources.list.d/*' \
+    --customize-hook='find "$1/usr" -name __pycache__ -prune -exec rm -rf {} +' \
+    --customize-hook='chroot "$1" env PYTHONHASHSEED=0 python3 -m compileall -q -j1 \
+                        --invalidation-mode unchecked-hash /usr/lib/python3 /usr/lib/python3.11' \
     "$DEBIAN_SUITE" "$2" "${sources[@]}" >&2
 }
 

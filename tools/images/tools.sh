@@ -8,10 +8,16 @@ TOOLS_PYTHON_VERSION=3.11  # bookworm's python3
 TOOLS_SITE=/usr/local/lib/python3.11/dist-packages  # on Debian's sys.path, outside the packages' own tree
 TOOLS_COLLECTIONS=/opt/gkm/collections
 TOOLS_MODULE_UTILS=$TOOLS_COLLECTIONS/ansible_collections/gkm/cluster/plugins/module_utils
-# The Python that runs pip on the build machine (the wheels only need to fit the image's Python).
+# The Python that runs pip and compiles byte code on the build machine: a 3.11, as in the image.
 BUILD_PYTHON=${GKM_IMAGE_PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 
 tools_tag() { awk '$1 == "version:" {print $2}' galaxy.yml; }
+
+# Byte code the image's Python 3.11 loads without writing (its user cannot): hash-based, fixed hash seed, the
+# paths in it those of the image, so it depends on the sources and the compiling Python's version only.
+compile_tree() {  # DIR PATH_IN_IMAGE
+  PYTHONHASHSEED=0 "$BUILD_PYTHON" -m compileall -q -j1 --invalidation-mode unchecked-hash -d "$2" "$1" >&2
+}
 
 tools_root_stage() {
   local include
@@ -36,6 +42,7 @@ tools_wheels_stage() {
     --target "$target" -r requirements.txt -c requirements/constraints.txt >&2
   # Console scripts carry the build machine's interpreter path; the image runs the modules with python3 -m.
   rm -rf "$target/bin"
+  compile_tree "$target" "$TOOLS_SITE"
   pack_layer "$1/tree" "$1/wheels.tar"
   add_layer "$1/layout:$TAG" "$1/wheels.tar" "pip install --target $TOOLS_SITE -r requirements.txt"
 }
@@ -50,6 +57,7 @@ tools_code_stage() {
              ansible_collections/gkm/cluster/plugins; do
     : > "$tree$TOOLS_COLLECTIONS/$dir/__init__.py"
   done
+  compile_tree "$tree$TOOLS_COLLECTIONS" "$TOOLS_COLLECTIONS"
   pack_layer "$tree" "$1/code.tar"
   add_layer "$1/layout:$TAG" "$1/code.tar" "plugins/module_utils of gkm.cluster $TAG"
   umoci config --image "$1/layout:$TAG" --created "$IMAGE_CREATED" --history.created "$IMAGE_CREATED" \
@@ -66,12 +74,14 @@ tools_code_stage() {
 
 # Builds (or reuses) the tools image; prints the final layout's directory.
 build_tools() {
-  local root_key wheels_key code_key pip_version
+  local root_key wheels_key code_key build_python
+  "$BUILD_PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
+    die "$BUILD_PYTHON is not Python $TOOLS_PYTHON_VERSION: set GKM_IMAGE_PYTHON to one (its byte code must fit the image's)"
   root_key=$(printf '%s\0' tools/images/{build,lib,debian,tools}.sh "$DEBIAN_LOCK" |
              hash_inputs tools "$SOURCE_DATE_EPOCH")
-  pip_version=$("$BUILD_PYTHON" -m pip --version | cut -d' ' -f2)
+  build_python=$("$BUILD_PYTHON" -c 'import pip, sys; print(sys.version, "pip", pip.__version__)')
   wheels_key=$(printf '%s\0' requirements.txt requirements/constraints.txt |
-               hash_inputs "$root_key" "pip $pip_version")
+               hash_inputs "$root_key" "$build_python")
   code_key=$({ tree_files plugins/module_utils; printf '%s\0' galaxy.yml; } | hash_inputs "$wheels_key")
   run_stage "$IMAGE_CACHE/stages/tools-root-$root_key" - tools_root_stage
   run_stage "$IMAGE_CACHE/stages/tools-wheels-$wheels_key" "$IMAGE_CACHE/stages/tools-root-$root_key" \
