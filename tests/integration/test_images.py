@@ -124,6 +124,13 @@ def tools_image():
     return build("tools")[0]
 
 
+@pytest.fixture(scope="module")
+def tools_bundle(tools_image, tmp_path_factory):
+    """The tools image unpacked: (bundle directory, the runtime's process configuration)."""
+    bundle = tmp_path_factory.mktemp("tools") / "bundle"
+    return bundle, unpack(tools_image, bundle)
+
+
 def test_tools_image_configuration(tools_image):
     config = layout_config(tools_image)
     assert config["config"]["User"] == "1000:1000"
@@ -147,35 +154,34 @@ def test_tools_image_pushed_as_built(registry, tools_image):
     assert registry_manifest(registry, pushed) == manifest
 
 
-def test_tools_image_runs_both_entry_points(tools_image, tmp_path):
-    process = unpack(tools_image, tmp_path / "bundle")
+def test_tools_image_runs_both_entry_points(tools_bundle):
+    bundle, process = tools_bundle
     assert process["args"] == ["python3", "-m", MODULE_UTILS + ".extract.job_main"]
-    extract = chroot_run(tmp_path / "bundle", process, [*process["args"], "--help"])
+    extract = chroot_run(bundle, process, [*process["args"], "--help"])
     assert extract.returncode == 0, extract.stderr
     assert "--dest" in extract.stdout
-    webhook = chroot_run(tmp_path / "bundle", process, ["python3", "-m", MODULE_UTILS + ".webhook.server_main",
-                                                        "--help"])
+    webhook = chroot_run(bundle, process, ["python3", "-m", MODULE_UTILS + ".webhook.server_main", "--help"])
     assert webhook.returncode == 0, webhook.stderr
     assert "--cert-file" in webhook.stdout
     # Every run-time requirement imports from the wheels, with the image's own Python.
-    imports = chroot_run(tmp_path / "bundle", process, ["python3", "-c", "import kubernetes, oras, requests, "
-                                                        "cryptography, aiohttp, isal; print('ok')"])
+    imports = chroot_run(bundle, process, ["python3", "-c", "import kubernetes, oras, requests, cryptography, "
+                                           "aiohttp, isal; print('ok')"])
     assert imports.stdout.strip() == "ok", imports.stderr
     # The extraction's permission step runs this same image's chown.
-    assert chroot_run(tmp_path / "bundle", process, ["chown", "--version"]).returncode == 0
+    assert chroot_run(bundle, process, ["chown", "--version"]).returncode == 0
 
 
-def test_tools_image_imports_only_compiled_code(tools_image, tmp_path):
+def test_tools_image_imports_only_compiled_code(tools_bundle):
     """The image's user cannot write __pycache__: every module the programs import comes from byte code built in."""
-    process = unpack(tools_image, tmp_path / "bundle")
+    bundle, process = tools_bundle
     # python3 -v says "code object from '<file>'" for each module, naming the .pyc it loaded or the .py it compiled.
-    verbose = chroot_run(tmp_path / "bundle", process, ["python3", "-v", "-c", "import %s.extract.job_main, "
-                                                        "%s.webhook.server_main" % (MODULE_UTILS, MODULE_UTILS)])
+    verbose = chroot_run(bundle, process, ["python3", "-v", "-c", "import %s.extract.job_main, %s.webhook.server_main"
+                                           % (MODULE_UTILS, MODULE_UTILS)])
     assert verbose.returncode == 0, verbose.stderr
     loaded = re.findall(r"code object from '([^']+)'", verbose.stderr)
     assert any(path.endswith("/extract/__pycache__/job_main.cpython-311.pyc") for path in loaded)
     assert [path for path in loaded if not path.endswith(".pyc")] == []
-    apt = tmp_path / "bundle" / "rootfs" / "etc" / "apt"
+    apt = bundle / "rootfs" / "etc" / "apt"
     assert not (apt / "sources.list").exists() and not list(apt.glob("sources.list.d/*"))  # the build's mirror
 
 
