@@ -211,7 +211,7 @@ def test_code_change_rebuilds_only_the_code_stage(tools_image, tmp_path):
     assert again == changed and "building" not in log
 
 
-def test_pause_image_reproducible_pushed_and_stops_on_sigterm(registry, tmp_path):
+def test_pause_image_reproducible_pushed_stops_and_reaps(registry, tmp_path):
     first, _log = build("pause", cache=tmp_path / "first")
     second, _log = build("pause", cache=tmp_path / "second")
     digest, manifest = layout_manifest(first)
@@ -232,6 +232,37 @@ def test_pause_image_reproducible_pushed_and_stops_on_sigterm(registry, tmp_path
         assert pause.poll() is None  # sleeps until told
         pause.send_signal(stop)  # chroot execs: the signal reaches pause itself
         assert pause.wait(timeout=5) == 0
+
+    # As a pod sandbox's PID 1 (its own PID namespace), pause inherits orphans and must reap them.
+    unshare = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "chroot", "--userspec", user,
+                                str(tmp_path / "bundle" / "rootfs"), *process["args"]])
+    try:
+        pause_pid = int(wait_for(lambda: children(unshare.pid))[0])
+        subprocess.run(["nsenter", "--target", str(pause_pid), "--pid", "--", "sh", "-c", "sleep 1 & exit 0"],
+                       check=True)
+        [orphan] = children(pause_pid)
+        with open("/proc/%s/comm" % orphan) as f:
+            assert f.read().strip() == "sleep"
+        time.sleep(1.5)  # the orphan has exited: reaped, it leaves no zombie behind
+        assert children(pause_pid) == []
+        os.kill(pause_pid, signal.SIGTERM)
+        assert unshare.wait(timeout=5) == 0
+    finally:
+        if unshare.poll() is None:
+            unshare.kill()
+
+
+def children(pid):
+    with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+        return f.read().split()
+
+
+def wait_for(probe, timeout=5):
+    deadline = time.monotonic() + timeout
+    while not (found := probe()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return found
 
 
 @pytest.mark.skipif(os.environ.get("GKM_TEST_IMAGES_COLD") != "1", reason="minutes: set GKM_TEST_IMAGES_COLD=1")

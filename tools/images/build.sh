@@ -69,8 +69,9 @@ build_with_engine() {  # ENGINE
 
 build_without_engine() {
   local layout
-  mkdir -p "$IMAGE_CACHE/stages"
+  lock_cache
   layout=$("build_$NAME")
+  prune_stages
   if [ -n "$REGISTRY" ]; then
     push_layout "$layout" "$NAME" "$TAG" "$REGISTRY"
   else

@@ -35,10 +35,11 @@ run_stage() {  # STAGE_DIR BASE_DIR|- STAGE_FN
   local dir=$1 base=$2 fn=$3
   if [ -f "$dir/index.json" ]; then
     log "reusing $(basename "$dir")"
+    touch "$dir"  # recently used: kept by prune_stages
     return
   fi
   log "building $(basename "$dir")"
-  STAGE_WORK=$(mktemp -d "$IMAGE_CACHE/tmp.XXXXXX")
+  STAGE_WORK=$(mktemp -d "$IMAGE_CACHE/tmp-$NAME.XXXXXX")
   trap 'rm -rf "$STAGE_WORK"' EXIT
   local work=$STAGE_WORK
   if [ "$base" = - ]; then
@@ -56,6 +57,24 @@ run_stage() {  # STAGE_DIR BASE_DIR|- STAGE_FN
   mv "$work/layout" "$dir"
   rm -rf "$work"
   trap - EXIT
+}
+
+# One build of an image at a time per cache (tests and helpers may run side by side); what a killed build left
+# behind is removed once the lock is held.
+lock_cache() {
+  mkdir -p "$IMAGE_CACHE/stages"
+  exec 9>"$IMAGE_CACHE/$NAME.lock"
+  flock 9
+  rm -rf "$IMAGE_CACHE/tmp-$NAME".*
+}
+
+# Keeps the three most recently used layouts of each stage of NAME (blobs shared with later stages stay).
+prune_stages() {
+  local stage
+  for stage in $(find "$IMAGE_CACHE/stages" -mindepth 1 -maxdepth 1 -name "$NAME*" -printf '%f\n' |
+                 sed 's/-[0-9a-f]*$//' | sort -u); do
+    ls -dt "$IMAGE_CACHE/stages/$stage"-* | tail -n +4 | xargs -r rm -rf
+  done
 }
 
 add_layer() {  # LAYOUT:TAG LAYER.tar DESCRIPTION
