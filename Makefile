@@ -9,7 +9,9 @@ BIN         := $(abspath $(VENV)/bin)
 COLLECTIONS := $(abspath .cache/collections)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS):$(abspath $(VENV)/lib/python3.11/site-packages)
 export PATH := $(BIN):$(PATH)
-DEBIAN_PACKAGES := docker-registry skopeo
+DEBIAN_PACKAGES := docker-registry skopeo umoci mmdebstrap gcc libc6-dev
+# Where `make images` pushes the tools and pause images (host:port).
+REGISTRY    ?=
 SIM         := $(PY) tools/sim-cluster/sim.py
 PYTEST      := $(PY) -m pytest
 # The lowest declared ansible-core and kubernetes client (requirements/lowest.txt); .venv holds the highest.
@@ -19,7 +21,7 @@ LOWEST_ENV  := PATH=$(abspath $(VENV_LOWEST))/bin:$$PATH ANSIBLE_COLLECTIONS_PAT
 
 .PHONY: help setup sim-setup venv debian-packages binaries cli-tools collection-link sim-up sim-down sim-status demo \
         test pytest test-lowest lint ruff ansible-lint changelog-lint sanity venv-lowest unit integration molecule build \
-        bench-extract bench-distribute bench-webhook bench-deploy
+        bench-extract bench-distribute bench-webhook bench-deploy images image-tools image-pause
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -118,6 +120,17 @@ molecule: setup ## The molecule scenarios (tools/ci/molecule.sh starts and stops
 
 build: venv ## Build the collection tarball into .cache/dist
 	$(VENV)/bin/ansible-galaxy collection build --force --output-path .cache/dist
+
+images: venv debian-packages ## Build the tools and pause images, push them to REGISTRY=host:port, print the references
+	@test -n "$(REGISTRY)" || { echo "usage: make images REGISTRY=host:port" >&2; exit 1; }
+	@tools/images/build.sh tools --push $(REGISTRY)
+	@tools/images/build.sh pause --push $(REGISTRY)
+
+image-tools: venv debian-packages ## Build the tools image (and push it when REGISTRY=host:port is given)
+	@tools/images/build.sh tools $(if $(REGISTRY),--push $(REGISTRY))
+
+image-pause: debian-packages ## Build the pause image (and push it when REGISTRY=host:port is given)
+	@tools/images/build.sh pause $(if $(REGISTRY),--push $(REGISTRY))
 
 bench-extract: setup sim-up ## Extraction benchmark -> bench/results/extract.json
 	$(PY) bench/extract.py
