@@ -22,8 +22,13 @@ compile_tree() {  # DIR PATH_IN_IMAGE
 tools_root_stage() {
   local include
   include=$(grep -v '^#' "$DEBIAN_LOCK" | paste -sd,)
-  debian_root "$include" "$1/root.tar" || die "mmdebstrap failed; if a pinned version has left the mirror, \
-run tools/images/lock-debian.sh and commit $DEBIAN_LOCK"
+  # The mirror keeps only current versions: when a pinned one has left it, build from what it serves (the
+  # image still works, it only stops matching the lock) rather than fail every fresh machine until a relock.
+  if ! debian_root "$include" "$1/root.tar"; then
+    log "WARNING: a version pinned in $DEBIAN_LOCK is no longer on the mirror; building with the mirror's current \
+packages. Run tools/images/lock-debian.sh and commit $DEBIAN_LOCK to pin them again."
+    debian_root "$DEBIAN_WANTED" "$1/root.tar"
+  fi
   add_layer "$1/layout:$TAG" "$1/root.tar" "mmdebstrap --variant=essential $DEBIAN_SUITE ($DEBIAN_LOCK)"
 }
 
