@@ -53,6 +53,19 @@ def _iptables(*argv, check=True):
     return subprocess.run(["iptables", "-w", *argv], check=check, capture_output=True, text=True)
 
 
+def _iptables_save(table):
+    result = subprocess.run(["iptables-save", "-t", table], check=True, capture_output=True, text=True)
+    return result.stdout.splitlines()
+
+
+def _nft_tables():
+    """["ip nat", ...]: the nftables tables now, or [] where iptables is the legacy kind (nft absent)."""
+    if not shutil.which("nft"):
+        return []
+    listing = subprocess.run(["nft", "list", "tables"], check=True, capture_output=True, text=True).stdout
+    return [line.split(None, 1)[1] for line in listing.splitlines() if line.startswith("table ")]
+
+
 def _write(path, content, mode=0o644):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as handle:
@@ -85,7 +98,8 @@ def _join_host(run):
     if not _live_runs() or not os.path.exists(baseline):
         with open(IP_FORWARD) as handle:
             forward = handle.read().strip()
-        _write(baseline, json.dumps({"ip_forward": forward, "dirs": {d: os.path.lexists(d) for d in BASELINE_DIRS}}))
+        _write(baseline, json.dumps({"ip_forward": forward, "dirs": {d: os.path.lexists(d) for d in BASELINE_DIRS},
+                                     "nft_tables": _nft_tables()}))
     _write(os.path.join(plan.HOST_RUN_DIR, "runs", run.network["run"]), run.sim_dir)
 
 
@@ -100,6 +114,10 @@ def _leave_host(run):
             baseline = json.load(handle)
         with open(IP_FORWARD, "w") as handle:
             handle.write(baseline["ip_forward"])
+        # iptables-nft makes the nftables tables of the chains it touched; the machine may have had none.
+        for table in set(_nft_tables()) - set(baseline["nft_tables"]):
+            if not [line for line in _iptables_save(table.split()[-1]) if line.startswith("-A")]:
+                subprocess.run(["nft", "delete", "table", *table.split()], check=True)
         for directory, existed in baseline["dirs"].items():
             if not existed and os.path.lexists(directory):
                 _refuse_mounts_under(directory)

@@ -88,12 +88,16 @@ def save_state(state):
 
 
 def _process_start_time(pid):
-    """The kernel's start time of pid (field 22 of /proc/pid/stat), or None if it is gone."""
+    """The kernel's start time of pid (field 22 of /proc/pid/stat), or None if it is gone or a zombie.
+
+    A process started by an earlier sim.py is reaped by init, which may take seconds: it has stopped already.
+    """
     try:
         with open("/proc/%d/stat" % pid) as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
         return None
+    return None if fields[0] == "Z" else fields[19]
 
 
 def is_running(record):
@@ -615,7 +619,8 @@ def cmd_down(_args):
             real_nodes.drain(run)
         real_nodes.stop(run)
     for name in ["webhook", *reversed([*CONTROL_PLANE, "registry"])]:
-        stop_process(name, state["processes"].get(name))
+        # The API server's shutdown can hang for good with nothing left to serve; its data is about to go.
+        stop_process(name, state["processes"].get(name), 5 if name == "kube-apiserver" else 15)
     if os.path.isdir(SIM_DIR):
         real_nodes.unmount_all(SIM_DIR)
         subprocess.run(["rm", "-rf", "--one-file-system", SIM_DIR], check=True)
