@@ -9,7 +9,8 @@ BIN         := $(abspath $(VENV)/bin)
 COLLECTIONS := $(abspath .cache/collections)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS):$(abspath $(VENV)/lib/python3.11/site-packages)
 export PATH := $(BIN):$(PATH)
-DEBIAN_PACKAGES := docker-registry skopeo
+# containerd, runc, the CNI plugins, iptables and nftables: the simulated cluster's real nodes (tools/sim-cluster/real_nodes.py).
+DEBIAN_PACKAGES := docker-registry skopeo containerd runc containernetworking-plugins iptables nftables
 SIM         := $(PY) tools/sim-cluster/sim.py
 PYTEST      := $(PY) -m pytest
 # The lowest declared ansible-core and kubernetes client (requirements/lowest.txt); .venv holds the highest.
@@ -57,7 +58,7 @@ debian-packages: ## Install missing Debian packages (root only; otherwise says w
 	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
 	else echo "missing Debian packages: $$missing (install them as root)"; exit 1; fi
 
-binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kwok
 	@tools/sim-cluster/build.sh >/dev/null
 
 cli-tools: ## Build or reuse the oras and cosign CLIs (benchmarks, signature tests)
@@ -67,7 +68,7 @@ collection-link: ## Make the checkout importable as ansible_collections.gkm.clus
 	@mkdir -p $(COLLECTIONS)/ansible_collections/gkm
 	@ln -sfn ../../../.. $(COLLECTIONS)/ansible_collections/gkm/cluster
 
-sim-up: sim-setup ## Start the simulated GPU cluster and registry (idempotent)
+sim-up: sim-setup ## Start the simulated GPU cluster and registry (idempotent; GKM_SIM_REAL_NODES=2 adds real nodes, as root)
 	$(SIM) up
 
 sim-down: venv ## Stop the simulated cluster and registry and remove their state

@@ -289,6 +289,11 @@ def start(run, specs, binaries, pki, tls, sandbox_image, free_port):
         _wait("node %s Ready" % node["name"], lambda node=node: _ready(_node(run, node["name"])), 90, run)
 
 
+def any_stopped(run):
+    return any(not run.is_running(prefix + node["name"])
+               for node in run.state.get("real_nodes") or [] for prefix in ("containerd-", "kubelet-"))
+
+
 def _node(run, name):
     import urllib.error
 

@@ -13,10 +13,9 @@ import re
 
 import yaml
 
-# Second octets of 10.X.0.0/16 a run may take. Those a default cluster uses are left out even when no
-# interface shows them: the service range (10.96), kwok's pod range (10.244) and kwok's node IP (10.89).
+# Second octets of 10.X.0.0/16 a run may take: clear of what the cluster uses without any interface showing it,
+# the service range (10.96), kwok's pod range (10.244) and kwok's node IP (10.89).
 PREFIX_RANGE = range(100, 200)
-RESERVED_SECOND_OCTETS = {89, 96, 244}
 SERVICE_IP = "10.96.0.1"
 SERVICE_PORT = 443
 # Pulls of images from anywhere but the local registry go to this proxy, which is a closed loopback port:
@@ -66,7 +65,7 @@ def used_second_octets(ip_output):
 
 def pick_second_octet(used):
     for octet in PREFIX_RANGE:
-        if octet not in used and octet not in RESERVED_SECOND_OCTETS:
+        if octet not in used:
             return octet
     raise RuntimeError("no free 10.X.0.0/16 in 10.%d-10.%d: every one is on an interface or a route"
                        % (PREFIX_RANGE[0], PREFIX_RANGE[-1]))

@@ -2,7 +2,8 @@
 """Run the local simulated GPU cluster: a real control plane with kwok nodes, and a real OCI registry.
 
     sim.py up            start whatever is not running (etcd, kube-apiserver, kube-controller-manager,
-                         kube-scheduler, kwok, docker-registry), create the simulated nodes, wait until ready
+                         kube-scheduler, kwok, docker-registry, real nodes' containerd and kubelet), create the
+                         simulated nodes, wait until ready
     sim.py registry-up   start only the registry (enough for extraction tests)
     sim.py down          stop exactly the processes recorded in the state file and remove the state
     sim.py status        processes, ports and nodes
@@ -394,10 +395,13 @@ def real_nodes_run(state, pki=None):
 
 
 def sandbox_image(state):
-    """The pause image, built (or reused) and pushed to the run's registry by the image tools."""
-    result = subprocess.run([os.path.join(ROOT, "tools", "images", "build.sh"), "pause", "--push", state["registry"]],
-                            check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    return result.stdout.strip().splitlines()[-1]
+    """The pause image, built (or reused) and pushed to the run's registry by the image tools, once per state."""
+    if "pause_image" not in state:
+        result = subprocess.run([os.path.join(ROOT, "tools", "images", "build.sh"), "pause", "--push",
+                                 state["registry"]], check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        state["pause_image"] = result.stdout.strip().splitlines()[-1]
+        save_state(state)
+    return state["pause_image"]
 
 
 def bind_nodes_to_node_role(state, pki):
@@ -547,6 +551,11 @@ def cmd_up(_args):
             bind_nodes_to_node_role(state, pki)
             real_nodes.start(real_nodes_run(state, pki), real_node_specs(real_groups), binaries, pki, tls,
                              sandbox_image(state), free_port)
+    elif real_nodes.any_stopped(real_nodes_run(state)):
+        # A real node's kubelet or containerd was killed (fault tests): start it again, which also advertises
+        # its GPUs again (a kubelet starting on an existing node zeroes extended resources nothing manages).
+        real_nodes.start(real_nodes_run(state, pki), [], binaries, pki, tls, sandbox_image(state), free_port)
+        started_any = True
     log("ready in %.1fs (%s); KUBECONFIG=%s" % (
         time.monotonic() - started, "started" if started_any else "already running", KUBECONFIG))
 
