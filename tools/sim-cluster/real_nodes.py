@@ -176,10 +176,15 @@ def network_down(run):
 
 # ---------------------------------------------------------------- nodes
 
-def _node_record(run, spec, index, binaries_ports):
+def _node_record(run, spec, index, ports):
     directory = os.path.join(run.sim_dir, "nodes", spec["name"])
     network = plan.node_network(run.network["run"], run.network["octet"], index)
-    kubelet_port, healthz_port = binaries_ports
+    kubelet_port, healthz_port = ports
+    # The deepest unix socket: the kubelet's device plugin socket under its root dir.
+    socket = os.path.join(directory, "kubelet", "device-plugins", "kubelet.sock")
+    if len(socket) > plan.MAX_SOCKET_PATH:
+        raise SystemExit("sim: %s is too long a path for the real nodes' unix sockets (%d > %d characters): use a "
+                         "shorter GKM_SIM_DIR" % (run.sim_dir, len(socket), plan.MAX_SOCKET_PATH))
     return {
         **spec, **network, "index": index, "dir": directory,
         "containerd_socket": os.path.join(directory, "containerd", "containerd.sock"),

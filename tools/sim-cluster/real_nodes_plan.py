@@ -23,6 +23,7 @@ SERVICE_PORT = 443
 DEAD_PROXY = "http://127.0.0.1:9"
 HOST_RUN_DIR = "/run/gkm-sim"
 MAX_INTERFACE_NAME = 15
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating zero
 
 
 def run_id(sim_dir):
