@@ -16,10 +16,14 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.error
 from dataclasses import dataclass
 from typing import Callable
 
 import real_nodes_plan as plan
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
 BASELINE_DIRS = ["/run/containerd", "/opt/containerd", "/run/netns", "/var/lib/cni", "/var/log/containers",
                  "/var/log/pods"]
@@ -32,6 +36,7 @@ class Run:
     """What the real nodes need from sim.py: the state directory and its helpers."""
 
     sim_dir: str
+    root: str  # the checkout, for the image tools
     state: dict
     save: Callable[[], None]
     start_process: Callable  # (name, argv, environment)
@@ -129,8 +134,13 @@ def _leave_host(run):
 
 def network_up(run):
     """The run's host interface with its own 10.X.0.1/32: the registry and the API server bind it."""
-    if run.state.get("network"):
-        return
+    if os.geteuid() != 0:
+        raise SystemExit("sim: real nodes need root (their own containerd, bridges and iptables chains); "
+                         "run as root or set GKM_SIM_REAL_NODES=0")
+    bound = [name for name in ("registry", "kube-apiserver") if run.is_running(name)]
+    if bound:
+        raise SystemExit("sim: %s already run(s) on 127.0.0.1 without real nodes, where pods cannot reach them: "
+                         "`sim.py down` first, or set GKM_SIM_REAL_NODES=0" % " and ".join(bound))
     run_id = plan.run_id(run.sim_dir)
     with _host_lock():
         used = plan.used_second_octets(_ip("-4", "-o", "addr") + _ip("-4", "route", "show", "table", "all"))
@@ -215,7 +225,36 @@ def _make_cgroup_root(root):
                     target.write(value)
 
 
-def _write_node_files(run, node, pki, tls, sandbox_image):
+def _specs(groups):
+    """Name, labels, taints and GPU capacity of the real nodes of these node groups."""
+    return [plan.real_node_object(node, gpu_nodes.SIM_LABEL, gpu_nodes.REAL_NODE_LABEL)
+            for node in gpu_nodes.render_nodes(groups)]
+
+
+def _sandbox_image(run):
+    """The pause image, built (or reused) and pushed to the run's registry by the image tools, once per state."""
+    if "pause_image" not in run.state:
+        result = subprocess.run([os.path.join(run.root, "tools", "images", "build.sh"), "pause", "--push",
+                                 run.state["registry"]], check=True, stdout=subprocess.PIPE, text=True, cwd=run.root)
+        run.state["pause_image"] = result.stdout.strip().splitlines()[-1]
+        run.save()
+    return run.state["pause_image"]
+
+
+def _bind_nodes_to_node_role(run):
+    """Kubelets authenticate as system:node:<name> in group system:nodes; RBAC is the only authorizer."""
+    try:
+        run.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "gkm-sim-nodes"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]})
+    except urllib.error.HTTPError as error:
+        if error.code != 409:
+            raise
+
+
+def _write_node_files(run, node, pki, sandbox_image):
     directory = node["dir"]
     with open(pki["ca.crt"]) as handle:
         ca_cert = handle.read()
@@ -250,12 +289,15 @@ def _wait(what, check, timeout, run):
     raise SystemExit("sim: timed out after %ss waiting for %s (logs: %s/logs)" % (timeout, what, run.sim_dir))
 
 
-def start(run, specs, binaries, pki, tls, sandbox_image, free_port):
-    """Start containerd and the kubelet of every real node, then make the nodes look like GPU nodes."""
+def start(run, groups, binaries, pki, free_port):
+    """Start containerd and the kubelet of every real node (those of groups, and those already in the state
+    whose processes stopped), then make the nodes look like GPU nodes."""
     host = run.state["host_address"]
     nodes = run.state.setdefault("real_nodes", [])
     known = {node["name"] for node in nodes}
-    for spec in specs:
+    _bind_nodes_to_node_role(run)
+    sandbox_image = _sandbox_image(run)
+    for spec in _specs(groups):
         if spec["name"] not in known:
             nodes.append(_node_record(run, spec, len(nodes), (free_port(), free_port())))
     run.network["bridges"] = [node["bridge"] for node in nodes]
@@ -272,7 +314,7 @@ def start(run, specs, binaries, pki, tls, sandbox_image, free_port):
         name = node["name"]
         if not run.is_running("containerd-" + name):
             _make_cgroup_root(node["cgroup_root"])
-            _write_node_files(run, node, pki, tls, sandbox_image)
+            _write_node_files(run, node, pki, sandbox_image)
             run.start_process("containerd-" + name, ["containerd", "--config",
                                                      os.path.join(node["dir"], "containerd", "config.toml")],
                               environment)
@@ -300,8 +342,6 @@ def any_stopped(run):
 
 
 def _node(run, name):
-    import urllib.error
-
     try:
         return run.api("GET", "/api/v1/nodes/%s" % name)
     except urllib.error.HTTPError as error:

@@ -378,39 +378,15 @@ def split_node_groups():
     return real_nodes_plan.split_groups(node_groups(), int(os.environ.get("GKM_SIM_REAL_NODES", "0")))
 
 
-def real_node_specs(groups):
-    return [real_nodes_plan.real_node_object(node, gpu_nodes.SIM_LABEL, gpu_nodes.REAL_NODE_LABEL)
-            for node in gpu_nodes.render_nodes(groups)]
-
-
 def real_nodes_run(state, pki=None):
     """The real nodes' view of this run (pki only where they call the API server)."""
     return real_nodes.Run(
-        sim_dir=SIM_DIR, state=state, save=lambda: save_state(state),
+        sim_dir=SIM_DIR, root=ROOT, state=state, save=lambda: save_state(state),
         start_process=lambda name, argv, environment: start_process(state, name, argv, environment),
         stop_process=stop_process, is_running=lambda name: is_running(state["processes"].get(name)),
         api=lambda method, path, body=None, content_type="application/json": api_request(
             state, pki, method, path, body, content_type),
         log=log)
-
-
-def sandbox_image(state):
-    """The pause image, built (or reused) and pushed to the run's registry by the image tools, once per state."""
-    if "pause_image" not in state:
-        result = subprocess.run([os.path.join(ROOT, "tools", "images", "build.sh"), "pause", "--push",
-                                 state["registry"]], check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        state["pause_image"] = result.stdout.strip().splitlines()[-1]
-        save_state(state)
-    return state["pause_image"]
-
-
-def bind_nodes_to_node_role(state, pki):
-    """Kubelets authenticate as system:node:<name> in group system:nodes; RBAC is the only authorizer."""
-    create_if_missing(state, pki, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "gkm-sim-nodes"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]})
 
 
 def list_sim_nodes(state, pki):
@@ -507,7 +483,7 @@ def start_registry(state):
 
 def ensure_host_network(state):
     """With real nodes asked for, the run's host address exists before anything binds it."""
-    if split_node_groups()[1]:
+    if split_node_groups()[1] and not state.get("network"):
         real_nodes.network_up(real_nodes_run(state))
 
 
@@ -548,13 +524,11 @@ def cmd_up(_args):
         names = [node["metadata"]["name"] for node in gpu_nodes.render_nodes(groups)]
         wait_for("nodes Ready", lambda: nodes_ready(state, pki, names), 60, CONTROL_PLANE, state)
         if real_groups:
-            bind_nodes_to_node_role(state, pki)
-            real_nodes.start(real_nodes_run(state, pki), real_node_specs(real_groups), binaries, pki, tls,
-                             sandbox_image(state), free_port)
+            real_nodes.start(real_nodes_run(state, pki), real_groups, binaries, pki, free_port)
     elif real_nodes.any_stopped(real_nodes_run(state)):
         # A real node's kubelet or containerd was killed (fault tests): start it again, which also advertises
         # its GPUs again (a kubelet starting on an existing node zeroes extended resources nothing manages).
-        real_nodes.start(real_nodes_run(state, pki), [], binaries, pki, tls, sandbox_image(state), free_port)
+        real_nodes.start(real_nodes_run(state, pki), [], binaries, pki, free_port)
         started_any = True
     log("ready in %.1fs (%s); KUBECONFIG=%s" % (
         time.monotonic() - started, "started" if started_any else "already running", KUBECONFIG))
