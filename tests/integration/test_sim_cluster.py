@@ -372,3 +372,26 @@ def test_a_second_checkout_runs_beside_and_down_leaves_the_machine_as_found(sim,
     assert snapshot_changes(before, machine_snapshot(own_dir)) == {}
     assert not os.path.exists(own_dir)
     os.rmdir(os.path.dirname(own_dir))
+
+
+def test_up_restarts_a_killed_kubelet_and_the_node_keeps_its_gpus(kube, sim, real_nodes):
+    """What fault tests do: kill a real node's kubelet, then `sim.py up` starts it again."""
+    node = real_nodes[-1]["name"]
+    state_file = os.path.join(os.path.dirname(sim.kubeconfig), "state.json")
+    with open(state_file) as handle:
+        killed = json.load(handle)["processes"]["kubelet-" + node]["pid"]
+    os.kill(killed, signal.SIGKILL)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sim-cluster", "sim.py"), "up"], check=True,
+                   capture_output=True)
+    with open(state_file) as handle:
+        restarted = json.load(handle)["processes"]["kubelet-" + node]["pid"]
+    assert restarted != killed and os.path.exists("/proc/%d" % restarted)
+    core = client.CoreV1Api(kube)
+    resource = next(key for key in core.read_node(node).status.capacity if key.endswith("/gpu"))
+
+    def ready_with_gpus():
+        status = core.read_node(node).status
+        return (any(c.type == "Ready" and c.status == "True" for c in status.conditions)
+                and status.capacity[resource] == "2" == status.allocatable[resource])
+
+    wait_until("%s Ready with its GPUs" % node, ready_with_gpus, timeout=60)
