@@ -9,7 +9,10 @@ BIN         := $(abspath $(VENV)/bin)
 COLLECTIONS := $(abspath .cache/collections)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS):$(abspath $(VENV)/lib/python3.11/site-packages)
 export PATH := $(BIN):$(PATH)
-DEBIAN_PACKAGES := docker-registry skopeo umoci mmdebstrap gcc libc6-dev
+# skopeo, umoci, mmdebstrap, gcc: the tools and pause images (tools/images); containerd, runc, the CNI plugins,
+# iptables and nftables: the simulated cluster's real nodes (tools/sim-cluster/real_nodes.py).
+DEBIAN_PACKAGES := docker-registry skopeo umoci mmdebstrap gcc libc6-dev containerd runc containernetworking-plugins \
+                   iptables nftables
 # Where `make images` pushes the tools and pause images (host:port).
 REGISTRY    ?=
 SIM         := $(PY) tools/sim-cluster/sim.py
@@ -59,7 +62,7 @@ debian-packages: ## Install missing Debian packages (root only; otherwise says w
 	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
 	else echo "missing Debian packages: $$missing (install them as root)"; exit 1; fi
 
-binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kwok
 	@tools/sim-cluster/build.sh >/dev/null
 
 cli-tools: ## Build or reuse the oras and cosign CLIs (benchmarks, signature tests)
@@ -69,7 +72,7 @@ collection-link: ## Make the checkout importable as ansible_collections.gkm.clus
 	@mkdir -p $(COLLECTIONS)/ansible_collections/gkm
 	@ln -sfn ../../../.. $(COLLECTIONS)/ansible_collections/gkm/cluster
 
-sim-up: sim-setup ## Start the simulated GPU cluster and registry (idempotent)
+sim-up: sim-setup ## Start the simulated GPU cluster and registry (idempotent; GKM_SIM_REAL_NODES=2 adds real nodes, as root)
 	$(SIM) up
 
 sim-down: venv ## Stop the simulated cluster and registry and remove their state

@@ -19,6 +19,9 @@ sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, ROOT)
 
 SIM_SCRIPT = os.path.join(ROOT, "tools", "sim-cluster", "sim.py")
+# The suite runs the collection's Jobs and webhook for real on two real nodes (one AMD, one NVIDIA) beside the
+# kwok ones; GKM_SIM_REAL_NODES=0 leaves them out (the tests that need them then skip).
+os.environ.setdefault("GKM_SIM_REAL_NODES", "2")
 _spec = importlib.util.spec_from_file_location("gkm_sim", SIM_SCRIPT)
 sim_control = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sim_control)
@@ -90,6 +93,16 @@ def sim(_sim_lifecycle, registry):
         _run_sim("up")
     state = sim_control.load_state()
     return SimCluster(kubeconfig=state["kubeconfig"], registry=registry.host, state=state)
+
+
+@pytest.fixture(scope="session")
+def real_nodes(sim):
+    """The cluster's real nodes as state.json records them (name, bridge, subnet, gateway, containerd socket, ...)."""
+    nodes = sim.state.get("real_nodes") or []
+    if not nodes:
+        pytest.skip("the simulated cluster runs without real nodes: stop it (sim.py down) and run with "
+                    "GKM_SIM_REAL_NODES=2 (the default of the test suite)")
+    return nodes
 
 
 @pytest.fixture(scope="session")

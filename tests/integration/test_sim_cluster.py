@@ -1,21 +1,33 @@
 """Smoke tests proving the simulated cluster is a real one: real controllers, scheduler and admission."""
 
 import base64
+import contextlib
+import glob
 import http.server
+import ipaddress
 import json
+import os
+import signal
 import ssl
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 CONTAINER = {"name": "main", "image": "registry.k8s.io/pause:3.10"}
+# Pods of this image only "run" on kwok nodes: real nodes would try to pull it (and may pull only locally).
+ON_KWOK = {gpu_nodes.SIM_LABEL: "true"}
 
 
 def wait_until(what, check, timeout=60, interval=0.2):
@@ -53,7 +65,8 @@ def test_job_completes_through_job_controller_and_kwok(kube, namespace):
     batch.create_namespaced_job(namespace, {
         "metadata": {"name": "smoke"},
         "spec": {"backoffLimit": 0, "template": {"spec": {
-            "restartPolicy": "Never", "tolerations": [GPU_TOLERATION], "containers": [CONTAINER]}}},
+            "restartPolicy": "Never", "nodeSelector": ON_KWOK, "tolerations": [GPU_TOLERATION],
+            "containers": [CONTAINER]}}},
     })
 
     def complete():
@@ -73,7 +86,7 @@ def test_daemonset_gets_one_pod_per_gpu_node_with_node_affinity(kube, namespace)
         "metadata": {"name": "smoke-ds"},
         "spec": {"selector": {"matchLabels": labels}, "template": {
             "metadata": {"labels": labels},
-            "spec": {"tolerations": [GPU_TOLERATION], "containers": [CONTAINER]}}},
+            "spec": {"nodeSelector": ON_KWOK, "tolerations": [GPU_TOLERATION], "containers": [CONTAINER]}}},
     })
     expected = gpu_node_names(core)
 
@@ -108,9 +121,10 @@ def test_pod_without_toleration_stays_pending_for_the_gpu_taint(kube, namespace)
     event = wait_until("a FailedScheduling event", failed_scheduling)
     # Kubernetes 1.34's scheduler no longer names the taint in its message ("untolerated taint(s)"): the count
     # of GPU nodes refused for a taint, with the control-plane node refused by the selector, pins it down.
-    tainted = [node.metadata.name for node in core.list_node(label_selector="hardware-type=gpu").items
+    gpu_nodes_all = core.list_node(label_selector="hardware-type=gpu").items  # kwok and real
+    tainted = [node.metadata.name for node in gpu_nodes_all
                if any(t.key == "gpu" and t.effect == "NoSchedule" for t in node.spec.taints or [])]
-    assert tainted == gpu_node_names(core)
+    assert tainted == [node.metadata.name for node in gpu_nodes_all]
     assert "%d node(s) had untolerated taint(s)" % len(tainted) in event.message
     pod = core.read_namespaced_pod("untolerated", namespace)
     assert pod.status.phase == "Pending" and not pod.spec.node_name
@@ -178,7 +192,7 @@ def test_mutating_webhook_url_is_called_and_its_patch_applied(kube, namespace, s
             pod_name = "mutated-%s" % uuid.uuid4().hex[:6]
             core.create_namespaced_pod(namespace, {
                 "metadata": {"name": pod_name, "labels": {"smoke-webhook": name}},
-                "spec": {"tolerations": [GPU_TOLERATION], "containers": [CONTAINER]},
+                "spec": {"nodeSelector": ON_KWOK, "tolerations": [GPU_TOLERATION], "containers": [CONTAINER]},
             })
             pod = core.read_namespaced_pod(pod_name, namespace)
             return pod if pod.metadata.labels.get("mutated-by") == "smoke-webhook" else None
@@ -191,3 +205,193 @@ def test_mutating_webhook_url_is_called_and_its_patch_applied(kube, namespace, s
         assert "not-selected" not in _AddLabelWebhook.seen
     finally:
         admission.delete_mutating_webhook_configuration(name)
+
+
+# ---------------------------------------------------------------- real nodes
+
+def test_real_nodes_look_like_gpu_nodes_without_the_kwok_marks(kube, real_nodes):
+    core = client.CoreV1Api(kube)
+    nodes = {node.metadata.name: node for node in core.list_node(
+        label_selector="%s=true" % gpu_nodes.REAL_NODE_LABEL).items}
+    assert sorted(nodes) == sorted(node["name"] for node in real_nodes)
+    assert {node.metadata.labels["gkm.io/gpu-backend"] for node in nodes.values()} == {"hip", "cuda"}
+    for node in nodes.values():
+        labels = node.metadata.labels
+        assert gpu_nodes.SIM_LABEL not in labels and labels.get("type") != "kwok"
+        assert gpu_nodes.KWOK_ANNOTATION not in (node.metadata.annotations or {})
+        vendor = "amd" if labels["gkm.io/gpu-backend"] == "hip" else "nvidia"
+        facts = gpu_nodes.VENDORS[vendor]
+        assert labels["gkm.io/gpu-arch"] == facts["arch"] and labels["gkm.io/gpu-warp-size"] == str(facts["warp_size"])
+        assert labels["hardware-type"] == "gpu" and "node-role.kubernetes.io/worker" in labels
+        assert node.status.capacity[facts["resource"]] == "2" == node.status.allocatable[facts["resource"]]
+        assert any(t.key == "gpu" and t.value == "true" and t.effect == "NoSchedule" for t in node.spec.taints)
+        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        assert node.status.node_info.kubelet_version == "v1.34.4"
+        assert node.status.node_info.container_runtime_version.startswith("containerd://")
+
+
+def test_a_real_pod_runs_and_the_api_server_reads_its_log_through_the_kubelet(kube, sim, real_nodes, namespace):
+    """The API server reaches the kubelet by InternalIP with its client certificate; the kubelet asks the API
+    server (webhook authentication and authorization) before answering."""
+    core = client.CoreV1Api(kube)
+    node = real_nodes[0]["name"]
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "real"},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "tolerations": [GPU_TOLERATION],
+                 "containers": [{"name": "main", "image": sim.state["pause_image"]}]}})
+
+    def running():
+        pod = core.read_namespaced_pod("real", namespace)
+        return pod if pod.status.phase == "Running" else None
+
+    pod = wait_until("the pod Running on %s" % node, running, timeout=90, interval=0.5)
+    assert pod.spec.node_name == node
+    assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(real_nodes[0]["subnet"])
+    assert core.read_namespaced_pod_log("real", namespace) == ""
+
+
+HOST_DIRS = ["/run/containerd", "/opt/containerd", "/run/netns", "/var/lib/cni", "/var/log/containers",
+             "/var/log/pods", "/run/gkm-sim"]
+
+
+def _lines(*argv):
+    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.splitlines()
+
+
+def _other_runs(own_dir):
+    """Marks of the other live runs with real nodes (their run id, 10.X. range, state directory)."""
+    marks = []
+    for path in glob.glob("/run/gkm-sim/runs/*"):
+        with open(path) as handle:
+            sim_dir = handle.read().strip()
+        if sim_dir == own_dir:
+            continue
+        marks += [os.path.basename(path), sim_dir]
+        with contextlib.suppress(FileNotFoundError, KeyError), open(os.path.join(sim_dir, "state.json")) as handle:
+            marks.append("10.%d." % json.load(handle)["network"]["octet"])
+        # Their pods' network namespaces, named by libcni's cached results of their networks.
+        for cached in glob.glob("/var/lib/cni/results/gkm-%s-n*" % os.path.basename(path)):
+            with contextlib.suppress(FileNotFoundError), open(cached) as handle:
+                marks += [os.path.basename(interface["sandbox"])
+                          for interface in json.load(handle)["result"]["interfaces"] if interface.get("sandbox")]
+    return marks
+
+
+def machine_snapshot(own_dir):
+    """What a run with real nodes may change on this machine, less what other live runs own (by their marks)."""
+    others = _other_runs(own_dir)
+
+    def mine(lines):
+        return sorted(line for line in lines if not any(mark in line for mark in others))
+
+    with open("/proc/self/mountinfo") as handle:
+        mounts = [line.split()[4] for line in handle]
+    masters = {line.split(":")[1].strip().split("@")[0]: line.split(" master ")[1].split()[0]
+               for line in _lines("ip", "-o", "link") if " master " in line}
+
+    def with_master(line, device):
+        """A pod's veth names its bridge (and so its run) only as its master."""
+        return "%s master %s" % (line, masters.get(device.split("@")[0], "-"))
+
+    def device(line):
+        words = line.split()
+        return words[words.index("dev") + 1] if "dev" in words else "-"
+
+    snapshot = {
+        "links": mine(with_master(line.split(":")[1].strip(), line.split(":")[1].strip())
+                      for line in _lines("ip", "-o", "link")),
+        "addresses": mine(with_master(line, line.split()[1]) for line in _lines("ip", "-o", "addr")),
+        # `table all` lists both families.
+        "routes": mine(with_master(line, device(line)) for line in _lines("ip", "route", "show", "table", "all")),
+        "iptables": mine(line for line in _lines("iptables-save") if not line.startswith("#")),
+        "ip6tables": mine(line for line in _lines("ip6tables-save") if not line.startswith("#")),
+        "mounts": mine(point for point in mounts if point.startswith((own_dir, *HOST_DIRS))),
+        "cgroups": mine(path for path in glob.glob("/sys/fs/cgroup/*/gkm-*")),
+        "log links": [link for link in glob.glob("/var/log/containers/*") if os.readlink(link).startswith(own_dir)],
+    }
+    if not others:
+        # Shared by every run: compared only when no other run holds them.
+        with open("/proc/sys/net/ipv4/ip_forward") as handle:
+            snapshot["ip_forward"] = handle.read()
+        snapshot["host dirs"] = [(d, sorted(os.listdir(d)) if os.path.isdir(d) else None) for d in HOST_DIRS]
+        snapshot["nft tables"] = _lines("nft", "list", "tables")
+    return snapshot
+
+
+def snapshot_changes(before, after):
+    """{what: {"gone": [...], "new": [...]}} for every part of the snapshot that differs."""
+    changes = {}
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if old != new:
+            changes[key] = {"gone": [item for item in old or [] if item not in (new or [])],
+                            "new": [item for item in new or [] if item not in (old or [])]}
+    return changes
+
+
+def test_a_second_checkout_runs_beside_and_down_leaves_the_machine_as_found(sim, real_nodes):
+    """Another state directory with a real node of its own, beside the session's cluster: no shared name, range,
+    port or cgroup; after its `down`, the machine is as it was before its `up`."""
+    # Short: the kubelet's unix sockets live under it (pytest's tmp_path is too deep for them).
+    own_dir = os.path.join(tempfile.mkdtemp(prefix="gkm-"), "sim")
+    environment = dict(os.environ, GKM_SIM_DIR=own_dir, GKM_SIM_REAL_NODES="1", GKM_SIM_GPU_NODES="1")
+    before = machine_snapshot(own_dir)
+    script = os.path.join(ROOT, "tools", "sim-cluster", "sim.py")
+    try:
+        subprocess.run([sys.executable, script, "up"], env=environment, check=True, capture_output=True)
+        with open(os.path.join(own_dir, "state.json")) as handle:
+            second = json.load(handle)
+        first = sim.state
+        assert second["network"]["run"] != first["network"]["run"]
+        assert second["network"]["octet"] != first["network"]["octet"]
+        assert second["host_address"] != first["host_address"]
+        assert not {node["bridge"] for node in second["real_nodes"]} & {node["bridge"] for node in real_nodes}
+        assert not {node["cgroup_root"] for node in second["real_nodes"]} & {node["cgroup_root"] for node in real_nodes}
+        assert not ({node["kubelet_port"] for node in second["real_nodes"]} | set(second["ports"].values())) & (
+            {node["kubelet_port"] for node in real_nodes} | set(first["ports"].values()))
+        during = machine_snapshot(own_dir)
+        assert during["links"] != before["links"] and during["iptables"] != before["iptables"]
+        # A running pod leaves the most behind (netns, veth, mounts, cgroups, log link, CNI cache). Its kubelet
+        # is then killed, so `down` cannot have it torn down and must undo all of it on its own.
+        node = second["real_nodes"][0]
+        core = client.CoreV1Api(config.new_client_from_config(config_file=second["kubeconfig"]))
+        core.create_namespaced_pod("default", {
+            "metadata": {"name": "left-behind"},
+            "spec": {"nodeName": node["name"], "tolerations": [GPU_TOLERATION],
+                     "containers": [{"name": "main", "image": second["pause_image"]}]}})
+        wait_until("the pod Running", lambda: core.read_namespaced_pod("left-behind", "default").status.phase
+                   == "Running", timeout=90, interval=0.5)
+        assert machine_snapshot(own_dir)["log links"]
+        os.kill(second["processes"]["kubelet-" + node["name"]]["pid"], signal.SIGKILL)
+    finally:
+        subprocess.run([sys.executable, script, "down"], env=environment, check=True, capture_output=True)
+    # Other runs may be starting or tearing down pods meanwhile: give their half-made namespaces a moment.
+    deadline = time.monotonic() + 10
+    while snapshot_changes(before, machine_snapshot(own_dir)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert snapshot_changes(before, machine_snapshot(own_dir)) == {}
+    assert not os.path.exists(own_dir)
+    os.rmdir(os.path.dirname(own_dir))
+
+
+def test_up_restarts_a_killed_kubelet_and_the_node_keeps_its_gpus(kube, sim, real_nodes):
+    """What fault tests do: kill a real node's kubelet, then `sim.py up` starts it again."""
+    node = real_nodes[-1]["name"]
+    state_file = os.path.join(os.path.dirname(sim.kubeconfig), "state.json")
+    with open(state_file) as handle:
+        killed = json.load(handle)["processes"]["kubelet-" + node]["pid"]
+    os.kill(killed, signal.SIGKILL)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sim-cluster", "sim.py"), "up"], check=True,
+                   capture_output=True)
+    with open(state_file) as handle:
+        restarted = json.load(handle)["processes"]["kubelet-" + node]["pid"]
+    assert restarted != killed and os.path.exists("/proc/%d" % restarted)
+    core = client.CoreV1Api(kube)
+    resource = next(key for key in core.read_node(node).status.capacity if key.endswith("/gpu"))
+
+    def ready_with_gpus():
+        status = core.read_node(node).status
+        return (any(c.type == "Ready" and c.status == "True" for c in status.conditions)
+                and status.capacity[resource] == "2" == status.allocatable[resource])
+
+    wait_until("%s Ready with its GPUs" % node, ready_with_gpus, timeout=60)

@@ -11,7 +11,7 @@ ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$here/g
 
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 bin="${XDG_CACHE_HOME:-$HOME/.cache}/gkm-cluster/$key/bin"
-wanted=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+wanted=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kwok)
 # kwok's own Stage CRD and stage definitions, taken from the same kwok module version; sim.py applies
 # them so that tests can add stages of their own (for example one that fails chosen Job pods).
 stages="$bin/kwok-stages"
@@ -37,7 +37,8 @@ ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
 
 cd "$here"
-for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+# The kubelet (real nodes) joined later: a cache made before it keeps its binaries and gains only the kubelet.
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
   [ -x "$bin/$cmd" ] && continue
   echo "building $cmd $K8S_VERSION" >&2
   go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"

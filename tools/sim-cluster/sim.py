@@ -2,20 +2,26 @@
 """Run the local simulated GPU cluster: a real control plane with kwok nodes, and a real OCI registry.
 
     sim.py up            start whatever is not running (etcd, kube-apiserver, kube-controller-manager,
-                         kube-scheduler, kwok, docker-registry), create the simulated nodes, wait until ready
+                         kube-scheduler, kwok, docker-registry, real nodes' containerd and kubelet), create the
+                         simulated nodes, wait until ready
     sim.py registry-up   start only the registry (enough for extraction tests)
     sim.py down          stop exactly the processes recorded in the state file and remove the state
     sim.py status        processes, ports and nodes
-    sim.py nodes         the GPU nodes with capacity, labels and taints
+    sim.py nodes         the GPU nodes (kwok and real) with capacity, labels and taints
     sim.py apply-nodes   create/remove simulated nodes so the cluster matches the node list
     sim.py webhook-up    run the collection's webhook server as a local process (url endpoint mode)
     sim.py webhook-down  stop it
 
 State lives in $GKM_SIM_DIR (default .sim/ in the checkout): state.json (pids, ports), pki/, logs/,
-kubeconfig. Ports are picked free on 127.0.0.1 at start, so two checkouts never collide.
+kubeconfig. Ports are picked free at start, so two checkouts never collide.
 Nodes: $GKM_SIM_NODES names a YAML file with a list of node groups (see gpu_nodes.py); without it,
 one control-plane node and $GKM_SIM_GPU_NODES (default 3) GPU workers of $GKM_SIM_GPU_VENDOR
 (amd|nvidia, default amd) and $GKM_SIM_GPU_ARCH.
+
+Real nodes (root only): a group with `real: true`, or $GKM_SIM_REAL_NODES=N (default 0) for N more, AMD and
+NVIDIA in turn (gkm-real-amd-1, gkm-real-nvidia-1, ...): a kubelet with its own containerd and CNI bridge
+each, labelled gkm.io/real-node=true (real_nodes.py). With real nodes the registry and the API server bind
+the run's own host address (state.json "host_address") instead of 127.0.0.1, so pods reach them too.
 """
 
 import argparse
@@ -37,6 +43,10 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
+sys.path.insert(0, HERE)
+
+import real_nodes  # noqa: E402
+import real_nodes_plan  # noqa: E402
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
@@ -79,12 +89,16 @@ def save_state(state):
 
 
 def _process_start_time(pid):
-    """The kernel's start time of pid (field 22 of /proc/pid/stat), or None if it is gone."""
+    """The kernel's start time of pid (field 22 of /proc/pid/stat), or None if it is gone or a zombie.
+
+    A process started by an earlier sim.py is reaped by init, which may take seconds: it has stopped already.
+    """
     try:
         with open("/proc/%d/stat" % pid) as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
         return None
+    return None if fields[0] == "Z" else fields[19]
 
 
 def is_running(record):
@@ -119,13 +133,19 @@ def stop_process(name, record, timeout=15):
 
 
 def free_port():
+    """A port free on every address now (bound on the wildcard, never listened on): loopback and host address."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("0.0.0.0", 0))
         return sock.getsockname()[1]
 
 
+def bind_address(state):
+    """Where the registry and the API server listen: the run's host address with real nodes, else loopback."""
+    return state.get("host_address", "127.0.0.1")
+
+
 def port(state, name):
-    """A loopback port for name, chosen once and kept for the life of the state."""
+    """A port for name, chosen once and kept for the life of the state."""
     if name not in state["ports"]:
         state["ports"][name] = free_port()
     return state["ports"][name]
@@ -156,10 +176,11 @@ def _write(path, content, mode=0o600):
         handle.write(content)
 
 
-def ensure_pki():
-    """CA, apiserver serving cert, admin client cert and service-account keys (made once per state)."""
+def ensure_pki(state):
+    """CA, apiserver serving and kubelet-client certs, admin client cert and service-account keys (once per state)."""
     paths = {name: os.path.join(PKI_DIR, name) for name in (
-        "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key", "sa.key", "sa.pub")}
+        "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key", "sa.key", "sa.pub",
+        "kubelet-client.crt", "kubelet-client.key")}
     if all(os.path.exists(path) for path in paths.values()):
         return paths
     os.makedirs(PKI_DIR, exist_ok=True)
@@ -168,20 +189,24 @@ def ensure_pki():
         ca_cert, ca_key, "kube-apiserver",
         dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                    "kubernetes.default.svc.cluster.local"],
-        ip_addresses=["127.0.0.1", "10.96.0.1"],
+        ip_addresses=sorted({"127.0.0.1", real_nodes_plan.SERVICE_IP, bind_address(state)}),
     )
     admin_cert, admin_key = tls.new_signed_cert(
         ca_cert, ca_key, "gkm-sim-admin", organization="system:masters", server=False, client=True)
+    # The API server's identity towards kubelets (logs, exec, port-forward on real nodes).
+    kubelet_client_cert, kubelet_client_key = tls.new_signed_cert(
+        ca_cert, ca_key, "kube-apiserver-kubelet-client", organization="system:masters", server=False, client=True)
     sa_key = tls.new_private_key("rsa")
     for name, content in (("ca.crt", ca_cert), ("ca.key", ca_key), ("apiserver.crt", server_cert),
                           ("apiserver.key", server_key), ("admin.crt", admin_cert), ("admin.key", admin_key),
+                          ("kubelet-client.crt", kubelet_client_cert), ("kubelet-client.key", kubelet_client_key),
                           ("sa.key", tls.key_to_pem(sa_key)), ("sa.pub", tls.public_key_to_pem(sa_key))):
         _write(paths[name], content)
     return paths
 
 
 def write_kubeconfig(state, pki):
-    server = "https://127.0.0.1:%d" % port(state, "apiserver")
+    server = "https://%s:%d" % (bind_address(state), port(state, "apiserver"))
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -218,7 +243,7 @@ def write_registry_config(state):
         "version": 0.1,
         "log": {"level": "warn"},
         "storage": {"filesystem": {"rootdirectory": os.path.join(SIM_DIR, "registry")}, "delete": {"enabled": True}},
-        "http": {"addr": "127.0.0.1:%d" % port(state, "registry")},
+        "http": {"addr": "%s:%d" % (bind_address(state), port(state, "registry"))},
     }), 0o644)
     return path
 
@@ -252,7 +277,7 @@ def component_argv(name, state, binaries, pki):
     if name == "kube-apiserver":
         return [os.path.join(binaries, "kube-apiserver"),
                 "--etcd-servers", "http://127.0.0.1:%d" % port(state, "etcd-client"),
-                "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+                "--bind-address", bind_address(state), "--advertise-address", bind_address(state),
                 "--secure-port", str(port(state, "apiserver")),
                 "--cert-dir", os.path.join(SIM_DIR, "apiserver-certs"),
                 "--tls-cert-file", pki["apiserver.crt"], "--tls-private-key-file", pki["apiserver.key"],
@@ -266,6 +291,12 @@ def component_argv(name, state, binaries, pki):
                 "PersistentVolumeClaimResize,Priority,DefaultTolerationSeconds,MutatingAdmissionWebhook,"
                 "ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota,PodSecurity",
                 "--allow-privileged=true",
+                # Real nodes: reach kubelets by IP (node names are not in DNS) as a client they trust, and call
+                # webhook Services at their pod IPs (no kube-proxy runs).
+                "--kubelet-preferred-address-types", "InternalIP,Hostname",
+                "--kubelet-client-certificate", pki["kubelet-client.crt"],
+                "--kubelet-client-key", pki["kubelet-client.key"],
+                "--enable-aggregator-routing=true",
                 # Benchmarks push thousands of objects and a 500-pod DaemonSet through one apiserver.
                 "--max-requests-inflight", "2000", "--max-mutating-requests-inflight", "1000",
                 "--audit-policy-file", write_audit_policy(),
@@ -302,10 +333,10 @@ def _tls_context(pki):
     return context
 
 
-def api_request(state, pki, method, path, body=None, timeout=10):
-    url = "https://127.0.0.1:%d%s" % (port(state, "apiserver"), path)
+def api_request(state, pki, method, path, body=None, content_type="application/json", timeout=10):
+    url = "https://%s:%d%s" % (bind_address(state), port(state, "apiserver"), path)
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
     with urllib.request.urlopen(request, context=_tls_context(pki), timeout=timeout) as response:
         return json.loads(response.read() or b"null") if response.status != 204 else None
 
@@ -322,9 +353,10 @@ def readiness_check(name, state, pki):
     if name == "etcd":
         return lambda: _http_ok("http://127.0.0.1:%d/health" % port(state, "etcd-client"))
     if name == "kube-apiserver":
-        return lambda: _http_ok("https://127.0.0.1:%d/readyz" % port(state, "apiserver"), _tls_context(pki))
+        return lambda: _http_ok("https://%s:%d/readyz" % (bind_address(state), port(state, "apiserver")),
+                                _tls_context(pki))
     if name == "registry":
-        return lambda: _http_ok("http://127.0.0.1:%d/v2/" % port(state, "registry"))
+        return lambda: _http_ok("http://%s:%d/v2/" % (bind_address(state), port(state, "registry")))
     return lambda: True
 
 
@@ -339,6 +371,22 @@ def node_groups():
     workers = {"name": "gkm-gpu-worker", "count": int(os.environ.get("GKM_SIM_GPU_NODES", "3")), "vendor": vendor,
                "arch": os.environ.get("GKM_SIM_GPU_ARCH", gpu_nodes.VENDORS[vendor]["arch"]), "gpus": 2}
     return [gpu_nodes.DEFAULT_NODE_GROUPS[0], workers]
+
+
+def split_node_groups():
+    """(kwok groups, real groups) of the node list and $GKM_SIM_REAL_NODES."""
+    return real_nodes_plan.split_groups(node_groups(), int(os.environ.get("GKM_SIM_REAL_NODES", "0")))
+
+
+def real_nodes_run(state, pki=None):
+    """The real nodes' view of this run (pki only where they call the API server)."""
+    return real_nodes.Run(
+        sim_dir=SIM_DIR, root=ROOT, state=state, save=lambda: save_state(state),
+        start_process=lambda name, argv, environment: start_process(state, name, argv, environment),
+        stop_process=stop_process, is_running=lambda name: is_running(state["processes"].get(name)),
+        api=lambda method, path, body=None, content_type="application/json": api_request(
+            state, pki, method, path, body, content_type),
+        log=log)
 
 
 def list_sim_nodes(state, pki):
@@ -429,13 +477,20 @@ def start_registry(state):
     config = write_registry_config(state)
     start_process(state, "registry", ["docker-registry", "serve", config])
     wait_for("the registry", readiness_check("registry", state, None), 15, ["registry"], state)
-    state["registry"] = "127.0.0.1:%d" % port(state, "registry")
+    state["registry"] = "%s:%d" % (bind_address(state), port(state, "registry"))
     save_state(state)
+
+
+def ensure_host_network(state):
+    """With real nodes asked for, the run's host address exists before anything binds it."""
+    if split_node_groups()[1] and not state.get("network"):
+        real_nodes.network_up(real_nodes_run(state))
 
 
 def cmd_registry_up(_args):
     os.makedirs(SIM_DIR, exist_ok=True)
     state = load_state()
+    ensure_host_network(state)
     start_registry(state)
     print(state["registry"])
 
@@ -445,7 +500,8 @@ def cmd_up(_args):
     os.makedirs(SIM_DIR, exist_ok=True)
     binaries = binary_dir()
     state = load_state()
-    pki = ensure_pki()
+    ensure_host_network(state)
+    pki = ensure_pki(state)
     state["apiserver"] = write_kubeconfig(state, pki)
     state["kubeconfig"] = KUBECONFIG
     save_state(state)
@@ -463,18 +519,26 @@ def cmd_up(_args):
         # Nodes are only laid out on a fresh start: a running cluster may have been reshaped on purpose
         # (benchmarks, day-2 tests) and `up` must not undo that; `apply-nodes` reconciles explicitly.
         ensure_default_storage_class(state, pki)
-        groups = node_groups()
+        groups, real_groups = split_node_groups()
         apply_nodes(state, pki, groups)
         names = [node["metadata"]["name"] for node in gpu_nodes.render_nodes(groups)]
         wait_for("nodes Ready", lambda: nodes_ready(state, pki, names), 60, CONTROL_PLANE, state)
+        if real_groups:
+            real_nodes.start(real_nodes_run(state, pki), real_groups, binaries, pki, free_port)
+    elif real_nodes.any_stopped(real_nodes_run(state)):
+        # A real node's kubelet or containerd was killed (fault tests): start it again, which also advertises
+        # its GPUs again (a kubelet starting on an existing node zeroes extended resources nothing manages).
+        real_nodes.start(real_nodes_run(state, pki), [], binaries, pki, free_port)
+        started_any = True
     log("ready in %.1fs (%s); KUBECONFIG=%s" % (
         time.monotonic() - started, "started" if started_any else "already running", KUBECONFIG))
 
 
 def cmd_apply_nodes(_args):
+    """kwok nodes only: real nodes are started by `up` and stopped by `down`."""
     state = load_state()
-    pki = ensure_pki()
-    groups = node_groups()
+    pki = ensure_pki(state)
+    groups = split_node_groups()[0]
     added, removed = apply_nodes(state, pki, groups)
     names = [node["metadata"]["name"] for node in gpu_nodes.render_nodes(groups)]
     wait_for("nodes Ready", lambda: nodes_ready(state, pki, names), 120, CONTROL_PLANE, state)
@@ -527,29 +591,48 @@ def cmd_webhook_down(_args):
 
 
 def cmd_down(_args):
+    started = time.monotonic()
     state = load_state()
+    if state.get("network"):
+        run = real_nodes_run(state, ensure_pki(state))
+        # Controllers first, so the real nodes' pods, once deleted, are not made again.
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            stop_process(name, state["processes"].get(name))
+        if is_running(state["processes"].get("kube-apiserver")):
+            real_nodes.drain(run)
+        real_nodes.stop(run)
     for name in ["webhook", *reversed([*CONTROL_PLANE, "registry"])]:
-        stop_process(name, state["processes"].get(name))
+        # The API server's shutdown can hang for good with nothing left to serve; its data is about to go.
+        stop_process(name, state["processes"].get(name), 5 if name == "kube-apiserver" else 15)
     if os.path.isdir(SIM_DIR):
-        subprocess.run(["rm", "-rf", SIM_DIR], check=True)
-    log("stopped; removed %s" % SIM_DIR)
+        real_nodes.unmount_all(SIM_DIR)
+        subprocess.run(["rm", "-rf", "--one-file-system", SIM_DIR], check=True)
+    log("stopped in %.1fs; removed %s" % (time.monotonic() - started, SIM_DIR))
 
 
 def cmd_status(_args):
     state = load_state()
-    for name in [*CONTROL_PLANE, "registry", "webhook"]:
+    real = [prefix + node["name"] for node in state.get("real_nodes") or [] for prefix in ("containerd-", "kubelet-")]
+    for name in [*CONTROL_PLANE, "registry", "webhook", *real]:
         record = state["processes"].get(name)
         print("%-24s %s" % (name, "running pid %d" % record["pid"] if is_running(record) else "stopped"))
     print("ports: %s" % json.dumps(state.get("ports", {}), sort_keys=True))
+    if state.get("network"):
+        print("host address: %s on %s" % (state["host_address"], state["network"]["host_interface"]))
+    for node in state.get("real_nodes") or []:
+        print("real node %s: bridge %s subnet %s kubelet port %d" % (
+            node["name"], node["bridge"], node["subnet"], node["kubelet_port"]))
     print("kubeconfig: %s" % state.get("kubeconfig", "-"))
 
 
 def cmd_nodes(_args):
     state = load_state()
-    pki = ensure_pki()
-    rows = [gpu_nodes.node_summary(node) for node in list_sim_nodes(state, pki)]
+    pki = ensure_pki(state)
+    real = api_request(state, pki, "GET", "/api/v1/nodes?labelSelector=%s%%3Dtrue" % gpu_nodes.REAL_NODE_LABEL)
+    rows = [dict(gpu_nodes.node_summary(node), kind=kind) for kind, nodes in (
+        ("kwok", list_sim_nodes(state, pki)), ("real", real["items"])) for node in nodes]
     print("Simulated cluster: %s (KUBECONFIG=%s), registry %s" % (state["apiserver"], KUBECONFIG, state["registry"]))
-    columns = ["name", "gpus", "backend", "arch", "warp_size", "taints"]
+    columns = ["name", "kind", "gpus", "backend", "arch", "warp_size", "taints"]
     widths = {column: max([len(column)] + [len(row[column]) for row in rows]) for column in columns}
     print("  ".join(column.upper().ljust(widths[column]) for column in columns))
     for row in rows:

@@ -21,6 +21,8 @@ import copy
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 SIM_LABEL = "gkm.io/sim-node"
+# Nodes with a real kubelet and containerd (tools/sim-cluster/real_nodes.py): pods that must really run pin here.
+REAL_NODE_LABEL = "gkm.io/real-node"
 
 GPU_BACKEND_LABEL = "gkm.io/gpu-backend"
 GPU_ARCH_LABEL = "gkm.io/gpu-arch"
