@@ -106,6 +106,14 @@ def real_nodes(sim):
 
 
 @pytest.fixture(scope="session")
+def tools_image(sim):
+    """The tools image of this checkout's code in the cluster's registry (sim.py tools-image; cached builds)."""
+    result = subprocess.run([sys.executable, SIM_SCRIPT, "tools-image"], check=True, cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
 def kube(sim):
     from kubernetes import config
 

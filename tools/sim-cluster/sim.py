@@ -11,6 +11,7 @@
     sim.py apply-nodes   create/remove simulated nodes so the cluster matches the node list
     sim.py webhook-up    run the collection's webhook server as a local process (url endpoint mode)
     sim.py webhook-down  stop it
+    sim.py tools-image   build (or reuse) the tools image, push it to the registry, record it as "tools_image"
 
 State lives in $GKM_SIM_DIR (default .sim/ in the checkout): state.json (pids, ports), pki/, logs/,
 kubeconfig. Ports are picked free at start, so two checkouts never collide.
@@ -581,6 +582,21 @@ def cmd_webhook_up(args):
     print(json.dumps({"changed": not running, "url": url, "ca_bundle": ca_bundle}))
 
 
+def cmd_tools_image(_args):
+    """Build (or reuse) the tools image from this checkout, push it to the run's registry, record and print it.
+
+    Cheap when nothing changed (the image cache under ~/.cache); after a code change only the code layer is
+    rebuilt, so tests and the demo always run the checkout's code on the real nodes.
+    """
+    state = load_state()
+    result = subprocess.run([os.path.join(ROOT, "tools", "images", "build.sh"), "tools", "--push", state["registry"]],
+                            check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    state = load_state()
+    state["tools_image"] = result.stdout.strip().splitlines()[-1]
+    save_state(state)
+    print(state["tools_image"])
+
+
 def cmd_webhook_down(_args):
     state = load_state()
     record = state["processes"].pop("webhook", None)
@@ -643,7 +659,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = {"up": cmd_up, "registry-up": cmd_registry_up, "down": cmd_down, "status": cmd_status,
                 "nodes": cmd_nodes, "apply-nodes": cmd_apply_nodes,
-                "webhook-up": cmd_webhook_up, "webhook-down": cmd_webhook_down}
+                "webhook-up": cmd_webhook_up, "webhook-down": cmd_webhook_down, "tools-image": cmd_tools_image}
     parser.add_argument("command", choices=sorted(commands))
     parser.add_argument("--dry-run", action="store_true", help="webhook-up: say what would be started, start nothing")
     args = parser.parse_args()

@@ -1,0 +1,319 @@
+"""The data path on the simulated cluster's real nodes (kubelet + containerd + runc on this machine).
+
+Extraction Jobs really pull the cache image with the tools image and write the hostPath PV; a workload really
+reads its node's copy through the in-cluster webhook; refusals come back from the real container; the
+permission step is what lets the Job write; faults (a kubelet killed mid-extraction, the registry stopped,
+the API server restarted) end in a rerun that converges with nothing lost or duplicated.
+"""
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+
+from tests.helpers import kcache_images
+from tests.helpers.modules import NODE_DISK, run_module
+from tests.helpers.real_nodes import (
+    BASELINE,
+    delete_namespace,
+    labelled_namespace,
+    layer_files,
+    node_disk_files,
+    pod_logs,
+    real_pod_template,
+    run_daemonset,
+    running_pods,
+    wait_until,
+)
+from tests.helpers.webhook import install
+
+pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
+
+AMD_NODE = "gkm-real-amd-1"
+NVIDIA_NODE = "gkm-real-nvidia-1"
+SIM_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "tools", "sim-cluster", "sim.py")
+
+
+def unique(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:6])
+
+
+@pytest.fixture(scope="module")
+def image(registry, real_nodes):
+    spec = kcache_images.CacheSpec(backend="hip", kernels=3, seed=11)
+    return kcache_images.build_image(registry.host, "real/vector-add", "v1", spec), spec
+
+
+@pytest.fixture
+def job_namespace(kube):
+    """A namespace enforcing Pod Security baseline, the level the extraction Jobs' permission step needs."""
+    core = client.CoreV1Api(kube)
+    name = labelled_namespace(core, unique("t-real"), BASELINE)
+    yield name
+    delete_namespace(core, name)
+
+
+def distribute(sim, tools_image, **args):
+    args.setdefault("registry_plain_http", True)
+    args.setdefault("extract_image", tools_image)
+    args.setdefault("host_path_root", NODE_DISK)
+    args.setdefault("pod_template", real_pod_template())
+    args.setdefault("wait", True)
+    args.setdefault("wait_timeout", 180)
+    return run_module("cache_distribute", sim.kubeconfig, **args)
+
+
+def remove(sim, tools_image, **args):
+    keep = {k: v for k, v in args.items() if k in ("name", "namespace", "scope")}
+    result = distribute(sim, tools_image, state="absent", force=True, **keep)
+    assert not result.get("failed"), result
+    return result
+
+
+def entry(result, node, namespace=None):
+    return next(e for e in result["status"]["entries"] if e["node"] == node
+                and (namespace is None or e["namespace"] == namespace))
+
+
+def slot_dir(namespace, cache, digest, cache_namespace=None):
+    return os.path.join(NODE_DISK, cache_namespace or "_cluster", cache, namespace, digest.split(":")[1])
+
+
+def files_under(path):
+    return [name for name in node_disk_files(path) if os.path.isfile(name)]
+
+
+# ---------------------------------------------------------------- extraction and read-back
+
+
+def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(sim, kube, tools_image, image,
+                                                                           job_namespace):
+    pushed, spec = image
+    name = unique("va")
+    core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
+    webhook = dict(name=unique("wh"), namespace=unique("gkm-wh"), endpoint="service", tls_mode="self_signed",
+                   image=tools_image, replicas=1, node_selector={"gkm.io/real-node": "true"},
+                   tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                   failure_policy="Fail", wait_timeout=180)
+    try:
+        install(sim.kubeconfig, **webhook)
+        started = time.monotonic()
+        result = distribute(sim, tools_image, name=name, namespace=job_namespace, image=pushed.ref)
+        assert not result.get("failed"), result
+        extracted_after = time.monotonic() - started
+        assert entry(result, AMD_NODE)["phase"] == "Extracted", result["status"]
+        assert entry(result, NVIDIA_NODE)["phase"] == "Incompatible"
+        assert "cuda/90/32 does not match" in entry(result, NVIDIA_NODE)["message"]
+
+        # On the node's disk: every file readable by any uid, nothing writable by others, owned by the extractor.
+        cache_dir = os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache")
+        on_disk = files_under(cache_dir)
+        assert len(on_disk) == len([e for e in kcache_images.cache_entries(spec)[0]]) + 1  # + .gkm-cache.json
+        for path in on_disk:
+            mode = os.stat(path).st_mode
+            assert mode & 0o444 == 0o444 and not mode & 0o022, (path, oct(mode))
+            assert os.stat(path).st_uid == 1000
+
+        entries = kcache_images.cache_entries(spec)[0]
+        kernel = next(e.name for e in entries if e.name.endswith(".llir"))
+        manifest = "io.triton.manifest/manifest.json"
+        expected = layer_files(sim.registry, "real/vector-add", pushed.digest, {kernel, manifest})
+        script = "sha256sum /kernels/%s /kernels/%s && head -n 3 /kernels/%s && sleep 3600" % (
+            manifest, kernel, kernel)
+        run_daemonset(apps, job_namespace, "reader", tools_image, script, labels={"gkm.io/pvc-mutation": "true"},
+                      volumes=[{"name": "kernels", "persistentVolumeClaim": {"claimName": name}}],
+                      mounts=[{"name": "kernels", "mountPath": "/kernels", "subPath": "cache", "readOnly": True}])
+        apps.patch_namespaced_daemon_set("reader", job_namespace, {"spec": {"template": {"spec": {
+            "nodeSelector": {"kubernetes.io/hostname": AMD_NODE}}}}})
+        pod = wait_until("the reader pod running on %s" % AMD_NODE,
+                         lambda: running_pods(core, job_namespace, "app=reader"), timeout=120)[0]
+        read = wait_until("the reader's checksums", lambda: (lambda log: log if manifest in log else None)(
+            pod_logs(core, job_namespace, pod.metadata.name)), timeout=60)
+        readable_after = time.monotonic() - started
+        sums = {line.split()[1].replace("/kernels/", ""): line.split()[0]
+                for line in read.splitlines() if line.startswith(tuple("0123456789abcdef")) and "  /kernels/" in line}
+        assert sums == expected, read
+        claim = pod.spec.volumes[0].persistent_volume_claim.claim_name
+        assert claim == entry(result, AMD_NODE)["pvc"]
+        print("cache applied -> Extracted %.1fs, -> read in the workload pod %.1fs" % (
+            extracted_after, readable_after))
+    finally:
+        apps.delete_collection_namespaced_daemon_set(job_namespace)
+        install(sim.kubeconfig, name=webhook["name"], namespace=webhook["namespace"], endpoint="service",
+                state="absent")
+        removed = remove(sim, tools_image, name=name, namespace=job_namespace)
+    assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest, job_namespace)), removed.get("scrub")
+
+
+def test_rox_and_cluster_caches_over_two_namespaces_land_on_the_real_node(sim, kube, tools_image, image,
+                                                                          job_namespace):
+    pushed, _spec = image
+    core = client.CoreV1Api(kube)
+    second = labelled_namespace(core, unique("t-real-b"), BASELINE)
+    rox, cluster = unique("rox"), unique("cl")
+    try:
+        shared = distribute(sim, tools_image, name=rox, namespace=job_namespace, image=pushed.ref,
+                            access_modes=["ReadOnlyMany"])
+        assert shared["status"]["phase"] == "Extracted", shared["status"]
+        assert files_under(os.path.join(slot_dir(job_namespace, rox, pushed.digest, job_namespace), "cache"))
+
+        both = distribute(sim, tools_image, name=cluster, scope="cluster", workload_namespaces=[job_namespace, second],
+                          image=pushed.ref)
+        assert both["status"]["phase"] == "Extracted", both["status"]
+        for namespace in (job_namespace, second):
+            assert entry(both, AMD_NODE, namespace)["phase"] == "Extracted"
+            assert files_under(os.path.join(slot_dir(namespace, cluster, pushed.digest), "cache"))
+        again = distribute(sim, tools_image, name=cluster, scope="cluster", workload_namespaces=[job_namespace, second],
+                           image=pushed.ref)
+        assert again["changed"] is False and again["api_writes"] == 0
+    finally:
+        remove(sim, tools_image, name=rox, namespace=job_namespace)
+        remove(sim, tools_image, name=cluster, scope="cluster")
+        delete_namespace(core, second)
+    for path in (slot_dir(job_namespace, rox, pushed.digest, job_namespace),
+                 slot_dir(job_namespace, cluster, pushed.digest), slot_dir(second, cluster, pushed.digest)):
+        assert not os.path.exists(path)
+
+
+# ---------------------------------------------------------------- refusals and the permission step
+
+
+def test_a_hostile_image_is_refused_in_the_real_job_and_the_destination_stays_untouched(sim, registry, tools_image,
+                                                                                        job_namespace):
+    # The hostile images target cuda/90: the NVIDIA real node is the one that extracts them.
+    hostile, expected = kcache_images.push_hostile(registry.host, "real/hostile", "path_traversal")
+    name = unique("bad")
+    try:
+        result = distribute(sim, tools_image, name=name, namespace=job_namespace, image=hostile.ref, wait_timeout=120)
+        failed = entry(result, NVIDIA_NODE)
+        assert failed["phase"] == "Error", result["status"]
+        assert failed["reason"] == "ExtractionRefused", failed
+        assert expected in failed["message"], failed["message"]
+        slot = slot_dir(job_namespace, name, hostile.digest, job_namespace)
+        assert not os.path.exists(os.path.join(slot, "cache")), node_disk_files(slot)
+        assert not [path for path in node_disk_files(NODE_DISK) if "gkm-evil" in path]
+    finally:
+        remove(sim, tools_image, name=name, namespace=job_namespace)
+
+
+def test_without_the_permission_step_the_job_cannot_write_the_pv(sim, tools_image, image, job_namespace):
+    pushed, _spec = image
+    name = unique("noowner")
+    try:
+        result = distribute(sim, tools_image, name=name, namespace=job_namespace, image=pushed.ref,
+                            set_volume_owner="never", wait_timeout=120)
+        failed = entry(result, AMD_NODE)
+        assert failed["phase"] == "Error", result["status"]
+        assert failed["reason"] == "VolumeNotWritable", failed
+        assert "uid 1000" in failed["message"] and "set_volume_owner" in failed["message"]
+        assert not os.path.exists(os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache"))
+    finally:
+        remove(sim, tools_image, name=name, namespace=job_namespace)
+
+
+def test_an_image_the_nodes_cannot_pull_is_an_error_at_once_naming_the_image(sim, tools_image, image, job_namespace):
+    pushed, _spec = image
+    absent = "%s/gkm-cluster/tools:absent-%s" % (sim.registry, uuid.uuid4().hex[:6])
+    name = unique("nopull")
+    started = time.monotonic()
+    try:
+        result = distribute(sim, absent, name=name, namespace=job_namespace, image=pushed.ref, wait_timeout=300)
+        failed = entry(result, AMD_NODE)
+        assert failed["phase"] == "Error" and failed["reason"] == "ToolsImageNotPullable", failed
+        assert absent in failed["message"] and "make images REGISTRY=" in failed["message"]
+        assert "extract_image (gkm_tools_image)" in failed["fix"]
+        assert time.monotonic() - started < 120
+    finally:
+        remove(sim, tools_image, name=name, namespace=job_namespace)
+
+
+# ---------------------------------------------------------------- faults, each followed by a converging rerun
+
+
+def _sim(*args):
+    subprocess.run([sys.executable, SIM_SCRIPT, *args], check=True, capture_output=True)
+
+
+def _kill_process(process_name):
+    from tests.conftest import sim_control
+
+    record = sim_control.load_state()["processes"]["%s-%s" % (process_name, AMD_NODE)]
+    os.kill(record["pid"], 9)
+
+
+def _converges(sim, tools_image, args, digest):
+    rerun = distribute(sim, tools_image, **args)
+    assert not rerun.get("failed"), rerun
+    assert entry(rerun, AMD_NODE)["phase"] == "Extracted", rerun["status"]
+    third = distribute(sim, tools_image, **args)
+    assert third["changed"] is False and third["api_writes"] == 0, third["plan"]
+    cache_dir = os.path.join(slot_dir(args["namespace"], args["name"], digest, args["namespace"]), "cache")
+    return files_under(cache_dir)
+
+
+@pytest.mark.parametrize("fault", ["kubelet", "containerd"])
+def test_a_node_agent_killed_mid_extraction_then_a_rerun_converges(sim, kube, tools_image, registry, job_namespace,
+                                                                    fault):
+    spec = kcache_images.CacheSpec(backend="hip", kernels=40, kernel_bytes=200_000, seed=23)
+    pushed = kcache_images.build_image(registry.host, "real/big-%s" % fault, "v1", spec)
+    args = dict(name=unique("kill"), namespace=job_namespace, image=pushed.ref)
+    batch = client.BatchV1Api(kube)
+    try:
+        first = distribute(sim, tools_image, wait=False, **args)
+        assert not first.get("failed"), first
+        wait_until("the extraction Job's pod to start", lambda: [
+            job for job in batch.list_namespaced_job(job_namespace).items if job.status.active], timeout=60,
+            interval=0.1)
+        _kill_process(fault)
+        _sim("up")  # restarts the killed agent, as a node's service manager would
+        files = _converges(sim, tools_image, args, pushed.digest)
+        assert len(files) == len(kcache_images.cache_entries(spec)[0]) + 1
+    finally:
+        _sim("up")
+        remove(sim, tools_image, **args)
+
+
+def test_registry_stopped_while_jobs_pull_then_a_rerun_converges(sim, tools_image, registry, job_namespace):
+    spec = kcache_images.CacheSpec(backend="hip", kernels=5, seed=29)
+    pushed = kcache_images.build_image(registry.host, "real/registry-down", "v1", spec)
+    args = dict(name=unique("regdown"), namespace=job_namespace, image=pushed.ref)
+    from tests.conftest import sim_control
+
+    try:
+        state = sim_control.load_state()
+        sim_control.stop_process("registry", state["processes"]["registry"])
+        during = distribute(sim, tools_image, wait_timeout=40, **args)
+        assert during.get("failed"), during  # the tag cannot be resolved: refused before anything is written
+        assert "registry" in during["msg"].lower() or "connect" in during["msg"].lower(), during["msg"]
+        _sim("registry-up")
+        files = _converges(sim, tools_image, args, pushed.digest)
+        assert len(files) == len(kcache_images.cache_entries(spec)[0]) + 1
+    finally:
+        _sim("registry-up")
+        remove(sim, tools_image, **args)
+
+
+def test_api_server_restarted_during_a_deploy_then_a_rerun_converges(sim, kube, tools_image, registry, job_namespace):
+    spec = kcache_images.CacheSpec(backend="hip", kernels=5, seed=31)
+    pushed = kcache_images.build_image(registry.host, "real/api-restart", "v1", spec)
+    args = dict(name=unique("apirst"), namespace=job_namespace, image=pushed.ref)
+    from tests.conftest import sim_control
+
+    try:
+        first = distribute(sim, tools_image, wait=False, **args)
+        assert not first.get("failed"), first
+        state = sim_control.load_state()
+        sim_control.stop_process("kube-apiserver", state["processes"]["kube-apiserver"])
+        _sim("up")
+        files = _converges(sim, tools_image, args, pushed.digest)
+        assert len(files) == len(kcache_images.cache_entries(spec)[0]) + 1
+        jobs = client.BatchV1Api(kube).list_namespaced_job(job_namespace,
+                                                           label_selector="gkm.io/cache=%s" % args["name"])
+        assert len(jobs.items) == 1  # nothing duplicated
+    finally:
+        remove(sim, tools_image, **args)
