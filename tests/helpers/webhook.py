@@ -135,7 +135,8 @@ class LocalWebhookServer:
 
 def install_params(kubeconfig, **overrides):
     params = dict(
-        name="gkm-webhook", namespace="gkm-system", state="present", endpoint="url", url=None, image=None,
+        name="gkm-webhook", namespace="gkm-system", pod_security_level="restricted", state="present",
+        endpoint="url", url=None, image=None,
         image_pull_policy="IfNotPresent", replicas=2, tolerations=[], node_selector={}, tls_mode="provided",
         ca_bundle=None, cert_valid_days=365, ca_valid_days=3650, renew_before_days=30, failure_policy="Fail",
         timeout_seconds=5, excluded_namespaces=[], wait=True, wait_timeout=60, kubeconfig=kubeconfig,
