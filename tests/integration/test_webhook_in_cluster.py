@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import InstallError
 from tests.helpers.webhook import (
+    COLLECTIONS,
     GPU_TOLERATION,
     KWOK_NODES,
     ROOT,
@@ -199,6 +200,44 @@ def test_pods_the_namespace_refuses_fail_the_install_early(sim, kube):
     finally:
         remove(sim.kubeconfig, name, namespace)
         core.delete_namespace(namespace)
+
+
+ROLE_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  roles:
+    - role: gkm.cluster.gkm
+"""
+
+
+def run_gkm_role(tmp_path, **variables):
+    play = tmp_path / "gkm.yml"
+    play.write_text(ROLE_PLAY)
+    # The implicit localhost runs modules with ansible-playbook's own Python.
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_LOCALHOST_WARNING="0",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    command = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), str(play), "-e", json.dumps(variables)]
+    ran = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stdout[-4000:]
+
+
+def test_role_variables_place_the_server_and_set_the_pod_security_level(sim, kube, tmp_path):
+    namespace = unique("gkm-role")
+    toleration = dict(GPU_TOLERATION)
+    variables = dict(gkm_kubeconfig=sim.kubeconfig, gkm_namespace=namespace,
+                     gkm_registry_mirror="mirror.example.com/gkm", gkm_webhook_failure_policy="Ignore",
+                     gkm_webhook_node_selector=KWOK_NODES, gkm_webhook_tolerations=[toleration],
+                     gkm_webhook_pod_security_level="baseline")
+    try:
+        run_gkm_role(tmp_path, **variables)
+        pod = client.AppsV1Api(kube).read_namespaced_deployment("gkm-webhook", namespace).spec.template.spec
+        assert pod.node_selector == KWOK_NODES
+        assert [(t.key, t.operator, t.value, t.effect) for t in pod.tolerations] == [tuple(toleration.values())]
+        assert pod.containers[0].image == "mirror.example.com/gkm/gkm-cluster/tools:0.1.0"  # the default, mirrored
+        labels = client.CoreV1Api(kube).read_namespace(namespace).metadata.labels
+        assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    finally:
+        run_gkm_role(tmp_path, **dict(variables, gkm_state="absent"))
 
 
 # --------------------------------------------------------------------------- real nodes
