@@ -244,9 +244,11 @@ def test_role_variables_place_the_server_and_set_the_pod_security_level(sim, kub
 
 
 @pytest.fixture(scope="module")
-def real_nodes(sim, kube):
+def real_node_names(sim, kube):
+    """Names of the real nodes that are Ready; skips when the simulated cluster runs none (state.json real_nodes)."""
     if not sim.state.get("real_nodes"):
-        pytest.skip("the simulated cluster has no real nodes (state.json real_nodes is empty): kwok pods run nothing")
+        pytest.skip("the simulated cluster has no real nodes (state.json real_nodes is empty): kwok pods run nothing; "
+                    "run with GKM_SIM_REAL_NODES=2")
     nodes = client.CoreV1Api(kube).list_node(label_selector="%s=true" % REAL_NODE_LABEL).items
     ready = sorted(node.metadata.name for node in nodes
                    if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []))
@@ -255,7 +257,7 @@ def real_nodes(sim, kube):
 
 
 @pytest.fixture(scope="module")
-def tools_image(sim, real_nodes):
+def tools_image(sim, real_node_names):
     """The tools image of this checkout, pushed to the run's registry (built again only when its inputs change)."""
     script = os.path.join(ROOT, "tools", "images", "build.sh")
     if not os.path.exists(script):
@@ -275,7 +277,7 @@ def real_options(name, namespace, image, **overrides):
 
 
 @pytest.fixture(scope="module")
-def real_webhook(sim, kube, real_nodes, tools_image):
+def real_webhook(sim, kube, real_node_names, tools_image):
     """The webhook as users run it, on the real nodes, with failurePolicy Fail; removed afterwards."""
     name, namespace = unique("wh"), unique("gkm-wh")
     options = real_options(name, namespace, tools_image)
@@ -318,25 +320,25 @@ def labelled_pod(name, node, image, labels=MUTATION_LABEL):
     return {"metadata": {"name": name, "labels": dict(labels)}, "spec": dict(workload_spec(image), nodeName=node)}
 
 
-def test_real_server_mutates_through_its_service(kube, real_nodes, real_webhook, namespace):
+def test_real_server_mutates_through_its_service(kube, real_node_names, real_webhook, namespace):
     core = client.CoreV1Api(kube)
     pods = ready_server_pods(core, real_webhook)
-    assert {pod.spec.node_name for pod in pods} <= set(real_nodes)
+    assert {pod.spec.node_name for pod in pods} <= set(real_node_names)
     for pod in pods:
         [status] = pod.status.container_statuses
         assert status.ready and status.restart_count == 0
-    expected = create_node_pvcs(kube, namespace, CACHE, real_nodes)
-    wait_views_hold(core, real_webhook, len(real_nodes))
-    for node in real_nodes:
+    expected = create_node_pvcs(kube, namespace, CACHE, real_node_names)
+    wait_views_hold(core, real_webhook, len(real_node_names))
+    for node in real_node_names:
         created = core.create_namespaced_pod(namespace, labelled_pod(unique("probe"), node, real_webhook["image"]),
                                              dry_run="All")
         assert created.spec.volumes[0].persistent_volume_claim.claim_name == expected[node]
 
 
-def test_certificate_rotation_under_load_fails_no_admission_on_real_pods(sim, kube, real_nodes, real_webhook,
+def test_certificate_rotation_under_load_fails_no_admission_on_real_pods(sim, kube, real_node_names, real_webhook,
                                                                          namespace):
     core = client.CoreV1Api(kube)
-    node = real_nodes[0]
+    node = real_node_names[0]
     expected = create_node_pvcs(kube, namespace, CACHE, [node])[node]
     wait_views_hold(core, real_webhook, 1)
     failures, admitted = [], []
@@ -399,12 +401,12 @@ def daemon_pod_node(pod):
     return terms[0].match_fields[0].values[0]
 
 
-def test_server_pods_deleted_during_a_daemonset_rollout_only_delay_labelled_pods(kube, real_nodes, real_webhook,
+def test_server_pods_deleted_during_a_daemonset_rollout_only_delay_labelled_pods(kube, real_node_names, real_webhook,
                                                                                  namespace):
     core = client.CoreV1Api(kube)
     image = real_webhook["image"]
-    expected = create_node_pvcs(kube, namespace, CACHE, real_nodes)
-    wait_views_hold(core, real_webhook, len(real_nodes))
+    expected = create_node_pvcs(kube, namespace, CACHE, real_node_names)
+    wait_views_hold(core, real_webhook, len(real_node_names))
     for pod in server_pods(core, real_webhook["name"], real_webhook["namespace"]):
         core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
     name = unique("ds")
@@ -412,16 +414,16 @@ def test_server_pods_deleted_during_a_daemonset_rollout_only_delay_labelled_pods
 
     # While no server answers: labelled pods are refused (failurePolicy Fail), unlabelled pods are not.
     with pytest.raises(ApiException) as refused:
-        core.create_namespaced_pod(namespace, labelled_pod(unique("during"), real_nodes[0], image), dry_run="All")
+        core.create_namespaced_pod(namespace, labelled_pod(unique("during"), real_node_names[0], image), dry_run="All")
     assert "failed calling webhook" in json.loads(refused.value.body)["message"]
-    plain = core.create_namespaced_pod(namespace, labelled_pod(unique("plain"), real_nodes[0], image, labels={}),
+    plain = core.create_namespaced_pod(namespace, labelled_pod(unique("plain"), real_node_names[0], image, labels={}),
                                        dry_run="All")
     assert plain.spec.volumes[0].persistent_volume_claim.claim_name == CACHE
 
     def every_node_has_its_pod():
         pods = core.list_namespaced_pod(namespace, label_selector="app=%s" % name).items
         claims = {daemon_pod_node(pod): pod.spec.volumes[0].persistent_volume_claim.claim_name for pod in pods}
-        return claims if set(claims) == set(real_nodes) else None
+        return claims if set(claims) == set(real_node_names) else None
 
     claims = wait_until("the DaemonSet's pods once the servers are back", every_node_has_its_pod, timeout=180,
                         interval=1)
