@@ -288,6 +288,24 @@ def real_webhook(sim, kube, real_node_names, tools_image):
         remove(sim.kubeconfig, name, namespace)
 
 
+def test_an_image_the_registry_lacks_fails_the_install_early_on_real_nodes(sim, kube, real_node_names):
+    name, namespace = unique("wh"), unique("gkm-wh")
+    image = "%s/gkm-cluster/absent:%s" % (sim.state["registry"], uuid.uuid4().hex[:8])
+    started = time.monotonic()
+    try:
+        with pytest.raises(InstallError) as failed:
+            install_server(sim.kubeconfig, **real_options(name, namespace, image))
+        elapsed = time.monotonic() - started
+        message = str(failed.value)
+        assert "the webhook server's image %s cannot be pulled on node " % image in message
+        assert any("on node %s " % node in message for node in real_node_names)
+        assert "ErrImagePull" in message or "ImagePullBackOff" in message
+        assert "make images REGISTRY=" in message
+        assert elapsed < 90, "failed after %.0fs, not early" % elapsed
+    finally:
+        remove(sim.kubeconfig, name, namespace)
+
+
 def pod_metrics(core, pod):
     """The server's /metrics page read through the API server's pod proxy (HTTPS to the pod IP)."""
     return core.connect_get_namespaced_pod_proxy_with_path("https:%s:8443" % pod.metadata.name,
@@ -401,31 +419,62 @@ def daemon_pod_node(pod):
     return terms[0].match_fields[0].values[0]
 
 
+class AdmissionProbe(threading.Thread):
+    """Dry-run creates of a labelled and an unlabelled pod, in turn, recording (seconds, labelled, error or None)."""
+
+    def __init__(self, core, namespace, node, image):
+        super().__init__(daemon=True)
+        self.core, self.namespace, self.node, self.image = core, namespace, node, image
+        self.stop = threading.Event()
+        self.results = []
+
+    def run(self):
+        started, index = time.monotonic(), 0
+        while not self.stop.is_set():
+            labelled = index % 2 == 0
+            body = labelled_pod("probe-%d" % index, self.node, self.image, MUTATION_LABEL if labelled else {})
+            try:
+                self.core.create_namespaced_pod(self.namespace, body, dry_run="All")
+                error = None
+            except ApiException as failure:
+                error = json.loads(failure.body)["message"]
+            self.results.append((time.monotonic() - started, labelled, error))
+            index += 1
+            self.stop.wait(0.1)
+
+    def failures(self, labelled):
+        return [(at, error) for at, was_labelled, error in self.results if was_labelled == labelled and error]
+
+
 def test_server_pods_deleted_during_a_daemonset_rollout_only_delay_labelled_pods(kube, real_node_names, real_webhook,
                                                                                  namespace):
     core = client.CoreV1Api(kube)
     image = real_webhook["image"]
     expected = create_node_pvcs(kube, namespace, CACHE, real_node_names)
     wait_views_hold(core, real_webhook, len(real_node_names))
-    for pod in server_pods(core, real_webhook["name"], real_webhook["namespace"]):
-        core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-    name = unique("ds")
-    client.AppsV1Api(kube).create_namespaced_daemon_set(namespace, daemonset(name, image))
+    probe = AdmissionProbe(core, namespace, real_node_names[0], image)
+    probe.start()
+    try:
+        for pod in server_pods(core, real_webhook["name"], real_webhook["namespace"]):
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        name = unique("ds")
+        client.AppsV1Api(kube).create_namespaced_daemon_set(namespace, daemonset(name, image))
 
-    # While no server answers: labelled pods are refused (failurePolicy Fail), unlabelled pods are not.
-    with pytest.raises(ApiException) as refused:
-        core.create_namespaced_pod(namespace, labelled_pod(unique("during"), real_node_names[0], image), dry_run="All")
-    assert "failed calling webhook" in json.loads(refused.value.body)["message"]
-    plain = core.create_namespaced_pod(namespace, labelled_pod(unique("plain"), real_node_names[0], image, labels={}),
-                                       dry_run="All")
-    assert plain.spec.volumes[0].persistent_volume_claim.claim_name == CACHE
+        def every_node_has_its_pod():
+            pods = core.list_namespaced_pod(namespace, label_selector="app=%s" % name).items
+            claims = {daemon_pod_node(pod): pod.spec.volumes[0].persistent_volume_claim.claim_name for pod in pods}
+            return claims if set(claims) == set(real_node_names) else None
 
-    def every_node_has_its_pod():
-        pods = core.list_namespaced_pod(namespace, label_selector="app=%s" % name).items
-        claims = {daemon_pod_node(pod): pod.spec.volumes[0].persistent_volume_claim.claim_name for pod in pods}
-        return claims if set(claims) == set(real_node_names) else None
-
-    claims = wait_until("the DaemonSet's pods once the servers are back", every_node_has_its_pod, timeout=180,
-                        interval=1)
+        claims = wait_until("the DaemonSet's pods once the servers are back", every_node_has_its_pod, timeout=180,
+                            interval=1)
+        wait_until("a labelled pod admitted after the outage", lambda: not probe.results[-1][2], timeout=60)
+    finally:
+        probe.stop.set()
+        probe.join()
     assert claims == expected
+    # While no server answered, labelled pods were refused (failurePolicy Fail); unlabelled pods never were.
+    refused = probe.failures(labelled=True)
+    assert refused, "no outage seen: the replacement servers were ready before any labelled pod was refused"
+    assert all("failed calling webhook" in error for _at, error in refused)
+    assert probe.failures(labelled=False) == []
     assert len(ready_server_pods(core, real_webhook)) == real_webhook["replicas"]
