@@ -26,7 +26,6 @@ CERT_DIR = "/etc/gkm-webhook/tls"
 SERVER_UID = 1000
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 INJECT_CA_ANNOTATION = "cert-manager.io/inject-ca-from"
-POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
 # Everything the server's ServiceAccount may do: the list+watch of each source webhook/sync.py keeps
 # in its view, cluster-wide. The module's documentation lists the same set.
 SERVER_RULES = (
