@@ -391,8 +391,8 @@ def test_certificate_rotation_under_load_fails_no_admission_on_real_pods(sim, ku
         wait_until("every server to load the renewed certificate", lambda: reloads_everywhere(1), timeout=240,
                    interval=2)
         # 2. A new CA: published next to the old one first, then a certificate it signed.
-        rotated = install_server(sim.kubeconfig, **dict(real_webhook, cert_valid_days=3700, ca_valid_days=4000,
-                                                 renew_before_days=10))
+        rotation = dict(real_webhook, cert_valid_days=3700, ca_valid_days=4000, renew_before_days=10)
+        rotated = install_server(sim.kubeconfig, **rotation)
         assert rotated["tls"]["ca_renewed"] and rotated["tls"]["ca_certificates"] == 2
         wait_until("every server to load the new CA's certificate", lambda: reloads_everywhere(2), timeout=240,
                    interval=2)

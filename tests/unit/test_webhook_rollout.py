@@ -18,8 +18,9 @@ def pod(name="gkm-webhook-abc", node="gpu-1", image=IMAGE, waiting=None, ready=F
          "message": unscheduled_message},
         {"type": "Ready", "status": "True" if ready else "False"}]}
     if waiting:
-        status["containerStatuses"] = [{"name": "webhook", "state": {"waiting": {"reason": waiting[0],
-                                                                                "message": waiting[1]}}}]
+        reason, message = waiting
+        state = {"waiting": {"reason": reason, "message": message}}
+        status["containerStatuses"] = [{"name": "webhook", "state": state}]
     return {"metadata": {"name": name}, "spec": {"nodeName": node if scheduled else None,
                                                  "containers": [{"name": "webhook", "image": image}]},
             "status": status}
