@@ -334,8 +334,9 @@ def workload_spec(image):
             "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": CACHE}}]}
 
 
-def labelled_pod(name, node, image, labels=MUTATION_LABEL):
-    return {"metadata": {"name": name, "labels": dict(labels)}, "spec": dict(workload_spec(image), nodeName=node)}
+def labelled_pod(name, node, image, labelled=True):
+    labels = dict(MUTATION_LABEL) if labelled else {}
+    return {"metadata": {"name": name, "labels": labels}, "spec": dict(workload_spec(image), nodeName=node)}
 
 
 def test_real_server_mutates_through_its_service(kube, real_node_names, real_webhook, namespace):
@@ -432,7 +433,7 @@ class AdmissionProbe(threading.Thread):
         started, index = time.monotonic(), 0
         while not self.stop.is_set():
             labelled = index % 2 == 0
-            body = labelled_pod("probe-%d" % index, self.node, self.image, MUTATION_LABEL if labelled else {})
+            body = labelled_pod("probe-%d" % index, self.node, self.image, labelled)
             try:
                 self.core.create_namespaced_pod(self.namespace, body, dry_run="All")
                 error = None
