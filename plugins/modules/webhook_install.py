@@ -15,11 +15,20 @@ description:
     cache in C(claimName) and carry the label C(gkm.io/pvc-mutation=true); the webhook rewrites the claim
     to the PVC of the pod's node at admission, and denies the pod with a message naming the cache, the node
     and what to run when that node has no PVC yet.
-  - Installs, in this order, the namespace, a ServiceAccount with read-only RBAC (get, list and watch on
-    PVCs, GKMCaches and ClusterGKMCaches), the TLS material, the server Deployment with a
-    PodDisruptionBudget and a Service, waits until the server is ready, and only then registers the
-    MutatingWebhookConfiguration. A half-finished install therefore never sends a pod to a server that is
+  - Installs, in this order, the namespace, a ServiceAccount and its RBAC, the TLS material, the server
+    Deployment with a PodDisruptionBudget and a Service, waits until the server is ready, and only then registers
+    the MutatingWebhookConfiguration. A half-finished install therefore never sends a pod to a server that is
     not there.
+  - "The server's ServiceAccount may do exactly what its view needs, cluster-wide, through the ClusterRole
+    C(gkm.cluster:<namespace>:<name>): C(list) and C(watch) on C(persistentvolumeclaims) (core group), and
+    C(list) and C(watch) on C(gkmcaches) and C(clustergkmcaches) (group C(gkm.io)). Nothing else: no C(get),
+    no writes, no Secrets."
+  - The server pods meet the C(restricted) Pod Security profile (non-root uid 1000, no privilege escalation,
+    every capability dropped, the C(RuntimeDefault) seccomp profile, a read-only root filesystem); the
+    namespace enforces O(pod_security_level).
+  - While it waits for the server, the module fails at once, naming the image, the node and the fix, when a
+    server pod cannot pull its image (C(ErrImagePull), C(ImagePullBackOff)) or the Deployment cannot create
+    pods (for example refused by Pod Security); at O(wait_timeout) it says what each pod still waits for.
   - O(state=absent) removes the MutatingWebhookConfiguration first, then the rest; the namespace is removed
     only when this module created it and it holds no other ConfigMap or Secret (such as the ownership
     records of components installed beside the webhook, which their own removal still needs).
@@ -42,9 +51,16 @@ options:
     type: str
     default: gkm-webhook
   namespace:
-    description: Namespace of the server and its Secrets; created with the restricted Pod Security profile.
+    description: Namespace of the server and its Secrets; labelled to enforce O(pod_security_level).
     type: str
     default: gkm-system
+  pod_security_level:
+    description:
+      - The Pod Security Standards level the namespace enforces (label C(pod-security.kubernetes.io/enforce)).
+      - The server meets V(restricted); choose a weaker level only when other pods must run in the same namespace.
+    type: str
+    choices: [restricted, baseline, privileged]
+    default: restricted
   state:
     description: V(present) installs or updates the webhook, V(absent) removes it.
     type: str
@@ -65,7 +81,9 @@ options:
         The serving certificate must name the host (an IP SAN for an address).
     type: str
   image:
-    description: The tools image (C(containers/tools)) that runs the server. Required when O(endpoint=service).
+    description:
+      - The tools image (C(containers/tools)) that runs the server. Required when O(endpoint=service).
+      - Build and push it with C(make images REGISTRY=<host:port>), which prints the reference to use.
     type: str
   image_pull_policy:
     description: Pull policy of the server container.
@@ -78,12 +96,13 @@ options:
     default: 2
   tolerations:
     description:
-      - Tolerations of the server pods, in the Kubernetes format, for clusters whose nodes are all tainted.
+      - Tolerations of the server pods, in the Kubernetes format, for clusters whose nodes are all tainted
+        (GPU nodes usually carry a taint such as C(gpu=true:NoSchedule)).
     type: list
     elements: dict
     default: []
   node_selector:
-    description: Node labels the server pods must match.
+    description: Node labels the server pods must match, to keep them on (or off) a set of nodes.
     type: dict
     default: {}
   tls_mode:
@@ -153,6 +172,14 @@ EXAMPLES = r"""
 - name: Run the webhook in the cluster with a self-signed CA
   gkm.cluster.webhook_install:
     image: registry.example.com/gkm/tools:0.1.0
+
+- name: Run the webhook on the tainted GPU nodes only
+  gkm.cluster.webhook_install:
+    image: registry.example.com/gkm/tools:0.1.0
+    node_selector:
+      hardware-type: gpu
+    tolerations:
+      - {key: gpu, operator: Equal, value: "true", effect: NoSchedule}
 
 - name: Register a webhook server that runs outside the cluster
   gkm.cluster.webhook_install:
@@ -231,6 +258,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.tasks import w
 ARGUMENT_SPEC = dict(
     name=dict(type="str", default="gkm-webhook"),
     namespace=dict(type="str", default="gkm-system"),
+    pod_security_level=dict(type="str", choices=["restricted", "baseline", "privileged"], default="restricted"),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     endpoint=dict(type="str", choices=["service", "url"], default="service"),
     url=dict(type="str"),

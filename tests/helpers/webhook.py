@@ -26,6 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
 SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main"
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+# kwok's nodes (their pods run nothing): a server Deployment of an image no node has stays off the real nodes.
+KWOK_NODES = {"type": "kwok"}
 DIGEST = "sha256:" + "c0ffee" * 10 + "abcd"
 
 
@@ -123,19 +125,23 @@ class LocalWebhookServer:
         raise AssertionError("webhook server not ready after %ss; log: %s" % (timeout, self.log_path))
 
     def metric(self, ca, name):
-        """Sum of a metric's samples whose line starts with name (labels included in name if given)."""
-        text = self.get("/metrics", ca)[1]
-        return sum(float(m.group(1)) for m in re.finditer(r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(name), text,
-                                                          re.MULTILINE))
+        return metric_value(self.get("/metrics", ca)[1], name)
 
     def served_certificate(self):
         """The PEM certificate a new TLS connection gets."""
         return ssl.get_server_certificate(("127.0.0.1", self.port))
 
 
+def metric_value(text, name):
+    """Sum of the samples of a Prometheus text page whose line starts with name (labels included in name if given)."""
+    return sum(float(m.group(1)) for m in re.finditer(r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(name), text,
+                                                      re.MULTILINE))
+
+
 def install_params(kubeconfig, **overrides):
     params = dict(
-        name="gkm-webhook", namespace="gkm-system", state="present", endpoint="url", url=None, image=None,
+        name="gkm-webhook", namespace="gkm-system", pod_security_level="restricted", state="present",
+        endpoint="url", url=None, image=None,
         image_pull_policy="IfNotPresent", replicas=2, tolerations=[], node_selector={}, tls_mode="provided",
         ca_bundle=None, cert_valid_days=365, ca_valid_days=3650, renew_before_days=30, failure_policy="Fail",
         timeout_seconds=5, excluded_namespaces=[], wait=True, wait_timeout=60, kubeconfig=kubeconfig,

@@ -17,6 +17,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 from tests.helpers.webhook import (
     GPU_TOLERATION,
+    KWOK_NODES,
     CertificateFiles,
     LocalWebhookServer,
     create_node_pvcs,
@@ -31,7 +32,9 @@ PAUSE = {"name": "main", "image": "registry.k8s.io/pause:3.10"}
 
 
 def gpu_node_names(core):
-    nodes = core.list_node(label_selector="hardware-type=gpu,%s=true" % gpu_nodes.SIM_LABEL).items
+    """The kwok GPU nodes: pods bound to them run nothing, so their images are never pulled."""
+    labels = dict(KWOK_NODES, **{"hardware-type": "gpu", gpu_nodes.SIM_LABEL: "true"})
+    nodes = core.list_node(label_selector=",".join("%s=%s" % label for label in sorted(labels.items()))).items
     return sorted(node.metadata.name for node in nodes)
 
 
@@ -81,7 +84,8 @@ def daemonset(name):
     labels = {"app": name}
     return {"metadata": {"name": name}, "spec": {"selector": {"matchLabels": labels}, "template": {
         "metadata": {"labels": dict(labels, **{"gkm.io/pvc-mutation": "true"})},
-        "spec": {"tolerations": [GPU_TOLERATION], "nodeSelector": {"hardware-type": "gpu"}, "containers": [PAUSE],
+        "spec": {"tolerations": [GPU_TOLERATION], "nodeSelector": dict(KWOK_NODES, **{"hardware-type": "gpu"}),
+                 "containers": [PAUSE],
                  "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": CACHE}}]}}}}
 
 

@@ -24,7 +24,7 @@ def params(**overrides):
                 image="reg/tools:1", image_pull_policy="IfNotPresent", replicas=2, tls_mode="self_signed",
                 ca_bundle=None, cert_valid_days=365, ca_valid_days=3650, renew_before_days=30,
                 failure_policy="Fail", timeout_seconds=5, excluded_namespaces=[], wait=True, wait_timeout=120,
-                tolerations=[], node_selector={})
+                tolerations=[], node_selector={}, pod_security_level="restricted")
     base.update(overrides)
     return base
 
@@ -84,12 +84,19 @@ def test_url_endpoint_and_cert_manager_annotation():
     assert config["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": "gkm-system/gkm-webhook-tls"}
 
 
-def test_rbac_is_read_only_on_pvcs_and_cache_kinds():
+def test_rbac_is_list_and_watch_of_what_the_view_syncs():
     role = objects.cluster_role(validate(params()))
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches"], "verbs": ["list", "watch"]},
     ]
+
+
+@pytest.mark.parametrize("level", ["restricted", "baseline", "privileged"])
+def test_namespace_enforces_the_pod_security_level(level):
+    labels = objects.namespace(validate(params(pod_security_level=level)))["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == level
+    assert labels["pod-security.kubernetes.io/enforce-version"] == "latest"
 
 
 def test_deployment_is_restricted_probed_and_spread():
@@ -99,6 +106,10 @@ def test_deployment_is_restricted_probed_and_spread():
     pod = spec["template"]["spec"]
     [container] = pod["containers"]
     assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 1000
+    assert pod["automountServiceAccountToken"] is True
+    assert "--kubeconfig" not in container["command"]  # the server uses the pod's service account
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}

@@ -24,7 +24,7 @@ from ansible.module_utils.six.moves.urllib.parse import urlsplit
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.common.tls import not_after
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import objects
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook import objects, rollout
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import tls as webhook_tls
 
 POLL_SECONDS = 1.0
@@ -81,7 +81,7 @@ def validate(params):
         excluded_namespaces=params.get("excluded_namespaces") or [], cert_valid_days=params["cert_valid_days"],
         renew_before_days=params["renew_before_days"], ca_valid_days=params["ca_valid_days"],
         image_pull_policy=params["image_pull_policy"], tolerations=params.get("tolerations") or [],
-        node_selector=params.get("node_selector") or {},
+        node_selector=params.get("node_selector") or {}, pod_security_level=params["pod_security_level"],
     )
 
 
@@ -261,30 +261,40 @@ class Installer:
         status = self.kube.request("GET", "/apis/cert-manager.io/v1", what="the cert-manager API")[0]
         return status != 404
 
-    def _wait_for(self, probe, what):
+    def _wait_for(self, probe, what, explain=None):
+        """Poll probe until it returns something true; at the deadline, explain() adds what is still missing."""
         deadline = time.monotonic() + self.wait_timeout
         while True:
             value = probe()
             if value:
                 return value
             if time.monotonic() >= deadline:
-                raise InstallError("timed out after {0}s waiting for {1}".format(self.wait_timeout, what))
+                details = explain() if explain else []
+                raise InstallError("timed out after {0}s waiting for {1}{2}".format(
+                    self.wait_timeout, what, "".join("; " + detail for detail in details)))
             time.sleep(POLL_SECONDS)
 
     def _wait_ready(self, ca_bundle):
         settings = self.settings
-        if settings.serves_in_cluster:
-            def deployment_ready():
-                live = self.kube.get("Deployment", settings.name, settings.namespace) or {}
-                status = live.get("status") or {}
-                return (status.get("observedGeneration", 0) >= (live.get("metadata") or {}).get("generation", 1)
-                        and status.get("updatedReplicas", 0) >= settings.replicas
-                        and status.get("availableReplicas", 0) >= settings.replicas)
-            self._wait_for(deployment_ready, "Deployment {0}/{1} to have {2} available replicas".format(
-                settings.namespace, settings.name, settings.replicas))
-        else:
+        if not settings.serves_in_cluster:
             self._wait_for(lambda: url_ready(settings.url, ca_bundle),
                            "the webhook server at {0} to answer /readyz".format(settings.url))
+            return
+        pods = []
+
+        def deployment_ready():
+            live = self.kube.get("Deployment", settings.name, settings.namespace)
+            if rollout.is_available(live, settings.replicas):
+                return True
+            pods[:] = self.kube.list("Pod", settings.namespace, label_selector=objects.pod_label_selector(settings))
+            # Fail now, not at the timeout, when the rollout cannot finish without the user.
+            problem = rollout.blocking_problem(live, pods, settings.image)
+            if problem:
+                raise InstallError("Deployment {0}/{1}: {2}".format(settings.namespace, settings.name, problem))
+            return False
+
+        self._wait_for(deployment_ready, "Deployment {0}/{1} to have {2} available replicas".format(
+            settings.namespace, settings.name, settings.replicas), explain=lambda: rollout.waiting_reasons(pods))
 
     # ------------------------------------------------------------------------- absent
 

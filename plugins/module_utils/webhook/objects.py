@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import MANAGED_BY_LABEL, MANAGER
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import MUTATION_LABEL
@@ -25,6 +26,12 @@ CERT_DIR = "/etc/gkm-webhook/tls"
 SERVER_UID = 1000
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 INJECT_CA_ANNOTATION = "cert-manager.io/inject-ca-from"
+# Everything the server's ServiceAccount may do: the list+watch of each source webhook/sync.py keeps
+# in its view, cluster-wide. The module's documentation lists the same set.
+SERVER_RULES = (
+    {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches"], "verbs": ["list", "watch"]},
+)
 CERT_MANAGER_API = "cert-manager.io/v1"
 
 
@@ -34,7 +41,8 @@ class Settings:
     def __init__(self, name, namespace, image=None, replicas=2, endpoint="service", url=None,
                  tls_mode="self_signed", failure_policy="Fail", timeout_seconds=5,
                  excluded_namespaces=(), cert_valid_days=365, renew_before_days=30, ca_valid_days=3650,
-                 image_pull_policy="IfNotPresent", tolerations=(), node_selector=None):
+                 image_pull_policy="IfNotPresent", tolerations=(), node_selector=None,
+                 pod_security_level="restricted"):
         self.name = name
         self.namespace = namespace
         self.image = image
@@ -51,6 +59,7 @@ class Settings:
         self.image_pull_policy = image_pull_policy
         self.tolerations = list(tolerations)
         self.node_selector = dict(node_selector or {})
+        self.pod_security_level = pod_security_level
 
     @property
     def serves_in_cluster(self):
@@ -95,6 +104,11 @@ def _selector_labels(settings):
     return {"app.kubernetes.io/name": "gkm-webhook", "app.kubernetes.io/instance": settings.name}
 
 
+def pod_label_selector(settings):
+    """The server pods' label selector as a query string."""
+    return ",".join("{0}={1}".format(key, value) for key, value in sorted(_selector_labels(settings).items()))
+
+
 def _object(api_version, kind, name, settings, namespaced=True, **fields):
     metadata = {"name": name, "labels": labels(settings)}
     if namespaced:
@@ -106,9 +120,9 @@ def _object(api_version, kind, name, settings, namespaced=True, **fields):
 
 def namespace(settings):
     obj = _object("v1", "Namespace", settings.namespace, settings, namespaced=False)
-    # The server runs under the restricted profile; enforcing it guards the namespace as a whole.
+    # The server meets the restricted profile; enforcing it guards the namespace as a whole.
     obj["metadata"]["labels"].update({
-        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce": settings.pod_security_level,
         "pod-security.kubernetes.io/enforce-version": "latest",
     })
     return obj
@@ -119,14 +133,9 @@ def service_account(settings):
 
 
 def cluster_role(settings):
-    """Read-only access to exactly what the server watches."""
+    """Exactly what the server's view syncs: list and watch, nothing else."""
     return _object("rbac.authorization.k8s.io/v1", "ClusterRole", settings.rbac_name, settings, namespaced=False,
-                   rules=[
-                       {"apiGroups": [""], "resources": ["persistentvolumeclaims"],
-                        "verbs": ["get", "list", "watch"]},
-                       {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches"],
-                        "verbs": ["get", "list", "watch"]},
-                   ])
+                   rules=copy.deepcopy(list(SERVER_RULES)))
 
 
 def cluster_role_binding(settings):
@@ -210,6 +219,8 @@ def deployment(settings):
     }
     pod_spec = {
         "serviceAccountName": settings.name,
+        # The server reads the API with this token (in-cluster config), whatever the cluster's default.
+        "automountServiceAccountToken": True,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": SERVER_UID,
