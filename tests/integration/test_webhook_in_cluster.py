@@ -256,18 +256,6 @@ def real_node_names(sim, kube):
     return ready
 
 
-@pytest.fixture(scope="module")
-def tools_image(sim, real_node_names):
-    """The tools image of this checkout, pushed to the run's registry (built again only when its inputs change)."""
-    script = os.path.join(ROOT, "tools", "images", "build.sh")
-    if not os.path.exists(script):
-        pytest.skip("tools/images/build.sh is not in this checkout: the tools image cannot be built")
-    built = subprocess.run([script, "tools", "--push", sim.state["registry"]], cwd=ROOT, capture_output=True,
-                           text=True, check=False, timeout=1800)
-    assert built.returncode == 0, built.stderr[-4000:]
-    return built.stdout.strip().splitlines()[-1]
-
-
 def real_options(name, namespace, image, **overrides):
     options = dict(name=name, namespace=namespace, endpoint="service", tls_mode="self_signed", image=image, replicas=2,
                    node_selector={REAL_NODE_LABEL: "true"}, tolerations=[GPU_TOLERATION],

@@ -128,7 +128,8 @@ def gpu_incompatibility(labels, targets):
 class Eligibility:
     """Nodes that get the cache, and for every other node the reasons it does not.
 
-    `incompatible` lists GPU nodes whose GPUs cannot run the image (status phase Incompatible);
+    `incompatible` lists GPU nodes the placement selects whose GPUs cannot run the image (status phase
+    Incompatible);
     `untolerated_taints` counts, per taint, the nodes that only taints keep the Job's pod off.
     """
 
@@ -169,7 +170,8 @@ def node_eligibility(spec, nodes):
             is_gpu_node, reason = gpu_incompatibility(labels, spec.targets)
             if reason:
                 reasons.append(reason)
-                if is_gpu_node:
+                # A node the pod template's placement already keeps out is not a target, so not Incompatible.
+                if is_gpu_node and placeable_but_for_taints:
                     result.incompatible.append(name)
         if reasons:
             result.excluded[name] = reasons
