@@ -64,7 +64,7 @@ EXAMPLES = r"""
     kind: GKMCache
     name: vector-add
     namespace: team-a
-    extract_image: quay.io/gkm-cluster/tools:0.1.0
+    extract_image: registry.example.com:5000/gkm-cluster/tools:0.1.0
     registry_plain_http: true
     wait: true
 

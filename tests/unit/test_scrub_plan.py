@@ -52,8 +52,12 @@ def test_pinned_pvs_go_to_their_node_by_hostname_label_or_name_and_gone_nodes_ar
     assert scrub.pv_nodes(gone, nodes) == ([], ["n9"])
 
 
-def test_a_pv_without_node_affinity_is_scrubbed_on_every_node():
+def test_a_pv_without_node_affinity_is_scrubbed_on_every_node_as_one_that_only_may_hold_it():
     assert scrub.pv_nodes(slot_pv(), [node("n2"), node("n1")]) == (["n1", "n2"], [])
+    targets, _ = scrub.plan_scrub([slot_pv()], [node("n1"), node("n2")])
+    assert [(t.node, t.pinned) for t in targets] == [("n1", False), ("n2", False)]
+    pinned, _ = scrub.plan_scrub([slot_pv(), slot_pv("b", node_obj=node("n1"))], [node("n1"), node("n2")])
+    assert [(t.node, t.pinned) for t in pinned] == [("n1", True), ("n2", False)]
 
 
 def test_plan_groups_paths_by_node_and_root():
@@ -69,14 +73,14 @@ def test_plan_groups_paths_by_node_and_root():
 
 def test_names_differ_by_paths_so_a_later_scrub_never_meets_a_terminating_one():
     first, second = scrub.ScrubTarget("n1", ROOT), scrub.ScrubTarget("n1", ROOT)
-    first.add("x/a/x/1", "pv-1", "x")
-    second.add("x/a/x/2", "pv-2", "x")
+    first.add("x/a/x/1", "pv-1", "x", True)
+    second.add("x/a/x/2", "pv-2", "x", True)
     assert first.name() != second.name() and len(first.name()) <= 63
 
 
 def test_namespace_is_one_being_cleaned_that_still_exists():
     target = scrub.ScrubTarget("n1", ROOT)
-    target.add("b/c/b/1", "pv", "b")
+    target.add("b/c/b/1", "pv", "b", True)
     assert scrub.pick_namespace(target, {"a", "b"}, {"a", "b"}) == "b"
     assert scrub.pick_namespace(target, {"a"}, {"a", "b"}) == "a"
     assert scrub.pick_namespace(target, {"default"}, {"a", "b"}) == "default"
@@ -85,7 +89,7 @@ def test_namespace_is_one_being_cleaned_that_still_exists():
 
 def test_rendered_scrub_reaches_the_root_through_its_own_pv_pinned_to_the_node():
     target = scrub.ScrubTarget("gpu-1", ROOT)
-    target.add("team-a/vector-add/team-a/" + "ab" * 32, "pv-1", "team-a")
+    target.add("team-a/vector-add/team-a/" + "ab" * 32, "pv-1", "team-a", True)
     pv, pvc, job = scrub.render_scrub(target, "team-a", IMAGE, 120)
     assert pv["spec"]["hostPath"] == {"path": ROOT, "type": "DirectoryOrCreate"}
     assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"

@@ -43,7 +43,7 @@ LAST_RESORT_NAMESPACE = "default"
 class ScrubTarget:
     """The slot directories one Job removes: on `node`, under `root`; `pvs` are the PVs they belong to."""
 
-    __slots__ = ("namespaces", "node", "paths", "pvs", "root")
+    __slots__ = ("namespaces", "node", "paths", "pinned", "pvs", "root")
 
     def __init__(self, node, root):
         self.node = node
@@ -51,11 +51,14 @@ class ScrubTarget:
         self.paths = []
         self.pvs = set()
         self.namespaces = set()
+        # False while every PV here lacks node affinity: the node is only one where the directory may be.
+        self.pinned = False
 
-    def add(self, relative, pv_name, namespace):
+    def add(self, relative, pv_name, namespace, pinned):
         if relative not in self.paths:
             self.paths.append(relative)
         self.pvs.add(pv_name)
+        self.pinned = self.pinned or pinned
         if namespace:
             self.namespaces.add(namespace)
 
@@ -89,14 +92,18 @@ def slot_location(pv):
     return "/".join(parts[:-SLOT_DEPTH]), "/".join(parts[-SLOT_DEPTH:])
 
 
+def has_node_affinity(pv):
+    return bool((((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms"))
+
+
 def pv_nodes(pv, nodes):
     """(names of the nodes whose disk may hold the PV's directory, pins that match no node).
 
     A PV pinned by node affinity lives on its node; one without (ReadOnlyMany) may be on every node.
     """
-    terms = (((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms")
-    if not terms:
+    if not has_node_affinity(pv):
         return sorted(node["metadata"]["name"] for node in nodes), []
+    terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
     by_hostname = {(n["metadata"].get("labels") or {}).get(HOSTNAME_LABEL): n["metadata"]["name"] for n in nodes}
     names = {n["metadata"]["name"] for n in nodes}
     found, missing = set(), []
@@ -127,8 +134,9 @@ def plan_scrub(pvs, nodes):
         root, relative = location
         namespace = ((pv.get("spec") or {}).get("claimRef") or {}).get("namespace")
         present, missing = pv_nodes(pv, nodes)
+        pinned = has_node_affinity(pv)
         for node in present:
-            targets.setdefault((node, root), ScrubTarget(node, root)).add(relative, name, namespace)
+            targets.setdefault((node, root), ScrubTarget(node, root)).add(relative, name, namespace, pinned)
         left.extend("node %s is gone: %s/%s (PV %s) stays on its disk" % (node, root, relative, name)
                     for node in missing)
     return [targets[key] for key in sorted(targets)], left

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import job_condition, pod_mounts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub import (
     failure_message,
@@ -118,14 +119,14 @@ class NodeDiskScrub:
                     sorted(fallback))
                 continue
             entry["job"] = "%s/%s" % (namespace, target.name())
-            runs.append((entry, render_scrub(target, namespace, image, self.timeout)))
+            runs.append((entry, render_scrub(target, namespace, image, self.timeout), target.pinned))
         for position in range(3):  # PV, then the PVC that binds it, then the Job that mounts it
             outcomes = self.kube.map(lambda run, at=position: self.kube.apply(run[1][at]), runs)
             for run, outcome in zip(runs, outcomes):
                 if isinstance(outcome, Exception) and not run[0].get("error"):
                     run[0]["error"] = "creating the scrub objects failed: %s" % outcome
         self._wait([run for run in runs if not run[0].get("error")])
-        self._remove_scrub_objects([objects for _entry, objects in runs])
+        self._remove_scrub_objects([objects for _entry, objects, _pinned in runs])
 
     def _wait(self, runs):
         deadline = time.monotonic() + self.timeout
@@ -135,7 +136,7 @@ class NodeDiskScrub:
                                                            run[1][2]["metadata"]["namespace"]), pending)
             still = []
             for run, job in zip(pending, jobs):
-                entry, metadata = run[0], run[1][2]["metadata"]
+                entry, metadata, pinned = run[0], run[1][2]["metadata"], run[2]
                 if isinstance(job, Exception) or job is None:
                     still.append(run)
                 elif job_condition(job, "Complete"):
@@ -143,17 +144,30 @@ class NodeDiskScrub:
                 elif job_condition(job, "Failed"):
                     entry["error"] = "scrub Job %s failed: %s" % (entry["job"], failure_message(
                         job, self._pods(metadata), self._events(metadata)))
-                else:
+                elif not self._cannot_pull(entry, metadata, pinned):
                     still.append(run)
             pending = still
             if pending and time.monotonic() > deadline:
-                for entry, objects in pending:
+                for entry, objects, _pinned in pending:
                     entry["error"] = "scrub Job %s did not finish in %ss: %s" % (
                         entry["job"], self.timeout, waiting_reason(self._pods(objects[2]["metadata"]),
                                                                    self._events(objects[2]["metadata"])))
                 return
             if pending:
                 time.sleep(POLL_SECONDS)
+
+    def _cannot_pull(self, entry, metadata, pinned):
+        """A scrub pod that cannot pull the tools image ends its wait at once. On a node a PV is pinned to, that
+        is an error (its directory stays, and so does the PV); on a node an unpinned (ReadOnlyMany) directory only
+        may be on, it means no extraction of this image ever ran there, so there is nothing to remove."""
+        problem = pods_problem(self._pods(metadata))
+        if problem is None or problem.reason != IMAGE_NOT_PULLABLE:
+            return False
+        if pinned:
+            entry["error"] = "scrub Job %s: %s" % (entry["job"], problem.message)
+        else:
+            entry["result"] = "nothing to remove: the node cannot pull the tools image, so no extraction ran there"
+        return True
 
     def _pods(self, metadata):
         return self.kube.list("Pod", namespace=metadata["namespace"], label_selector="job-name=%s" % metadata["name"])
