@@ -81,10 +81,14 @@ sim-down: venv ## Stop the simulated cluster and registry and remove their state
 sim-status: venv ## Show the simulated cluster's processes, ports and nodes
 	$(SIM) status
 
-demo: sim-up ## Simulated GPU cluster, sample caches, deploy.yml with inventories/sim, the cache table
+# The demo's cluster has two real nodes (one AMD, one NVIDIA) beside the kwok ones.
+demo: export GKM_SIM_REAL_NODES ?= 2
+demo: sim-up ## Simulated GPU cluster with real nodes, sample caches, deploy.yml, the cache table, a pod reading a kernel
 	$(SIM) nodes
+	$(SIM) tools-image
 	$(PY) tools/sample_caches.py
 	$(VENV)/bin/ansible-playbook -i inventories/sim playbooks/deploy.yml
+	$(PY) tools/demo_read_kernel.py
 
 test: setup lint sanity pytest test-lowest molecule ## Run every test (ruff, ansible-lint, sanity, unit and integration, the lowest versions, molecule)
 

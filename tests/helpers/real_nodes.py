@@ -35,8 +35,9 @@ def real_pod_template(**spec):
     return {"spec": dict({"tolerations": [GPU_TOLERATION], "affinity": ON_REAL_NODES}, **spec)}
 
 
-def layer_files(registry, repository, digest, paths):
-    """sha256 of each path in the image's single layer, read straight from the registry (not by our code)."""
+def layer_files(registry, repository, digest, paths=None):
+    """sha256 of each regular file (or only `paths`) in the image's single layer, read straight from the registry
+    (not by our code)."""
     def get(path):
         request = urllib.request.Request("http://%s/v2/%s/%s" % (registry, repository, path), headers={
             "Accept": "application/vnd.oci.image.manifest.v1+json"})
@@ -48,7 +49,7 @@ def layer_files(registry, repository, digest, paths):
     found = {}
     with tarfile.open(fileobj=io.BytesIO(zlib.decompress(blob, 16 + zlib.MAX_WBITS))) as tar:
         for member in tar.getmembers():
-            if member.name in paths:
+            if member.isfile() and (paths is None or member.name in paths):
                 found[member.name] = hashlib.sha256(tar.extractfile(member).read()).hexdigest()
     return found
 

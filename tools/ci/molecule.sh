@@ -11,6 +11,8 @@ VENV_BIN="$ROOT/.venv/bin"
 export PATH="$VENV_BIN:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$ROOT/.cache/collections:$ROOT/.venv/lib/python3.11/site-packages"
 export GKM_SIM_DIR="${GKM_SIM_DIR:-$ROOT/.sim}"
+# The real_nodes scenario runs pods on real nodes; a cluster this script starts has two (as the test suite's).
+export GKM_SIM_REAL_NODES="${GKM_SIM_REAL_NODES:-2}"
 SIM=("$VENV_BIN/python" "$ROOT/tools/sim-cluster/sim.py")
 CLUSTER_PROCESSES='^(etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok|registry) +running'
 
@@ -59,6 +61,8 @@ if $needs_sim; then
   fi
   # The prepare step of each scenario does this too; doing it once here keeps those steps short.
   "$VENV_BIN/python" "$ROOT/tools/sample_caches.py" || exit 1
+  # The tools image of this checkout, for the real nodes (cached: only changed layers are rebuilt).
+  "${SIM[@]}" tools-image >/dev/null || exit 1
 fi
 
 cd "$ROOT" || exit 1
