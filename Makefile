@@ -24,7 +24,7 @@ LOWEST_ENV  := PATH=$(abspath $(VENV_LOWEST))/bin:$$PATH ANSIBLE_COLLECTIONS_PAT
 
 .PHONY: help setup sim-setup venv debian-packages binaries cli-tools collection-link sim-up sim-down sim-status demo \
         test pytest test-lowest lint ruff ansible-lint changelog-lint sanity venv-lowest unit integration molecule build \
-        bench-extract bench-distribute bench-webhook bench-deploy images image-tools image-pause
+        bench-extract bench-distribute bench-webhook bench-deploy bench-real-nodes images image-tools image-pause
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -147,6 +147,10 @@ bench-distribute: setup sim-up ## Distribution benchmark -> bench/results/distri
 
 bench-webhook: setup sim-up ## Webhook benchmark -> bench/results/webhook.json
 	$(PY) bench/webhook.py
+
+bench-real-nodes: export GKM_SIM_REAL_NODES ?= 2
+bench-real-nodes: setup sim-up ## Real nodes: cache applied -> readable in a pod, extraction Job vs host -> bench/results/real_nodes.json
+	$(PY) bench/real_nodes.py
 
 bench-deploy: setup ## deploy.yml, its no-change re-run and undeploy.yml on a cluster of its own -> bench/results/deploy.json
 	$(PY) bench/deploy.py
