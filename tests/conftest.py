@@ -4,7 +4,6 @@ The cluster and registry are real (tools/sim-cluster/sim.py). A running one is r
 session starts it and stops it again at the end, so the machine is left as it was found.
 """
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -18,13 +17,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, ROOT)
 
-SIM_SCRIPT = os.path.join(ROOT, "tools", "sim-cluster", "sim.py")
 # The suite runs the collection's Jobs and webhook for real on two real nodes (one AMD, one NVIDIA) beside the
 # kwok ones; GKM_SIM_REAL_NODES=0 leaves them out (the tests that need them then skip).
 os.environ.setdefault("GKM_SIM_REAL_NODES", "2")
-_spec = importlib.util.spec_from_file_location("gkm_sim", SIM_SCRIPT)
-sim_control = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sim_control)
+
+from tests.helpers.sim import SIM_SCRIPT, sim_control  # noqa: E402
 
 
 @dataclass

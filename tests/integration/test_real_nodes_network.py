@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
+from tests.helpers.sim import sim_control
 
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
@@ -111,8 +112,9 @@ def test_service_ip_goes_only_to_the_run_api_server(sim, real_nodes):
 
 
 def test_containerd_pulls_from_nowhere_but_the_local_registry(sim, real_nodes):
+    processes = sim_control.load_state()["processes"]  # fault tests may have restarted containerd since
     for node in real_nodes:
-        pid = sim.state["processes"]["containerd-" + node["name"]]["pid"]
+        pid = processes["containerd-" + node["name"]]["pid"]
         with open("/proc/%d/environ" % pid, "rb") as handle:
             environment = dict(item.split("=", 1) for item in handle.read().decode().split("\0") if "=" in item)
         assert environment["HTTPS_PROXY"] == environment["HTTP_PROXY"] == "http://127.0.0.1:9"

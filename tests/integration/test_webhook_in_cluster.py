@@ -210,7 +210,7 @@ ROLE_PLAY = """
 """
 
 
-def run_gkm_role(tmp_path, **variables):
+def run_gkm_role(tmp_path, succeed=True, **variables):
     play = tmp_path / "gkm.yml"
     play.write_text(ROLE_PLAY)
     # The implicit localhost runs modules with ansible-playbook's own Python.
@@ -218,13 +218,14 @@ def run_gkm_role(tmp_path, **variables):
                ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
     command = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), str(play), "-e", json.dumps(variables)]
     ran = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    assert ran.returncode == 0, ran.stdout[-4000:]
+    assert (ran.returncode == 0) == succeed, ran.stdout[-4000:]
+    return ran.stdout
 
 
 def test_role_variables_place_the_server_and_set_the_pod_security_level(sim, kube, tmp_path):
     namespace = unique("gkm-role")
     toleration = dict(GPU_TOLERATION)
-    variables = dict(gkm_kubeconfig=sim.kubeconfig, gkm_namespace=namespace,
+    variables = dict(gkm_kubeconfig=sim.kubeconfig, gkm_namespace=namespace, gkm_image_registry="registry.example.com",
                      gkm_registry_mirror="mirror.example.com/gkm", gkm_webhook_failure_policy="Ignore",
                      gkm_webhook_node_selector=KWOK_NODES, gkm_webhook_tolerations=[toleration],
                      gkm_webhook_pod_security_level="baseline")
@@ -475,3 +476,10 @@ def test_server_pods_deleted_during_a_daemonset_rollout_only_delay_labelled_pods
     assert all("failed calling webhook" in error for _at, error in refused)
     assert probe.failures(labelled=False) == []
     assert not probe.results[-2][2] and not probe.results[-1][2]
+
+
+def test_the_role_without_a_tools_image_stops_before_changing_anything(sim, kube, tmp_path):
+    namespace = unique("gkm-role")
+    said = run_gkm_role(tmp_path, succeed=False, gkm_kubeconfig=sim.kubeconfig, gkm_namespace=namespace)
+    assert "gkm_tools_image is empty" in said and "make images REGISTRY=" in said
+    assert namespace not in {ns.metadata.name for ns in client.CoreV1Api(kube).list_namespace().items}

@@ -214,6 +214,9 @@ def kubelet_config(node, host_address, pki):
         "imageGCHighThresholdPercent": 99,
         "imageGCLowThresholdPercent": 98,
         "serializeImagePulls": False,
+        # Mounted Secrets (a rotated webhook certificate) refresh at each pod sync: 10 s instead of the default
+        # minute keeps the rotation tests short; nothing else here depends on it.
+        "syncFrequency": "10s",
     }, sort_keys=False)
 
 
