@@ -61,10 +61,19 @@ def run_module(argument_spec, work, libraries=(), always_needs_cluster=True, **m
     try:
         result = work(ModuleCall(module))
     except GkmError as error:
-        module.fail_json(msg=str(error), **error.result)
+        module.fail_json(msg=str(error), **_with_warnings_given(module, error.result))
     except Exception as error:  # the client's own errors (auth, connection) with their trace for -vvv
         name = module._name.rsplit(".", 1)[-1]
         module.fail_json(msg="%s failed: %s" % (name, error), exception=traceback.format_exc())
     if not module._diff:
         result.pop("diff", None)
-    module.exit_json(**result)
+    module.exit_json(**_with_warnings_given(module, result))
+
+
+def _with_warnings_given(module, result):
+    """The result without its "warnings", each given to module.warn: ansible-core reports them as warnings
+    (and 2.19 deprecates passing them to exit_json)."""
+    result = dict(result)
+    for warning in result.pop("warnings", None) or []:
+        module.warn(warning)
+    return result
