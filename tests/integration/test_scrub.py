@@ -270,19 +270,9 @@ def test_a_scrub_job_that_cannot_run_keeps_the_pvs_and_says_why(sim, kube, names
     wait_pvs_gone(kube, name)
 
 
-def real_nodes(sim):
-    real = sim.state.get("real_nodes")
-    if not real:
-        pytest.skip("the simulated cluster has no real nodes (state.json has no real_nodes): the files on a disk "
-                    "are only written and removed by real kubelets")
-    return [entry["name"] if isinstance(entry, dict) else entry for entry in real]
-
-
-def test_files_really_leave_a_real_node_s_disk(sim, kube, namespace, image):
-    nodes = real_nodes(sim)
-    tools_image = sim.state.get("tools_image") or os.environ.get("GKM_TOOLS_IMAGE")
-    if not tools_image:
-        pytest.skip("no tools image in state.json (tools_image) or GKM_TOOLS_IMAGE")
+@pytest.mark.real_nodes
+def test_files_really_leave_a_real_node_s_disk(sim, kube, namespace, image, real_nodes, tools_image):
+    nodes = [node["name"] for node in real_nodes]
     core = client.CoreV1Api(kube)
     core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
     name = unique("disk-real")
