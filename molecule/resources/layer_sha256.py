@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Print {path: sha256} of every regular file in a cache image's layer, read from the registry (not by our code).
 
     layer_sha256.py REGISTRY REPOSITORY TAG

@@ -63,7 +63,7 @@ def enforce(kube, namespace, level):
 
 def test_pod_security_baseline_admits_the_permission_step_restricted_only_the_job_without_it(
         sim, kube, image, namespace):
-    with_step, without_step = ("psa-%s" % uuid.uuid4().hex[:5] for _ in range(2))
+    with_step, without_step = ("psa-%s-%s" % (which, uuid.uuid4().hex[:5]) for which in ("with", "without"))
     try:
         # No provisioner here, so the PVs are hostPath ones and the step is on by default.
         for name, mode in ((with_step, "auto"), (without_step, "never")):
@@ -130,7 +130,9 @@ def test_registry_credentials_and_ca_reach_the_job_as_a_secret_and_nowhere_else(
         again = distribute(sim, name, namespace, image.ref, **credentials)
         assert again["changed"] is False and again["api_writes"] == 0, again["plan"]
 
-        rotated = distribute(sim, name, namespace, image.ref, diff=True, **dict(credentials, registry_password="new"))
+        rotated_credentials = {key: "new" if key == "registry_password" else value
+                               for key, value in credentials.items()}
+        rotated = distribute(sim, name, namespace, image.ref, diff=True, **rotated_credentials)
         assert rotated["plan"]["summary"] == {"update": {"Secret": 1}}, rotated["plan"]
         secret_diff = next(d for d in rotated["diff"] if d["after"].get("kind") == "Secret")
         assert secret_diff["after"]["data"] == {"ca.crt": "<redacted>", "config.json": "<redacted, changed>"}

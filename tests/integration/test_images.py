@@ -36,7 +36,8 @@ def build(name, *args, checkout=ROOT, cache=None):
     env = dict(os.environ, GKM_IMAGE_ENGINE="none", GKM_IMAGE_PYTHON=sys.executable)
     if cache:
         env["XDG_CACHE_HOME"] = str(cache)
-    done = subprocess.run([os.path.join(checkout, BUILD), name, *args], env=env, capture_output=True, text=True)
+    done = subprocess.run([os.path.join(checkout, BUILD), name, *args], env=env, capture_output=True, text=True,
+                          check=False)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 1, done.stdout
@@ -83,7 +84,7 @@ def chroot_run(bundle, process, args, **kwargs):
     user = "%d:%d" % (process["user"]["uid"], process["user"]["gid"])
     command = ["chroot", "--userspec", user, os.path.join(bundle, "rootfs"), "env", "-i", *process["env"],
                "sh", "-c", 'cd "$0" && exec "$@"', process["cwd"], *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, **kwargs)
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, **kwargs)
 
 
 def registry_manifest(registry, reference):

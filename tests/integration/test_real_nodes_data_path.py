@@ -90,8 +90,8 @@ def files_under(path):
 # ---------------------------------------------------------------- extraction and read-back
 
 
-def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(sim, kube, tools_image, image,
-                                                                           job_namespace):
+def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(
+        sim, kube, tools_image, image, job_namespace):
     pushed, spec = image
     name = unique("va")
     core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
@@ -112,7 +112,7 @@ def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(sim, k
         # On the node's disk: every file readable by any uid, nothing writable by others, owned by the extractor.
         cache_dir = os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache")
         on_disk = files_under(cache_dir)
-        assert len(on_disk) == len([e for e in kcache_images.cache_entries(spec)[0]]) + 1  # + .gkm-cache.json
+        assert len(on_disk) == len(kcache_images.cache_entries(spec)[0]) + 1  # + .gkm-cache.json
         for path in on_disk:
             mode = os.stat(path).st_mode
             assert mode & 0o444 == 0o444 and not mode & 0o022, (path, oct(mode))
@@ -131,8 +131,12 @@ def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(sim, k
             "nodeSelector": {"kubernetes.io/hostname": AMD_NODE}}}}})
         pod = wait_until("the reader pod running on %s" % AMD_NODE,
                          lambda: running_pods(core, job_namespace, "app=reader"), timeout=120)[0]
-        read = wait_until("the reader's checksums", lambda: (lambda log: log if manifest in log else None)(
-            pod_logs(core, job_namespace, pod.metadata.name)), timeout=60)
+
+        def printed_checksums():
+            log = pod_logs(core, job_namespace, pod.metadata.name)
+            return log if manifest in log else None
+
+        read = wait_until("the reader's checksums", printed_checksums, timeout=60)
         readable_after = time.monotonic() - started
         sums = {line.split()[1].replace("/kernels/", ""): line.split()[0]
                 for line in read.splitlines() if line.startswith(tuple("0123456789abcdef")) and "  /kernels/" in line}
@@ -254,8 +258,8 @@ def _converges(sim, tools_image, args, digest):
 
 
 @pytest.mark.parametrize("fault", ["kubelet", "containerd"])
-def test_a_node_agent_killed_mid_extraction_then_a_rerun_converges(sim, kube, tools_image, registry, job_namespace,
-                                                                    fault):
+def test_a_node_agent_killed_mid_extraction_then_a_rerun_converges(
+        sim, kube, tools_image, registry, job_namespace, fault):
     spec = kcache_images.CacheSpec(backend="hip", kernels=40, kernel_bytes=200_000, seed=23)
     pushed = kcache_images.build_image(registry.host, "real/big-%s" % fault, "v1", spec)
     args = dict(name=unique("kill"), namespace=job_namespace, image=pushed.ref)

@@ -54,9 +54,9 @@ def test_pinned_pvs_go_to_their_node_by_hostname_label_or_name_and_gone_nodes_ar
 
 def test_a_pv_without_node_affinity_is_scrubbed_on_every_node_as_one_that_only_may_hold_it():
     assert scrub.pv_nodes(slot_pv(), [node("n2"), node("n1")]) == (["n1", "n2"], [])
-    targets, _ = scrub.plan_scrub([slot_pv()], [node("n1"), node("n2")])
+    targets, _left = scrub.plan_scrub([slot_pv()], [node("n1"), node("n2")])
     assert [(t.node, t.pinned) for t in targets] == [("n1", False), ("n2", False)]
-    pinned, _ = scrub.plan_scrub([slot_pv(), slot_pv("b", node_obj=node("n1"))], [node("n1"), node("n2")])
+    pinned, _left = scrub.plan_scrub([slot_pv(), slot_pv("b", node_obj=node("n1"))], [node("n1"), node("n2")])
     assert [(t.node, t.pinned) for t in pinned] == [("n1", True), ("n2", False)]
 
 

@@ -183,6 +183,6 @@ class NodeDiskScrub:
                 for objects in rendered for obj in reversed(objects)]
         self.kube.map(lambda ref: self.kube.delete(ref[0], ref[2], ref[1] or None), refs)
         stuck = self.kube.wait_gone(refs, CLEANUP_SECONDS)
-        self.warnings.extend("scrub object %s %s still there after %ss" % (kind, "/".join(filter(None, (ns, name))),
-                                                                          CLEANUP_SECONDS)
-                             for kind, ns, name in stuck)
+        self.warnings.extend(
+            "scrub object %s %s still there after %ss" % (kind, "/".join(filter(None, (ns, name))), CLEANUP_SECONDS)
+            for kind, ns, name in stuck)
