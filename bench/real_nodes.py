@@ -35,9 +35,8 @@ from tests.helpers.real_nodes import (  # noqa: E402
     real_pod_template,
     run_daemonset,
     running_pods,
-    wait_until,
 )
-from tests.helpers.webhook import install  # noqa: E402
+from tests.helpers.webhook import install, wait_until  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "bench", "results", "real_nodes.json")
 EXTRACT_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main"

@@ -5,7 +5,6 @@ import io
 import json
 import os
 import tarfile
-import time
 import urllib.request
 import zlib
 
@@ -18,16 +17,6 @@ ON_REAL_NODES = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecutio
     {"matchExpressions": [{"key": REAL_NODE_LABEL, "operator": "In", "values": ["true"]}]}]}}}
 # Pod Security for the namespaces of the extraction Jobs: baseline is what their permission step needs.
 BASELINE = {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "latest"}
-
-
-def wait_until(what, check, timeout=120, interval=0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
 
 
 def real_pod_template(**spec):

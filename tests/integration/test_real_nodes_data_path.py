@@ -27,10 +27,9 @@ from tests.helpers.real_nodes import (
     real_pod_template,
     run_daemonset,
     running_pods,
-    wait_until,
 )
 from tests.helpers.sim import SIM_SCRIPT, sim_control
-from tests.helpers.webhook import install
+from tests.helpers.webhook import install, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 

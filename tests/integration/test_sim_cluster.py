@@ -21,6 +21,7 @@ from kubernetes import client, config
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
+from tests.helpers.webhook import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,16 +29,6 @@ GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": 
 CONTAINER = {"name": "main", "image": "registry.k8s.io/pause:3.10"}
 # Pods of this image only "run" on kwok nodes: real nodes would try to pull it (and may pull only locally).
 ON_KWOK = {gpu_nodes.SIM_LABEL: "true"}
-
-
-def wait_until(what, check, timeout=60, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(interval)
-    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
 
 
 def gpu_node_names(core):
