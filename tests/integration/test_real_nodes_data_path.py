@@ -246,6 +246,15 @@ def _kill_process(process_name):
     os.kill(record["pid"], 9)
 
 
+def _start_extraction(sim, tools_image, batch, args):
+    """Apply the cache without waiting and return once its extraction Job's pod runs: the moment to break things."""
+    first = distribute(sim, tools_image, wait=False, **args)
+    assert not first.get("failed"), first
+    wait_until("the extraction Job's pod to start", lambda: [
+        job for job in batch.list_namespaced_job(args["namespace"]).items if job.status.active], timeout=60,
+        interval=0.1)
+
+
 def _converges(sim, tools_image, args, digest):
     rerun = distribute(sim, tools_image, **args)
     assert not rerun.get("failed"), rerun
@@ -264,11 +273,7 @@ def test_a_node_agent_killed_mid_extraction_then_a_rerun_converges(
     args = dict(name=unique("kill"), namespace=job_namespace, image=pushed.ref)
     batch = client.BatchV1Api(kube)
     try:
-        first = distribute(sim, tools_image, wait=False, **args)
-        assert not first.get("failed"), first
-        wait_until("the extraction Job's pod to start", lambda: [
-            job for job in batch.list_namespaced_job(job_namespace).items if job.status.active], timeout=60,
-            interval=0.1)
+        _start_extraction(sim, tools_image, batch, args)
         _kill_process(fault)
         _sim("up")  # restarts the killed agent, as a node's service manager would
         files = _converges(sim, tools_image, args, pushed.digest)
@@ -284,11 +289,7 @@ def test_registry_stopped_while_jobs_pull_then_a_rerun_converges(sim, kube, tool
     args = dict(name=unique("regdown"), namespace=job_namespace, image=pushed.ref)
     batch = client.BatchV1Api(kube)
     try:
-        first = distribute(sim, tools_image, wait=False, **args)
-        assert not first.get("failed"), first
-        wait_until("the extraction Job's pod to start", lambda: [
-            job for job in batch.list_namespaced_job(job_namespace).items if job.status.active], timeout=60,
-            interval=0.1)
+        _start_extraction(sim, tools_image, batch, args)
         state = sim_control.load_state()
         sim_control.stop_process("registry", state["processes"]["registry"])
         time.sleep(5)
