@@ -28,7 +28,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     Slot,
     short_digest,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import conflicts, ownership, registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
     EXTRACTED_ANNOTATION,
     SPEC_HASH_ANNOTATION,
@@ -75,6 +75,8 @@ def _differs(live, desired):
 
 
 def _metadata_outdated(live, desired):
+    if ownership.references_outdated(live, desired):
+        return True
     for field in ("labels", "annotations"):
         have = live["metadata"].get(field) or {}
         if any(have.get(key) != value for key, value in desired["metadata"].get(field, {}).items()):
@@ -177,9 +179,13 @@ class ClusterFacts:
     cache only.
     storage_class: the class PVCs use (named or default), or None when the cluster has none.
     pods: pods of the namespaces involved (to find PVCs in use).
+    rivals: the other cache resources that could want this cache's objects (conflicts.py).
+    named_claims: live PVCs named as a ReadOnlyMany cache, whoever they belong to.
     """
 
-    def __init__(self, nodes, namespaces, objects, pods, storage_class=None):
+    def __init__(self, nodes, namespaces, objects, pods, storage_class=None, rivals=(), named_claims=()):
+        self.rivals = list(rivals)
+        self.named_claims = list(named_claims)
         self.nodes = nodes
         self.namespaces = set(namespaces)
         self.objects = objects
@@ -222,6 +228,7 @@ class _Planner:
         nodes = self.facts.nodes if present else []
         self.plan = Plan(node_eligibility(spec, nodes) if present else Eligibility())
         if present:
+            conflicts.refuse_conflicts(spec, self.facts.rivals, self.facts.named_claims)
             self._namespaces()
             storage = _storage(spec, self.facts)
             for namespace in spec.namespaces:
@@ -238,7 +245,7 @@ class _Planner:
 
     def _registry_secret(self, namespace):
         """Create or update the namespace's registry Secret; its content is compared, there is no spec hash."""
-        desired = registry_secret.render_secret(self.spec, namespace)
+        desired = ownership.mark(registry_secret.render_secret(self.spec, namespace), self.spec.owner)
         if desired is None:
             return
         self.plan.desired.append(desired)
@@ -260,7 +267,8 @@ class _Planner:
 
     def _slot(self, slot, node, storage_class_name, make_pvs, set_owner):
         spec, plan = self.spec, self.plan
-        pv = render_pv(spec, slot, node if spec.per_node else None, storage_class_name) if make_pvs else None
+        pv = ownership.mark(render_pv(spec, slot, node if spec.per_node else None, storage_class_name)
+                            if make_pvs else None, spec.owner)
         pvc_ref = ("PersistentVolumeClaim", slot.namespace, slot.pvc_name())
         job_ref = ("Job", slot.namespace, slot.job_name())
         pv_ref = ("PersistentVolume", "", slot.pv_name())
@@ -269,7 +277,7 @@ class _Planner:
         job_done = job_live is not None and job_condition(job_live, "Complete") is not None
         marked = pvc_live is not None and (pvc_live["metadata"].get("annotations") or {}).get(
             EXTRACTED_ANNOTATION) == spec.digest
-        pvc = render_pvc(spec, slot, storage_class_name, False)
+        pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, False), spec.owner)
         fresh = pvc_live is None or _differs(pvc_live, pvc) or (pv is not None and (
             pv_live is None or _differs(pv_live, pv)))
         state = SlotState("current", slot.namespace, slot.node, short_digest(spec.digest), slot.pvc_name(),
@@ -287,8 +295,8 @@ class _Planner:
                 return
         extracted = not fresh and (marked or job_done)
         if extracted:
-            pvc = render_pvc(spec, slot, storage_class_name, True)
-        job = render_job(spec, slot, node if spec.per_node else None, set_owner)
+            pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, True), spec.owner)
+        job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner), spec.owner)
         plan.desired.extend(obj for obj in (pv, pvc, job) if obj is not None)
         if fresh:
             for desired, live in ((pv, pv_live), (pvc, pvc_live), (job, job_live)):

@@ -9,6 +9,7 @@ __metaclass__ = type
 import datetime
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import resource_owner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -58,7 +59,10 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
                                      "gkm.cluster.cache_distribute)" % (
                                          kind, name, " in namespace %s" % namespace if namespace else ""))
     declared = definition if definition is not None else resource
-    result = distribute(kube, cache_cr.distribute_params(declared, options), check_mode, want_diff)
+    params = cache_cr.distribute_params(declared, options)
+    # The live resource's uid and creation time (none before it is applied): owner references, conflict order.
+    params["owner"] = resource_owner(resource if status_code != 404 else declared)
+    result = distribute(kube, params, check_mode, want_diff)
     found = status_code != 404
     current = (resource.get("status") or {}) if found else {}
     desired = cache_cr.carry_transition_times(current, cache_cr.resource_status(result, _now()))

@@ -148,9 +148,31 @@ def gather_facts(kube, spec):
     objects = {kind: results[index] for index, kind in enumerate(OBJECT_KINDS)}
     nodes, namespaces, classes = results[len(OBJECT_KINDS):] if present else ([], [], [])
     namespace_names = {ns["metadata"]["name"] for ns in namespaces}
+    rivals, named_claims = conflict_facts(kube, spec) if present else ([], [])
     facts = planner.ClusterFacts(nodes, namespace_names, objects, list_pods(kube, spec, objects, namespace_names),
-                                 _storage_class(spec, classes) if present else None)
+                                 _storage_class(spec, classes) if present else None, rivals, named_claims)
     return facts
+
+
+def conflict_facts(kube, spec):
+    """(cache resources of the cache's name, live PVCs of its name): what conflicts.py checks a ReadOnlyMany
+    cache against; only such a cache names an object after itself. Resources are read for resource-backed
+    caches only (a cache_distribute run is checked against the live PVCs)."""
+    if spec.per_node:
+        return [], []
+    by_name = "metadata.name=%s" % spec.name
+    calls = [lambda: kube.list("PersistentVolumeClaim", field_selector=by_name)]
+    if spec.owner:
+        calls += [lambda path=path: kube.request("GET", path, [("fieldSelector", by_name)], what="list %s" % path)
+                  for path in ("/apis/gkm.io/v1alpha1/gkmcaches", "/apis/gkm.io/v1alpha1/clustergkmcaches")]
+    results = kube.map(lambda call: call(), calls)
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:
+        raise DistributeError("reading the cluster failed: %s" % failures[0])
+    rivals = []
+    for kind, (status, data) in zip(("GKMCache", "ClusterGKMCache"), results[1:]):
+        rivals += [dict(item, kind=kind) for item in ((data or {}).get("items") or []) if status == 200]
+    return rivals, results[0]
 
 
 # Finished pods neither mount a PVC nor say why an extraction is stuck; after a converge they are most

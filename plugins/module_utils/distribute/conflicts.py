@@ -1,0 +1,155 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Name conflicts between caches, pure: two caches that would own one object.
+
+Every object name but one hashes the whole slot (cache, cache namespace, namespace, node, digest; see
+common/naming.py), so two caches never share it. The exception is what workloads name: a ReadOnlyMany cache's
+PVC is named as the cache, in each of its namespaces, so a GKMCache and a ClusterGKMCache of one name, both
+ReadOnlyMany, whose namespaces meet want one PVC. Of two such resources the one that came first
+(creationTimestamp, then kind and name) keeps the PVC; the other is refused before anything is written, so it
+never deletes or overwrites what the first owns. A live PVC of that name that belongs to no rival resource (a
+cache distributed without a resource, or an object not made by the collection) refuses the cache too.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
+    CACHE_LABEL,
+    CACHE_NAMESPACE_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGER,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import PlanError
+
+READ_ONLY_MANY = "ReadOnlyMany"
+# Sorts after every RFC 3339 timestamp: a manifest not applied yet (check mode) comes after what exists.
+NOT_CREATED = "~"
+
+
+class CacheConflictError(PlanError, GkmError):
+    """The cache would own an object another cache (or someone else) owns; the message names both and the fix."""
+
+
+def describe(kind, namespace, name):
+    return "%s %s%s" % (kind, "%s/" % namespace if namespace else "", name)
+
+
+def resource_claims(resource):
+    """{(namespace, PVC name)} a GKMCache or ClusterGKMCache resource would name after itself (ReadOnlyMany)."""
+    spec = resource.get("spec") or {}
+    metadata = resource.get("metadata") or {}
+    if READ_ONLY_MANY not in (spec.get("accessModes") or []):
+        return set()
+    namespaces = [metadata.get("namespace")] if resource.get("kind") == "GKMCache" else spec.get(
+        "workloadNamespaces") or []
+    return {(namespace, metadata["name"]) for namespace in namespaces if namespace}
+
+
+def spec_claims(spec):
+    """{(namespace, PVC name)} the cache being planned names after itself."""
+    if spec.per_node:
+        return set()
+    return {(namespace, spec.name) for namespace in spec.namespaces}
+
+
+def _order(kind, name, created):
+    return (created or NOT_CREATED, kind, name)
+
+
+def _self_order(spec):
+    owner = spec.owner or {}
+    return _order(owner.get("kind", ""), spec.name, owner.get("creationTimestamp"))
+
+
+def _is_self(spec, resource):
+    owner = spec.owner or {}
+    metadata = resource.get("metadata") or {}
+    return (resource.get("kind"), metadata.get("namespace") if resource.get("kind") == "GKMCache" else None,
+            metadata.get("name")) == (owner.get("kind"), owner.get("namespace"), spec.name)
+
+
+def _self_name(spec):
+    owner = spec.owner
+    if owner:
+        return describe(owner["kind"], owner.get("namespace"), spec.name)
+    return "cache %s" % (("%s/" % spec.cache_namespace if spec.cache_namespace else "") + spec.name)
+
+
+def _fix(spec):
+    return ("rename one of the two, make one ReadWriteOnce (per-node PVCs never collide), or keep their namespaces "
+            "apart; %s is refused until then, the other is unaffected" % _self_name(spec))
+
+
+def _earlier_rival(spec, rivals, wanted):
+    """The first rival resource, ahead of this cache, that wants one of the same PVCs: (resource, shared)."""
+    mine = _self_order(spec)
+    ahead = []
+    for resource in rivals:
+        if _is_self(spec, resource):
+            continue
+        metadata = resource.get("metadata") or {}
+        shared = resource_claims(resource) & wanted
+        order = _order(resource.get("kind", ""), metadata.get("name", ""), metadata.get("creationTimestamp"))
+        if shared and order < mine:
+            ahead.append((order, resource, shared))
+    return min(ahead, key=lambda entry: entry[0])[1:] if ahead else None
+
+
+def _live_owner(pvc):
+    """Who a live PVC belongs to: ('cache', namespace, name) for a collection object, None for anyone else's."""
+    labels = pvc["metadata"].get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) != MANAGER or not labels.get(CACHE_LABEL):
+        return None
+    return labels.get(CACHE_NAMESPACE_LABEL) or "", labels[CACHE_LABEL]
+
+
+def _is_later_rival(spec, rivals, owner):
+    """A live PVC of a rival resource that came after this cache: ours to take (that rival is refused)."""
+    mine = _self_order(spec)
+    for resource in rivals:
+        metadata = resource.get("metadata") or {}
+        key = (metadata.get("namespace") or "" if resource.get("kind") == "GKMCache" else "", metadata.get("name"))
+        order = _order(resource.get("kind", ""), metadata.get("name", ""), metadata.get("creationTimestamp"))
+        if key == owner and order > mine:
+            return True
+    return False
+
+
+def refuse_conflicts(spec, rivals, named_claims):
+    """Raise CacheConflictError when the cache would own an object that is someone else's.
+
+    rivals: GKMCache and ClusterGKMCache resources named as the cache (the only ones whose PVC names can meet);
+    named_claims: live PVCs named as the cache, in any namespace.
+    """
+    wanted = spec_claims(spec)
+    if not wanted:
+        return
+    earlier = _earlier_rival(spec, rivals, wanted)
+    if earlier:
+        resource, shared = earlier
+        metadata = resource["metadata"]
+        raise CacheConflictError(
+            "PVC %s is wanted by %s and by %s, which was created first (%s): %s" % (
+                ", ".join("%s/%s" % claim for claim in sorted(shared)), _self_name(spec),
+                describe(resource["kind"], metadata.get("namespace") if resource["kind"] == "GKMCache" else None,
+                         metadata["name"]),
+                metadata.get("creationTimestamp") or "earlier", _fix(spec)))
+    mine = (spec.cache_namespace or "", spec.name)
+    for pvc in named_claims:
+        metadata = pvc["metadata"]
+        if (metadata.get("namespace"), metadata["name"]) not in wanted:
+            continue
+        owner = _live_owner(pvc)
+        if owner == mine or (owner and _is_later_rival(spec, rivals, owner)):
+            continue
+        if owner:
+            holder = ("cache %s, distributed without a resource (gkm.cluster.cache_distribute) or whose resource is "
+                      "gone: remove it with cache_distribute state=absent (deploy.yml and reconfigure.yml remove the "
+                      "objects of deleted resources)" % "/".join(filter(None, owner)))
+        else:
+            holder = "no cache (gkm.cluster did not make it): rename or delete that PVC, or rename the cache"
+        raise CacheConflictError("PVC %s/%s, which %s names after itself, belongs to %s; %s is refused until then" % (
+            metadata["namespace"], metadata["name"], _self_name(spec), holder, _self_name(spec)))
