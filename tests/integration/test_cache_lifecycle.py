@@ -20,7 +20,8 @@ OURS = "app.kubernetes.io/managed-by=gkm.cluster"
 
 @pytest.fixture(scope="module")
 def image(registry):
-    return kcache_images.build_image(registry.host, "lifecycle/vector-add", "v1", kcache_images.CacheSpec(backend="hip"))
+    spec = kcache_images.CacheSpec(backend="hip")
+    return kcache_images.build_image(registry.host, "lifecycle/vector-add", "v1", spec)
 
 
 def pinned_template():

@@ -1,0 +1,204 @@
+"""Caches that end and caches that collide, without a cluster: owner references and the kind label (ownership.py),
+orphans and undeclared resources (lifecycle.py, the cache_orphans and cache_undeclared filters), name conflicts
+(conflicts.py) through the planner."""
+
+import pytest
+
+from ansible_collections.gkm.cluster.plugins.filter.cache_orphans import cache_orphans
+from ansible_collections.gkm.cluster.plugins.filter.cache_undeclared import cache_undeclared
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import conflicts, ownership
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from tests.unit.test_plan import as_live, facts, make_spec
+
+EARLY, LATE = "2026-11-24T10:00:00Z", "2026-11-24T10:00:05Z"
+
+
+def owner(kind="GKMCache", name="vector-add", namespace="team-a", uid="uid-1", created=LATE):
+    resource = {"kind": kind, "metadata": {"name": name, "uid": uid, "creationTimestamp": created}}
+    if namespace:
+        resource["metadata"]["namespace"] = namespace
+    return ownership.resource_owner(resource)
+
+
+def resource(kind, name, namespace=None, created=EARLY, access_modes=("ReadOnlyMany",), workload=("team-a",),
+             labels=None):
+    metadata = {"name": name, "creationTimestamp": created}
+    if namespace:
+        metadata["namespace"] = namespace
+    if labels:
+        metadata["labels"] = labels
+    spec = {"image": "registry.local/caches/vector-add:v1", "accessModes": list(access_modes)}
+    if kind == "ClusterGKMCache":
+        spec["workloadNamespaces"] = list(workload)
+    return {"kind": kind, "metadata": metadata, "spec": spec}
+
+
+def by_kind(plan):
+    objects = {}
+    for action in plan.actions:
+        objects.setdefault(action.kind, []).append(action.body)
+    return objects
+
+
+# ---------------------------------------------------------------- ownership
+
+
+def test_a_gkmcache_owns_its_namespaced_objects_and_labels_its_pvs_without_a_reference():
+    spec = make_spec(owner=owner())
+    objects = by_kind(planner.plan(spec, facts()))
+    for kind in ("PersistentVolumeClaim", "Job"):
+        for obj in objects[kind]:
+            assert obj["metadata"]["ownerReferences"] == [
+                {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "name": "vector-add", "uid": "uid-1"}]
+            assert obj["metadata"]["labels"][ownership.CACHE_KIND_LABEL] == "GKMCache"
+    for pv in objects["PersistentVolume"]:
+        # Cluster-scoped: no namespaced owner; and the collector would beat the scrub to it.
+        assert "ownerReferences" not in pv["metadata"]
+        assert pv["metadata"]["labels"][ownership.CACHE_KIND_LABEL] == "GKMCache"
+
+
+def test_a_cluster_cache_owns_objects_in_every_workload_namespace_but_not_its_pvs():
+    spec = make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"],
+                     owner=owner("ClusterGKMCache", namespace=None))
+    objects = by_kind(planner.plan(spec, facts()))
+    assert {pvc["metadata"]["namespace"] for pvc in objects["PersistentVolumeClaim"]} == {"team-a", "team-b"}
+    assert all(pvc["metadata"]["ownerReferences"][0]["kind"] == "ClusterGKMCache"
+               for pvc in objects["PersistentVolumeClaim"] + objects["Job"])
+    assert all("ownerReferences" not in pv["metadata"] for pv in objects["PersistentVolume"])
+
+
+def test_a_namespaced_owner_never_references_objects_of_another_namespace():
+    pvc = {"kind": "PersistentVolumeClaim", "metadata": {"name": "x", "namespace": "team-b"}}
+    assert not ownership.may_reference(owner(), pvc)
+    assert ownership.may_reference(owner("ClusterGKMCache", namespace=None), pvc)
+
+
+def test_a_manifest_not_applied_yet_labels_its_objects_but_references_no_uid():
+    spec = make_spec(owner=owner(uid=None, created=None))
+    for obj in planner.plan(spec, facts()).desired:
+        assert "ownerReferences" not in obj["metadata"]
+        assert obj["metadata"]["labels"][ownership.CACHE_KIND_LABEL] == "GKMCache"
+
+
+def test_cache_distribute_objects_stay_as_rendered():
+    for obj in planner.plan(make_spec(), facts()).desired:
+        assert "ownerReferences" not in obj["metadata"]
+        assert ownership.CACHE_KIND_LABEL not in obj["metadata"]["labels"]
+
+
+def test_objects_from_before_owner_references_or_of_a_recreated_resource_are_updated_in_place():
+    old = planner.plan(make_spec(), facts()).desired
+    updated = planner.plan(make_spec(owner=owner()), facts(objects=as_live(old, complete_jobs=True, marked=True)))
+    assert {(a.verb, a.kind) for a in updated.actions} == {
+        ("update", "PersistentVolumeClaim"), ("update", "PersistentVolume"), ("update", "Job")}
+    live = as_live(updated.desired, complete_jobs=True, marked=True)
+    assert planner.plan(make_spec(owner=owner()), facts(objects=live)).actions == []
+    recreated = planner.plan(make_spec(owner=owner(uid="uid-2")), facts(objects=live))
+    assert {a.verb for a in recreated.actions} == {"update"}
+    assert all(a.body["metadata"].get("ownerReferences", [{}])[0].get("uid", "uid-2") == "uid-2"
+               for a in recreated.actions)
+
+
+# ---------------------------------------------------------------- orphans and undeclared caches
+
+
+def labelled(kind, namespace, name, cache_namespace=""):
+    return {"metadata": {"name": "obj", "labels": {"app.kubernetes.io/managed-by": "gkm.cluster",
+                                                     "gkm.io/cache": name, "gkm.io/cache-namespace": cache_namespace,
+                                                     ownership.CACHE_KIND_LABEL: kind}}}
+
+
+def test_orphans_are_the_caches_whose_resource_is_gone_once_each():
+    objects = [labelled("GKMCache", "team-a", "gone", "team-a"), labelled("GKMCache", "team-a", "gone", "team-a"),
+               labelled("GKMCache", "team-a", "here", "team-a"), labelled("ClusterGKMCache", "", "wide"),
+               {"metadata": {"labels": {"app.kubernetes.io/managed-by": "gkm.cluster", "gkm.io/cache": "direct",
+                                        "gkm.io/cache-namespace": "team-a"}}}]
+    found = [resource("GKMCache", "here", "team-a")]
+    assert cache_orphans(objects, found) == [
+        {"kind": "ClusterGKMCache", "namespace": "", "name": "wide"},
+        {"kind": "GKMCache", "namespace": "team-a", "name": "gone"}]
+    assert cache_orphans(objects, [*found, resource("ClusterGKMCache", "wide"),
+                                   resource("GKMCache", "gone", "team-a")]) == []
+
+
+def test_only_resources_the_inventory_applied_are_removed_once_undeclared():
+    declared_label = {"gkm.io/declared-by": "inventory"}
+    found = [resource("GKMCache", "kept", "team-a", labels=declared_label),
+             resource("GKMCache", "dropped", "team-a", labels=declared_label),
+             resource("ClusterGKMCache", "dropped", labels=declared_label),
+             resource("GKMCache", "by-kubectl", "team-a")]
+    declared = [resource("GKMCache", "kept", "team-a")]
+    assert cache_undeclared(found, declared) == [
+        {"kind": "ClusterGKMCache", "namespace": "", "name": "dropped"},
+        {"kind": "GKMCache", "namespace": "team-a", "name": "dropped"}]
+    assert cache_undeclared(found, found) == []
+
+
+# ---------------------------------------------------------------- conflicts
+
+
+def rox_spec(created=LATE, kind="GKMCache"):
+    if kind == "GKMCache":
+        return make_spec(access_modes=["ReadOnlyMany"], owner=owner(created=created))
+    return make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"], access_modes=["ReadOnlyMany"],
+                     owner=owner("ClusterGKMCache", namespace=None, created=created))
+
+
+def test_the_later_of_two_rox_caches_of_one_name_is_refused_naming_the_first():
+    rivals = [resource("ClusterGKMCache", "vector-add", created=EARLY), resource("GKMCache", "vector-add", "team-a",
+                                                                                  created=LATE)]
+    with pytest.raises(conflicts.CacheConflictError) as refused:
+        planner.plan(rox_spec(LATE), facts_with(rivals))
+    message = str(refused.value)
+    assert message.startswith("PVC team-a/vector-add is wanted by GKMCache team-a/vector-add and by ClusterGKMCache "
+                              "vector-add, which was created first (%s)" % EARLY)
+    assert "make one ReadWriteOnce" in message and "GKMCache team-a/vector-add is refused until then" in message
+    # The first is unaffected: planned as if alone.
+    first = planner.plan(rox_spec(EARLY, "ClusterGKMCache"), facts_with(rivals))
+    assert {"PersistentVolumeClaim", "Job"} <= {a.kind for a in first.actions}
+
+
+def facts_with(rivals, named_claims=()):
+    base = facts()
+    return planner.ClusterFacts(base.nodes, base.namespaces, {}, [], base.storage_class, rivals, named_claims)
+
+
+def test_a_tie_in_creation_time_goes_to_the_cluster_cache_by_kind():
+    rivals = [resource("ClusterGKMCache", "vector-add", created=LATE, workload=("team-a", "team-b"))]
+    with pytest.raises(conflicts.CacheConflictError):
+        planner.plan(rox_spec(LATE), facts_with(rivals))
+    assert planner.plan(rox_spec(LATE, "ClusterGKMCache"), facts_with(
+        [resource("GKMCache", "vector-add", "team-a", created=LATE)])).actions
+
+
+def test_caches_whose_pvc_names_cannot_meet_are_no_conflict():
+    read_write_once = [resource("ClusterGKMCache", "vector-add", access_modes=("ReadWriteOnce",))]
+    elsewhere = [resource("ClusterGKMCache", "vector-add", workload=("team-z",))]
+    for rivals in (read_write_once, elsewhere):
+        assert planner.plan(rox_spec(LATE), facts_with(rivals)).actions
+    # A ReadWriteOnce cache names its PVCs after node and slot hash: nothing to check.
+    assert planner.plan(make_spec(owner=owner()), facts_with([resource("ClusterGKMCache", "vector-add")])).actions
+
+
+def live_pvc(namespace, name, labels):
+    return {"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": namespace, "labels": labels}}
+
+
+def test_a_live_pvc_of_someone_else_refuses_the_cache_and_a_later_rivals_is_taken_over():
+    foreign = live_pvc("team-a", "vector-add", {"app": "mine"})
+    with pytest.raises(conflicts.CacheConflictError) as refused:
+        planner.plan(rox_spec(), facts_with([], [foreign]))
+    assert "belongs to no cache (gkm.cluster did not make it)" in str(refused.value)
+
+    direct = live_pvc("team-a", "vector-add", {"app.kubernetes.io/managed-by": "gkm.cluster",
+                                               "gkm.io/cache": "vector-add", "gkm.io/cache-namespace": ""})
+    with pytest.raises(conflicts.CacheConflictError) as refused:
+        planner.plan(rox_spec(), facts_with([], [direct]))
+    assert "cache_distribute state=absent" in str(refused.value)
+
+    # The same PVC held by a ClusterGKMCache created after this cache: that one is refused, this one takes it.
+    later = [resource("ClusterGKMCache", "vector-add", created="2026-11-24T11:00:00Z")]
+    assert planner.plan(rox_spec(LATE), facts_with(later, [direct])).actions
+    mine = live_pvc("team-a", "vector-add", {"app.kubernetes.io/managed-by": "gkm.cluster",
+                                             "gkm.io/cache": "vector-add", "gkm.io/cache-namespace": "team-a"})
+    assert planner.plan(rox_spec(), facts_with([], [mine])).actions
