@@ -53,6 +53,15 @@ notes:
   - The objects are those of M(gkm.cluster.cache_distribute) - the extraction Jobs meet Pod Security C(restricted),
     or C(baseline) with the permission step (O(set_volume_owner)), and registry credentials and CA reach them in a
     Secret - and the status's C(nodes) entries carry the same reason, message and fix per node.
+  - The objects are labelled C(gkm.io/cache-kind) with the resource's kind, and those the garbage collector may
+    remove carry an owner reference to the resource - PVCs, Jobs and Secrets; never PVs (a GKMCache, namespaced,
+    cannot own cluster-scoped objects, and a ClusterGKMCache's collected PV would go before the scrub removed its
+    directory from the node's disk). The gkm.cluster.caches role removes what is left of a deleted resource at
+    its next run.
+  - A ReadOnlyMany cache names its PVC after itself, so a C(GKMCache) and a C(ClusterGKMCache) of one name, both
+    ReadOnlyMany, whose namespaces meet want one PVC. The one created later (C(creationTimestamp), then kind and
+    name) is refused before anything is written, naming the other; so is a cache whose PVC name is taken by an
+    object of no rival resource.
 seealso:
   - module: gkm.cluster.cache_distribute
   - module: gkm.cluster.cache_info
