@@ -84,7 +84,8 @@ def _fix(spec):
 
 
 def _earlier_rival(spec, rivals, wanted):
-    """The first rival resource, ahead of this cache, that wants one of the same PVCs: (resource, shared)."""
+    """The first rival resource, ahead of this cache, that wants one of the same PVCs: (resource, shared), or
+    (None, empty set)."""
     mine = _self_order(spec)
     ahead = []
     for resource in rivals:
@@ -95,7 +96,10 @@ def _earlier_rival(spec, rivals, wanted):
         order = _order(resource.get("kind", ""), metadata.get("name", ""), metadata.get("creationTimestamp"))
         if shared and order < mine:
             ahead.append((order, resource, shared))
-    return min(ahead, key=lambda entry: entry[0])[1:] if ahead else None
+    if not ahead:
+        return None, set()
+    _first, resource, shared = min(ahead, key=lambda entry: entry[0])
+    return resource, shared
 
 
 def _live_owner(pvc):
@@ -127,9 +131,8 @@ def refuse_conflicts(spec, rivals, named_claims):
     wanted = spec_claims(spec)
     if not wanted:
         return
-    earlier = _earlier_rival(spec, rivals, wanted)
-    if earlier:
-        resource, shared = earlier
+    resource, shared = _earlier_rival(spec, rivals, wanted)
+    if resource is not None:
         metadata = resource["metadata"]
         raise CacheConflictError(
             "PVC %s is wanted by %s and by %s, which was created first (%s): %s" % (
