@@ -91,6 +91,14 @@ def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(sim
         assert ours(kube, declared)
 
         crds.delete_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", deleted)
+        # The garbage collector takes what the resource owns; the PV, which it cannot own, waits for the next run.
+        def only_the_pv_left():
+            found = ours(kube, deleted)
+            return found if set(found) == {"PersistentVolume"} else None
+
+        left = wait_until("the garbage collector to remove the PVC and Job of %s" % deleted, only_the_pv_left,
+                          timeout=60)
+        assert len(left["PersistentVolume"]) == 1
         run = run_role("caches", tmp_path, role_vars(sim, []))
         assert run.ok, run.failures()
         wait_until("the objects of %s and %s gone" % (deleted, declared),
