@@ -19,6 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kub
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
     SpecError,
@@ -161,16 +162,18 @@ def conflict_facts(kube, spec):
     if spec.per_node:
         return [], []
     by_name = "metadata.name=%s" % spec.name
+    # Every kind's collection across namespaces: /apis/<group>/<version>/<plural>.
+    kinds = sorted(cache_cr.KINDS) if spec.owner else []
+    paths = ["/apis/%s/%s/%s" % (cache_cr.GROUP, cache_cr.VERSION, cache_cr.KINDS[kind][0]) for kind in kinds]
     calls = [lambda: kube.list("PersistentVolumeClaim", field_selector=by_name)]
-    if spec.owner:
-        calls += [lambda path=path: kube.request("GET", path, [("fieldSelector", by_name)], what="list %s" % path)
-                  for path in ("/apis/gkm.io/v1alpha1/gkmcaches", "/apis/gkm.io/v1alpha1/clustergkmcaches")]
+    calls += [lambda path=path: kube.request("GET", path, [("fieldSelector", by_name)], what="list %s" % path)
+              for path in paths]
     results = kube.map(lambda call: call(), calls)
     failures = [r for r in results if isinstance(r, Exception)]
     if failures:
         raise DistributeError("reading the cluster failed: %s" % failures[0])
     rivals = []
-    for kind, (status, data) in zip(("GKMCache", "ClusterGKMCache"), results[1:]):
+    for kind, (status, data) in zip(kinds, results[1:]):
         rivals += [dict(item, kind=kind) for item in ((data or {}).get("items") or []) if status == 200]
     return rivals, results[0]
 
