@@ -98,7 +98,7 @@ def test_blob_longer_than_descriptor_is_refused(populated):
 
 def test_expansion_ratio_stops_a_decompression_bomb(tmp_path):
     blob, _labels, _opts, _fragment = ki.hostile_layer("zip_bomb")
-    with pytest.raises(rules.ExtractError, match="decompression bomb"):
+    with pytest.raises(rules.ExtractError, match=r"rule max_expansion_ratio.*expands beyond"):
         _extract(blob, tmp_path / "c")
     assert not (tmp_path / "c").exists()
 
