@@ -85,6 +85,7 @@ class _Extraction:
 
     def __init__(self, root, final_dest, limits, whole_layer, rewrite_groups, budget):
         self.root = root
+        self.root_bytes = len(root.encode("utf-8", "surrogateescape"))
         self.final_dest = final_dest
         self.limits = limits
         self.whole_layer = whole_layer
@@ -134,7 +135,7 @@ class _Extraction:
         path = safe_member_path(member.name)
         if not path or not (self.whole_layer or in_cache_scope(path)):
             return
-        check_path_length(self.root, path)
+        check_path_length(self.root_bytes, path)
         if kind == "dir":
             if path in self.files or path in self.symlinks:
                 raise ExtractError("entry %r is a directory but the layer also has it as a file" % path)

@@ -51,20 +51,25 @@ def safe_member_path(name, what="entry"):
     parts = [part for part in name.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise ExtractError("%s %r has a '..' component, which could write outside dest" % (what, name))
-    for part in parts:
-        if len(part.encode("utf-8", "surrogateescape")) > NAME_MAX:
-            raise ExtractError("rule name_max: %s %.80r... has a name of %d bytes; Linux allows %d bytes per path "
-                               "component" % (what, name, len(part.encode("utf-8", "surrogateescape")), NAME_MAX))
-        if part.startswith(_WHITEOUT_PREFIX):
-            raise ExtractError("rule whiteout: %s %r is an OCI whiteout (.wh.*), which hides files of a lower layer; "
-                               "a kernel cache is a single layer with nothing below it, so its image is malformed"
-                               % (what, name))
+    # Per-component checks only for the rare names that could fail them: this runs once per tar entry.
+    if len(name) > NAME_MAX // 4 or _WHITEOUT_PREFIX in name:
+        for part in parts:
+            size = len(part.encode("utf-8", "surrogateescape"))
+            if size > NAME_MAX:
+                raise ExtractError("rule name_max: %s %.80r... has a name of %d bytes; Linux allows %d bytes per "
+                                   "path component" % (what, name, size, NAME_MAX))
+            if part.startswith(_WHITEOUT_PREFIX):
+                raise ExtractError("rule whiteout: %s %r is an OCI whiteout (.wh.*), which hides files of a lower "
+                                   "layer; a kernel cache is a single layer with nothing below it, so its image is "
+                                   "malformed" % (what, name))
     return "/".join(parts)
 
 
-def check_path_length(root, path):
-    """Refuse a path that the kernel would refuse below root (ENAMETOOLONG), naming the rule instead."""
-    length = len(root.encode("utf-8", "surrogateescape")) + 1 + len(path.encode("utf-8", "surrogateescape"))
+def check_path_length(root_bytes, path):
+    """Refuse a path that the kernel would refuse below a root of `root_bytes` bytes (ENAMETOOLONG), by its rule."""
+    if root_bytes + 1 + 4 * len(path) < PATH_MAX:  # UTF-8 takes at most 4 bytes a character
+        return
+    length = root_bytes + 1 + len(path.encode("utf-8", "surrogateescape"))
     if length >= PATH_MAX:
         raise ExtractError("rule path_max: entry %.80r... makes a path of %d bytes below the destination; Linux "
                            "allows %d" % (path, length, PATH_MAX - 1))
