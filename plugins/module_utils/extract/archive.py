@@ -2,11 +2,12 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Safe, atomic, streaming extraction of a gzip tar layer into a directory.
 
-One pass in one thread: the compressed bytes are hashed as they arrive, gunzipped (isal when installed)
-and untarred into a temporary directory beside `dest`, each file's data written straight from the
-decompressed pieces. Only when the whole layer was read, its digest matched and every entry passed the
-safety rules is the temporary directory swapped with `dest` (renameat2 RENAME_EXCHANGE where the kernel
-has it). On any failure the temporary directory is removed and `dest` is exactly as it was.
+One pass: the compressed bytes are hashed as they arrive and gunzipped (isal when installed) in one helper
+thread, handed over a MiB at a time, and untarred into a temporary directory beside `dest`, each file's
+data written straight from the decompressed pieces. Only when the whole layer was read, its digest
+matched and every entry passed the safety rules is the temporary directory swapped with `dest` (renameat2
+RENAME_EXCHANGE where the kernel has it). On any failure the temporary directory is removed and `dest`
+is exactly as it was.
 
 Safety rules, checked on every entry before anything is written for it:
 - names must be relative and free of `..`; device nodes, FIFOs and other special types are refused;
@@ -49,6 +50,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.extract.streams import
     DigestReader,
     ForwardStream,
     gunzip_pieces,
+    in_helper_thread,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.extract.tar_entries import tar_entries
 from ansible_collections.gkm.cluster.plugins.module_utils.extract.tree import (
@@ -254,7 +256,8 @@ def _extract_into(read, layer_digest, layer_size, root, final_dest, limits, whol
     digest_reader = DigestReader(read, layer_size)
     budget = byte_budget(limits, layer_size, declared_bytes)
     # The stream may carry a little more than the files (headers, padding, entries out of scope).
-    stream = ForwardStream(gunzip_pieces(digest_reader), budget[0] + 1024 * 1024)
+    pieces = in_helper_thread(gunzip_pieces(digest_reader))
+    stream = ForwardStream(pieces, budget[0] + 1024 * 1024)
     extraction = _Extraction(root, final_dest, limits, whole_layer, rewrite_groups, budget)
     try:
         for member in tar_entries(stream):
@@ -265,6 +268,8 @@ def _extract_into(read, layer_digest, layer_size, root, final_dest, limits, whol
                            % (digest_reader.size, layer_size)) from None
     except GZIP_ERRORS as exc:
         raise ExtractError("the layer is not a valid gzip stream: %s" % exc) from exc
+    finally:
+        pieces.close()  # stops the helper thread when the extraction stopped early
     if layer_size is not None and digest_reader.size != layer_size:
         raise ExtractError("the layer is truncated: %d of %d bytes received" % (digest_reader.size, layer_size))
     if digest_reader.digest() != layer_digest:

@@ -1,7 +1,7 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Streams of the extraction: the layer digest checked as the bytes arrive, gunzip in the same thread
-(isal when installed) and the decompressed layer read forward only, with its expansion limit.
+"""Streams of the extraction: the layer digest checked as the bytes arrive, gunzip (isal when installed)
+in a helper thread, and the decompressed layer read forward only, with its expansion limit.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -10,6 +10,8 @@ __metaclass__ = type
 
 import hashlib
 import os
+import queue
+import threading
 import traceback
 import zlib
 
@@ -88,6 +90,53 @@ def gunzip_pieces(reader):
             yield piece
     if in_member:
         raise EOFError("the gzip stream ended inside a member")
+
+
+_END = object()
+# Pieces decompressed ahead of the writer: enough to keep both busy, a few MiB of memory at most.
+_HANDOFF_DEPTH = 4
+
+
+def in_helper_thread(pieces):
+    """The items of the iterator `pieces`, produced in a helper thread while the caller consumes them.
+
+    Download, digest and gunzip (which release the GIL) then overlap the file writes, as gzip and tar do in
+    two processes. Handoffs are per piece (a MiB), not per file. Closing the generator stops the helper.
+    """
+    handoff = queue.Queue(_HANDOFF_DEPTH)
+    stop = threading.Event()
+
+    def put(item):
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce():
+        try:
+            for piece in pieces:
+                if not put(piece):
+                    return
+            put(_END)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            put(exc)
+
+    helper = threading.Thread(target=produce, name="gkm-gunzip", daemon=True)
+    helper.start()
+    try:
+        while True:
+            item = handoff.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        helper.join()
 
 
 class ForwardStream:
