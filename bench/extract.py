@@ -14,7 +14,8 @@ contender; nothing is dropped. Before each timed run the previous destination is
 Per contender: median, min and max of wall and CPU seconds (user + system of the process and all its
 children, from RUSAGE_CHILDREN around each command), and the instruction count from `perf stat -e
 instructions` where the machine has the counter (the JSON says why not otherwise).
-Also: 10 extractions in one process (job_main.main called 10 times: the growth of the 10th over the 1st),
+Also: 10 extractions in one process (job_main.main called 10 times: the growth of the 10th over the 1st,
+with user and system time apart, beside the same 10 runs in fresh processes as a control),
 the no-op re-run (in-process and as a fresh process) and an ansible-playbook run of cache_extract.
 Results are refused when the 1-minute load average is above --max-load before or after (unless
 --allow-busy, which marks them busy): on a busy machine every contender's time is mostly waiting.
@@ -47,18 +48,21 @@ JOB_MAIN = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_mai
 DEFAULT_MAX_LOAD = 1.5
 GROWTH_RUNS = 10
 # Ten extractions in one interpreter: what a long-lived caller (the module under a persistent runner,
-# a test process) does. Prints the CPU and wall seconds of each.
+# a test process) does. Each run starts like a timed contender's (previous tree removed, sync); prints the
+# user, system and wall seconds of each.
 GROWTH_SCRIPT = """
-import contextlib, io, json, shutil, sys, time
+import contextlib, io, json, os, resource, shutil, sys, time
 from %s import main
 image, dest, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 samples = []
 for _ in range(runs):
     shutil.rmtree(dest, ignore_errors=True)
-    cpu, wall = time.process_time(), time.perf_counter()
+    os.sync()
+    before, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["--image", image, "--dest", dest, "--plain-http"]) == 0
-    samples.append((time.process_time() - cpu, time.perf_counter() - wall))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    samples.append((after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime, time.perf_counter() - wall))
 print(json.dumps(samples))
 """ % JOB_MAIN
 
@@ -162,13 +166,26 @@ def contender_table(samples):
     return table
 
 
-def growth_in_one_process(env, image_ref, dest):
+def growth_in_one_process(runner, env, image_ref, dest, ours_command):
+    """10 extractions in one process, and as a control the same sequence in 10 fresh processes.
+
+    Growth that the control shows too comes from the machine (the file system's writeback of the earlier
+    trees), not from state the process accumulates.
+    """
     out = _run([sys.executable, "-c", GROWTH_SCRIPT, image_ref, dest, str(GROWTH_RUNS)], env).stdout
-    samples = json.loads(out)
-    cpu = [s[0] for s in samples]
-    wall = [s[1] for s in samples]
-    return {"runs": GROWTH_RUNS, "cpu_s": cpu, "wall_s": wall, "cpu_10th_over_1st": cpu[-1] / cpu[0],
-            "wall_10th_over_1st": wall[-1] / wall[0]}
+    one_process = [{"user_s": user, "sys_s": system, "cpu_s": user + system, "wall_s": wall}
+                   for user, system, wall in json.loads(out)]
+    fresh_processes = []
+    for _ in range(GROWTH_RUNS):
+        fresh(dest)
+        fresh_processes.append(runner.measure([ours_command]))
+
+    def growth(samples):
+        return {key: samples[-1][key] / samples[0][key] for key in ("user_s", "cpu_s", "wall_s")}
+
+    return {"runs": GROWTH_RUNS, "one_process": one_process, "fresh_processes_control": fresh_processes,
+            "one_process_10th_over_1st": growth(one_process),
+            "fresh_processes_10th_over_1st": growth(fresh_processes)}
 
 
 def noop_reruns(env, image_ref, dest, runs):
@@ -258,7 +275,10 @@ def main():
         fresh(ours_dest, tar_out)
         results["contenders"] = table
         results["instructions"] = "counted" if perf_problem is None else perf_problem
-        results["growth_in_one_process"] = growth_in_one_process(env, image.ref, os.path.join(work, "growth", "c"))
+        growth_dest = os.path.join(work, "growth", "c")
+        results["growth_in_one_process"] = growth_in_one_process(
+            runner, env, image.ref, growth_dest,
+            [sys.executable, "-m", JOB_MAIN, "--image", image.ref, "--dest", growth_dest, "--plain-http"])
         results["noop_rerun"] = noop_reruns(env, image.ref, os.path.join(work, "noop", "cache"), max(10, args.runs))
         if args.playbook_runs:
             results["playbook"] = playbook_timing(image, os.path.join(work, "pb", "cache"), args.playbook_runs)
@@ -272,7 +292,10 @@ def main():
             "ours_over_oras_tar_cpu": ratio("oras_tar", "cpu_s"),
             "ours_over_tar_floor_cpu": ratio("tar_floor", "cpu_s"),
             "ours_over_skopeo_tar_wall": ratio("skopeo_tar", "wall_s"),
-            "growth_10th_over_1st_cpu": results["growth_in_one_process"]["cpu_10th_over_1st"],
+            "growth_10th_over_1st_cpu": results["growth_in_one_process"]["one_process_10th_over_1st"]["cpu_s"],
+            "growth_10th_over_1st_user": results["growth_in_one_process"]["one_process_10th_over_1st"]["user_s"],
+            "control_fresh_processes_10th_over_1st_cpu":
+                results["growth_in_one_process"]["fresh_processes_10th_over_1st"]["cpu_s"],
         }
         results["sizes"] = {"uncompressed_bytes": raw_bytes, "files": file_count, "layer_bytes": blob_size,
                             "compression_ratio": round(raw_bytes / blob_size, 2)}
