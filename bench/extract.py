@@ -1,14 +1,24 @@
-"""Extraction benchmark: cache_extract against oras + tar, skopeo + tar and tar of a local blob.
+"""Extraction benchmark: what the extraction Job runs against oras + tar and the tar -xzf floor.
 
 Builds a synthetic Triton-like cache (~200 MB in ~5,000 files, one gzip layer), pushes it to the local
-registry, then measures side by side (medians of --runs runs, fresh destination each run):
-  ours_cold_s      this collection's code in-process (resolve, verify, stream-extract, marker)
-  playbook_s       the same as an ansible-playbook task (whole ansible-playbook run; task time too)
-  oras_tar_s       oras manifest fetch + oras blob fetch of the layer + tar -xzf
-  skopeo_tar_s     skopeo copy to a dir: layout + tar -xzf of the layer
-  tar_floor_s      tar -xzf of the same layer blob already on local disk
-  noop_rerun_ms    in-process re-run with the same digest and an intact tree (and its CPU ms)
-CPU seconds (this process and its children) are recorded too: on a shared machine they vary far less than wall time.
+registry, then measures every contender as a fresh process, in alternating order:
+  ours         python -m ...extract.job_main, the extraction Job's own entry point (interpreter start,
+               resolve, stream-extract with digest check and safety rules, marker, atomic swap)
+  oras_tar     oras manifest fetch + oras blob fetch of the layer + tar -xzf of it
+  tar_floor    tar -xzf of the same layer blob already on local disk
+  skopeo_tar   skopeo copy to a dir: layout + tar -xzf of the layer (with --skopeo)
+Page cache: the same for every contender. The registry serves the blob from its storage and tar_floor reads
+its copy, both on the filesystem of the destinations, both warm after one untimed warm-up round of every
+contender; nothing is dropped. Before each timed run the previous destination is removed and `sync` runs
+(untimed), so no contender pays for another's writeback.
+Per contender: median, min and max of wall and CPU seconds (user + system of the process and all its
+children, from RUSAGE_CHILDREN around each command), and the instruction count from `perf stat -e
+instructions` where the machine has the counter (the JSON says why not otherwise).
+Also: 10 extractions in one process (job_main.main called 10 times: the growth of the 10th over the 1st,
+with user and system time apart, beside the same 10 runs in fresh processes as a control),
+the no-op re-run (in-process and as a fresh process) and an ansible-playbook run of cache_extract.
+Results are refused when the 1-minute load average is above --max-load before or after (unless
+--allow-busy, which marks them busy): on a busy machine every contender's time is mostly waiting.
 Writes bench/results/extract.json.
 """
 
@@ -26,13 +36,35 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, ".cache", "collections"), ROOT]
+COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
+sys.path[:0] = [COLLECTIONS, ROOT]
 
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import streams  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
 
 TOOLS_BIN = os.path.expanduser("~/.cache/gkm-cluster/tools/bin")
+JOB_MAIN = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main"
+DEFAULT_MAX_LOAD = 1.5
+GROWTH_RUNS = 10
+# Ten extractions in one interpreter: what a long-lived caller (the module under a persistent runner,
+# a test process) does. Each run starts like a timed contender's (previous tree removed, sync); prints the
+# user, system and wall seconds of each.
+GROWTH_SCRIPT = """
+import contextlib, io, json, os, resource, shutil, sys, time
+from %s import main
+image, dest, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+samples = []
+for _ in range(runs):
+    shutil.rmtree(dest, ignore_errors=True)
+    os.sync()
+    before, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["--image", image, "--dest", dest, "--plain-http"]) == 0
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    samples.append((after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime, time.perf_counter() - wall))
+print(json.dumps(samples))
+""" % JOB_MAIN
 
 
 def registry_host():
@@ -47,38 +79,132 @@ def registry_host():
     return state["registry"]
 
 
-def cpu_seconds():
-    """CPU time of this process (all threads) and of its finished children."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+def perf_instructions_status():
+    """None when `perf stat -e instructions` counts here, else why it cannot."""
+    if not shutil.which("perf"):
+        return "perf is not installed"
+    probe = subprocess.run(["perf", "stat", "-x,", "-e", "instructions", "true"], capture_output=True, text=True,
+                           check=False)
+    line = (probe.stderr.strip().splitlines() or [""])[-1]
+    if probe.returncode != 0 or not line.split(",")[0].isdigit():
+        return ("perf stat -e instructions does not count here (%s): the virtual machine exposes no hardware "
+                "performance counters" % (line or "exit %d" % probe.returncode))
+    return None
 
 
-def interleaved(contenders, runs):
-    """Median wall and CPU seconds per contender; one run of each per round, so load drift hits all alike.
+class Runner:
+    """Runs a contender's commands as child processes: wall, CPU (RUSAGE_CHILDREN) and instructions."""
 
-    contenders: {name: (prepare, fn)}; prepare() runs untimed before each fn(). CPU time does not
-    depend on what else the machine runs, so it is the fairer comparison on a busy machine.
-    """
-    walls = {name: [] for name in contenders}
-    cpus = {name: [] for name in contenders}
-    for _ in range(runs):
-        for name, (prepare, fn) in contenders.items():
-            prepare()
-            cpu, start = cpu_seconds(), time.perf_counter()
-            fn()
-            walls[name].append(time.perf_counter() - start)
-            cpus[name].append(cpu_seconds() - cpu)
-    return ({name: statistics.median(v) for name, v in walls.items()},
-            {name: statistics.median(v) for name, v in cpus.items()}, {"wall": walls, "cpu": cpus})
+    def __init__(self, env, count_instructions):
+        self.env = env
+        self.count_instructions = count_instructions
+
+    def measure(self, commands):
+        counts = []
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        for command in commands:
+            if self.count_instructions:
+                with tempfile.NamedTemporaryFile("r", suffix=".perf") as out:
+                    _run(["perf", "stat", "-x,", "-e", "instructions", "-o", out.name, "--", *command], self.env)
+                    counts.append(_perf_count(out.read()))
+            else:
+                _run(command, self.env)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return {"wall_s": wall, "user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime,
+                "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+                "instructions": sum(counts) if self.count_instructions else None}
 
 
-def fresh(path):
-    shutil.rmtree(path, ignore_errors=True)
+def _perf_count(text):
+    for line in text.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and "instructions" in fields[2] and fields[0].isdigit():
+            return int(fields[0])
+    raise RuntimeError("no instruction count in perf's output: %r" % text)
+
+
+def _run(command, env=None):
+    return subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+
+
+def fresh(*paths):
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
     subprocess.run(["sync"], check=False)
 
 
-def run(cmd, **kwargs):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kwargs)
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def measure_interleaved(runner, contenders, runs):
+    """Samples per contender; each round runs every contender once, starting one further along each time."""
+    names = list(contenders)
+    samples = {name: [] for name in names}
+    for round_index in range(runs + 1):  # round 0 warms the page cache and is not kept
+        order = names[round_index % len(names):] + names[:round_index % len(names)]
+        for name in order:
+            prepare, commands = contenders[name]
+            prepare()
+            sample = runner.measure(commands)
+            if round_index:
+                samples[name].append(sample)
+        print("round %d/%d done, load %.2f" % (round_index, runs, os.getloadavg()[0]), flush=True)
+    return samples
+
+
+def contender_table(samples):
+    table = {}
+    for name, runs in samples.items():
+        row = {key: summary([run[key] for run in runs]) for key in ("wall_s", "cpu_s", "user_s", "sys_s")}
+        if runs[0]["instructions"] is not None:
+            row["instructions"] = summary([run["instructions"] for run in runs])
+        row["samples"] = runs
+        table[name] = row
+    return table
+
+
+def growth_in_one_process(runner, env, image_ref, dest, ours_command):
+    """10 extractions in one process, and as a control the same sequence in 10 fresh processes.
+
+    Growth that the control shows too comes from the machine (the file system's writeback of the earlier
+    trees), not from state the process accumulates.
+    """
+    out = _run([sys.executable, "-c", GROWTH_SCRIPT, image_ref, dest, str(GROWTH_RUNS)], env).stdout
+    one_process = [{"user_s": user, "sys_s": system, "cpu_s": user + system, "wall_s": wall}
+                   for user, system, wall in json.loads(out)]
+    fresh_processes = []
+    for _ in range(GROWTH_RUNS):
+        fresh(dest)
+        fresh_processes.append(runner.measure([ours_command]))
+
+    def growth(samples):
+        return {key: samples[-1][key] / samples[0][key] for key in ("user_s", "cpu_s", "wall_s")}
+
+    return {"runs": GROWTH_RUNS, "one_process": one_process, "fresh_processes_control": fresh_processes,
+            "one_process_10th_over_1st": growth(one_process),
+            "fresh_processes_10th_over_1st": growth(fresh_processes)}
+
+
+def noop_reruns(env, image_ref, dest, runs):
+    """No-op re-runs over an intact extraction: the module's work in-process, and a fresh job_main process."""
+    options = {"image": image_ref, "dest": dest, "plain_http": True}
+    cache_pull.ensure_cache(options)
+    in_process = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        assert cache_pull.ensure_cache(options)["changed"] is False
+        in_process.append((time.perf_counter() - start) * 1000)
+    process = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = json.loads(_run([sys.executable, "-m", JOB_MAIN, "--image", image_ref, "--dest", dest,
+                                  "--plain-http"], env).stdout)
+        assert result["changed"] is False
+        process.append((time.perf_counter() - start) * 1000)
+    return {"in_process_ms": summary(in_process), "job_main_process_ms": summary(process)}
 
 
 def main():
@@ -86,102 +212,125 @@ def main():
     parser.add_argument("--registry", help="host:port (default: the local simulated cluster's registry)")
     parser.add_argument("--bytes", type=int, default=200_000_000)
     parser.add_argument("--files", type=int, default=5_000)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--playbook-runs", type=int, default=3, help="0 skips the ansible-playbook timing")
+    parser.add_argument("--skopeo", action="store_true", help="also measure skopeo copy + tar")
+    parser.add_argument("--max-load", type=float, default=DEFAULT_MAX_LOAD,
+                        help="refuse to write results above this 1-minute load average (default %(default)s)")
+    parser.add_argument("--allow-busy", action="store_true", help="write results even on a busy machine, "
+                        "marked busy")
+    parser.add_argument("--workdir", help="where the layer and the destinations go (default: a new directory "
+                        "in $TMPDIR); the registry's storage should be on the same filesystem")
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "results", "extract.json"))
     args = parser.parse_args()
 
+    load_before = os.getloadavg()
+    if load_before[0] > args.max_load and not args.allow_busy:
+        sys.exit("load average %.2f is above %.2f: the figures would measure the other load. Wait for a quiet "
+                 "machine or pass --allow-busy (results are then marked busy)" % (load_before[0], args.max_load))
     subprocess.run([os.path.join(ROOT, "tools", "bench-tools.sh")], check=False, capture_output=True)
     oras = os.path.join(TOOLS_BIN, "oras")
     registry = args.registry or registry_host()
-    work = tempfile.mkdtemp(prefix="gkm-bench-extract-")
+    perf_problem = perf_instructions_status()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS] + [p for p in [os.environ.get("PYTHONPATH")]
+                                                                       if p]))
+    runner = Runner(env, perf_problem is None)
+    work = tempfile.mkdtemp(prefix="gkm-bench-extract-", dir=args.workdir)
     try:
         print("building and pushing a %d MB / %d-file cache ..." % (args.bytes // 10**6, args.files), flush=True)
         image, blob_path, raw_bytes, file_count = kcache_images.build_large_image(
             registry, "bench/triton-large", "v1", work, args.bytes, args.files)
         blob_size = os.path.getsize(blob_path)
-        dest = os.path.join(work, "out", "cache")
-        options = {"image": image.ref, "dest": dest, "plain_http": True}
-        results = {"runs": args.runs, "samples": {}}
-
-        def ours():
-            cache_pull.ensure_cache(options)
-
-        contenders = {"ours_cold_s": (lambda: fresh(dest), ours)}
-
+        ours_dest = os.path.join(work, "ours", "cache")
         tar_out = os.path.join(work, "tar-out")
-
-        def tar_floor():
-            os.makedirs(tar_out)
-            run(["tar", "-xzf", blob_path, "-C", tar_out])
-
-        contenders["tar_floor_s"] = (lambda: fresh(tar_out), tar_floor)
-        ours()  # the no-op re-runs below start from a complete extraction
-        noop, noop_cpu = [], []
-        for _ in range(max(10, args.runs)):
-            cpu, start = time.process_time(), time.perf_counter()
-            assert cache_pull.ensure_cache(options)["changed"] is False
-            noop.append((time.perf_counter() - start) * 1000)
-            noop_cpu.append((time.process_time() - cpu) * 1000)
-        results["noop_rerun_ms"] = statistics.median(noop)
-        results["noop_rerun_cpu_ms"] = statistics.median(noop_cpu)
-        results["samples"]["noop_rerun_ms"] = noop
-
+        contenders = {
+            "ours": (lambda: fresh(ours_dest),
+                     [[sys.executable, "-m", JOB_MAIN, "--image", image.ref, "--dest", ours_dest, "--plain-http"]]),
+            "tar_floor": (lambda: (fresh(tar_out), os.makedirs(tar_out)),
+                          [["tar", "-xzf", blob_path, "-C", tar_out]]),
+        }
+        results = {"runs": args.runs, "entry_point": "python -m %s (the extraction Job's command)" % JOB_MAIN}
         if os.access(oras, os.X_OK):
             oras_dir = os.path.join(work, "oras")
-            digest_ref = "%s/%s@%s" % (registry, image.repository, image.layer_digest)
-
-            def oras_tar():
-                os.makedirs(os.path.join(oras_dir, "out"))
-                run([oras, "manifest", "fetch", "--plain-http", image.ref])
-                run([oras, "blob", "fetch", "--plain-http", "--output", os.path.join(oras_dir, "layer.tgz"),
-                     digest_ref])
-                run(["tar", "-xzf", os.path.join(oras_dir, "layer.tgz"), "-C", os.path.join(oras_dir, "out")])
-
-            contenders["oras_tar_s"] = (lambda: fresh(oras_dir), oras_tar)
-            results["oras_version"] = run([oras, "version"]).stdout.splitlines()[0]
-        if shutil.which("skopeo"):
+            layer_file = os.path.join(oras_dir, "layer.tgz")
+            contenders["oras_tar"] = (
+                lambda: (fresh(oras_dir), os.makedirs(os.path.join(oras_dir, "out"))),
+                [[oras, "manifest", "fetch", "--plain-http", image.ref],
+                 [oras, "blob", "fetch", "--plain-http", "--output", layer_file,
+                  "%s/%s@%s" % (registry, image.repository, image.layer_digest)],
+                 ["tar", "-xzf", layer_file, "-C", os.path.join(oras_dir, "out")]])
+            results["oras_version"] = _run([oras, "version"]).stdout.splitlines()[0]
+        else:
+            results["oras_missing"] = "%s not built (tools/bench-tools.sh)" % oras
+        if args.skopeo and shutil.which("skopeo"):
             skopeo_dir = os.path.join(work, "skopeo")
+            contenders["skopeo_tar"] = (
+                lambda: (fresh(skopeo_dir), os.makedirs(os.path.join(skopeo_dir, "out"))),
+                [["skopeo", "copy", "--insecure-policy", "--quiet", "--src-tls-verify=false",
+                  "docker://" + image.ref, "dir:" + os.path.join(skopeo_dir, "image")],
+                 ["tar", "-xzf", os.path.join(skopeo_dir, "image", image.layer_digest.split(":", 1)[1]),
+                  "-C", os.path.join(skopeo_dir, "out")]])
+        print("measuring %s, %d rounds after a warm-up round ..." % (", ".join(contenders), args.runs), flush=True)
+        table = contender_table(measure_interleaved(runner, contenders, args.runs))
+        fresh(ours_dest, tar_out)
+        results["contenders"] = table
+        results["instructions"] = "counted" if perf_problem is None else perf_problem
+        growth_dest = os.path.join(work, "growth", "c")
+        results["growth_in_one_process"] = growth_in_one_process(
+            runner, env, image.ref, growth_dest,
+            [sys.executable, "-m", JOB_MAIN, "--image", image.ref, "--dest", growth_dest, "--plain-http"])
+        results["noop_rerun"] = noop_reruns(env, image.ref, os.path.join(work, "noop", "cache"), max(10, args.runs))
+        if args.playbook_runs:
+            results["playbook"] = playbook_timing(image, os.path.join(work, "pb", "cache"), args.playbook_runs)
 
-            def skopeo_tar():
-                os.makedirs(skopeo_dir)
-                run(["skopeo", "copy", "--insecure-policy", "--quiet", "--src-tls-verify=false",
-                     "docker://" + image.ref, "dir:" + os.path.join(skopeo_dir, "image")])
-                os.makedirs(os.path.join(skopeo_dir, "out"))
-                layer_file = os.path.join(skopeo_dir, "image", image.layer_digest.split(":", 1)[1])
-                run(["tar", "-xzf", layer_file, "-C", os.path.join(skopeo_dir, "out")])
+        def ratio(name, key):
+            return table["ours"][key]["median"] / table[name][key]["median"] if name in table else None
 
-            contenders["skopeo_tar_s"] = (lambda: fresh(skopeo_dir), skopeo_tar)
-        print("measuring %s, %d rounds ..." % (", ".join(contenders), args.runs), flush=True)
-        medians, cpu_medians, samples = interleaved(contenders, args.runs)
-        results.update(medians)
-        results["cpu_s"] = cpu_medians
-        results["samples"].update(samples)
-        results.update(playbook_timing(image, os.path.join(work, "pb", "cache"), max(3, args.runs // 2)))
-
-        results["ratio_vs_tar_floor"] = results["ours_cold_s"] / results["tar_floor_s"]
-        results["cpu_ratio_vs_tar_floor"] = results["cpu_s"]["ours_cold_s"] / results["cpu_s"]["tar_floor_s"]
-        if "oras_tar_s" in results:
-            results["cpu_ratio_vs_oras_tar"] = results["cpu_s"]["ours_cold_s"] / results["cpu_s"]["oras_tar_s"]
-        if "oras_tar_s" in results:
-            results["ratio_vs_oras_tar"] = results["ours_cold_s"] / results["oras_tar_s"]
-        if "skopeo_tar_s" in results:
-            results["ratio_vs_skopeo_tar"] = results["ours_cold_s"] / results["skopeo_tar_s"]
+        results["ratios"] = {
+            "ours_over_oras_tar_wall": ratio("oras_tar", "wall_s"),
+            "ours_over_tar_floor_wall": ratio("tar_floor", "wall_s"),
+            "ours_over_oras_tar_cpu": ratio("oras_tar", "cpu_s"),
+            "ours_over_tar_floor_cpu": ratio("tar_floor", "cpu_s"),
+            "ours_over_skopeo_tar_wall": ratio("skopeo_tar", "wall_s"),
+            "growth_10th_over_1st_cpu": results["growth_in_one_process"]["one_process_10th_over_1st"]["cpu_s"],
+            "growth_10th_over_1st_user": results["growth_in_one_process"]["one_process_10th_over_1st"]["user_s"],
+            "control_fresh_processes_10th_over_1st_cpu":
+                results["growth_in_one_process"]["fresh_processes_10th_over_1st"]["cpu_s"],
+        }
         results["sizes"] = {"uncompressed_bytes": raw_bytes, "files": file_count, "layer_bytes": blob_size,
                             "compression_ratio": round(raw_bytes / blob_size, 2)}
-        results["environment"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                  "isal": streams.HAS_ISAL, "load_average": os.getloadavg(),
-                                  "registry": "docker-registry (distribution 2.8) on loopback"}
-        for key, value in list(results.items()):
-            if isinstance(value, float):
-                results[key] = round(value, 4)
-        results["cpu_s"] = {key: round(value, 4) for key, value in results["cpu_s"].items()}
-        os.makedirs(os.path.dirname(args.output), exist_ok=True)
+        load_after = os.getloadavg()
+        busy = max(load_before[0], load_after[0]) > args.max_load
+        results["environment"] = {
+            "cpus": os.cpu_count(), "python": platform.python_version(), "isal": streams.HAS_ISAL,
+            "load_average_before": load_before, "load_average_after": load_after, "max_load": args.max_load,
+            "busy": busy, "registry": "docker-registry (distribution 2.8) on loopback",
+            "page_cache": "warm for all: one untimed warm-up round; blob served from the registry's storage or "
+                          "read from disk on the destinations' filesystem; sync (untimed) before each run"}
+        if busy and not args.allow_busy:
+            sys.exit("load average rose to %.2f (above %.2f) during the run: results not written"
+                     % (load_after[0], args.max_load))
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
         with open(args.output, "w") as f:
-            json.dump(results, f, indent=2, sort_keys=True)
+            json.dump(_rounded(results), f, indent=2, sort_keys=True)
             f.write("\n")
-        print(json.dumps({k: v for k, v in results.items() if k != "samples"}, indent=2, sort_keys=True))
+        print(json.dumps(_rounded({key: value for key, value in results.items() if key != "contenders"}),
+                         indent=2, sort_keys=True))
+        for name, row in table.items():
+            print("%-11s wall %.3f s [%.3f-%.3f]  cpu %.3f s" % (name, row["wall_s"]["median"], row["wall_s"]["min"],
+                                                               row["wall_s"]["max"], row["cpu_s"]["median"]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(item) for item in value]
+    return value
 
 
 def playbook_timing(image, dest, runs):
@@ -196,21 +345,20 @@ def playbook_timing(image, dest, runs):
     site_packages = os.path.join(sys.prefix, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOCALHOST_WARNING="false",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-               ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([os.path.join(ROOT, ".cache", "collections"), site_packages]))
+               ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([COLLECTIONS, site_packages]))
     binary = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     walls, tasks = [], []
     for _ in range(runs):
         fresh(dest)
         start = time.perf_counter()
-        out = run([binary, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
-                   playbook], env=env).stdout
+        out = _run([binary, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
+                    playbook], env).stdout
         walls.append(time.perf_counter() - start)
         task = json.loads(out)["plays"][0]["tasks"][0]
         assert task["hosts"]["localhost"]["changed"] is True
         started, ended = (task["task"]["duration"][k] for k in ("start", "end"))
         tasks.append(_iso_seconds(ended) - _iso_seconds(started))
-    return {"playbook_s": statistics.median(walls), "playbook_task_s": statistics.median(tasks),
-            "samples_playbook": {"wall_s": walls, "task_s": tasks}}
+    return {"wall_s": summary(walls), "task_s": summary(tasks)}
 
 
 def _iso_seconds(stamp):

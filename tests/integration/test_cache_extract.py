@@ -1,11 +1,13 @@
 """cache_extract against the real local registry: real images, hostile images, signatures, kills, idempotence."""
 
+import gzip
 import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 import uuid
 
@@ -90,6 +92,21 @@ def test_hostile_image_is_refused_and_dest_is_unchanged(registry, extracted, var
         _pull(bad.ref, dest, **limits)
     assert _snapshot(dest) == before
     assert not [n for n in os.listdir(dest.parent) if ".gkm-tmp-" in n]
+
+
+def test_a_member_announcing_more_than_the_label_declares_is_refused_at_its_header(registry, extracted):
+    """The 5 GiB header of a bomb against the image's cache-size-bytes label: refused before any byte is written."""
+    image, dest, before = extracted
+    labels = ki.cache_entries(ki.CacheSpec(kernels=1))[1]
+    header = tarfile.TarInfo(ki.K + "/bomb.cubin")
+    header.size = 5 * 1024 ** 3
+    bomb = ki.push_image(registry.host, image.repository, "bomb",
+                         gzip.compress(header.tobuf(tarfile.PAX_FORMAT) + bytes(1024 * 1024)), labels)
+    with pytest.raises(cache_pull.CachePullError, match=r"rule declared_size \(the image's cache-size-bytes label %s,"
+                       % labels["cache.triton.image/cache-size-bytes"]):
+        _pull(bomb.ref, dest, max_expansion_ratio=10 ** 6)  # so the label, not the ratio, is the tighter bound
+    assert _snapshot(dest) == before
+    assert [name for name in os.listdir(dest.parent) if tree.TMP_INFIX in name] == []
 
 
 def test_blob_tampered_in_the_registry_is_refused(registry, extracted):

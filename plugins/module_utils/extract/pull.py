@@ -242,7 +242,7 @@ def ensure_cache(options, check_mode=False, node_labels_reader=None):
             stats = archive.extract_layer(
                 lambda n: response.raw.read(n, decode_content=False), layer["digest"], layer["size"], opts["dest"],
                 limits=limits, whole_layer=opts["whole_layer"], rewrite_groups=opts["rewrite_group_paths"],
-                marker=facts)
+                marker=facts, declared_bytes=facts.get("size_bytes"))
         facts.update(files=stats["files"], bytes=stats["bytes"])
         return _result(opts, digest, facts, True, previous, compatible_gpus=compatible,
                        incompatible_gpus=incompatible, layer_bytes=stats["layer_bytes"],

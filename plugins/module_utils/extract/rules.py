@@ -13,8 +13,17 @@ import os
 import re
 import tarfile
 
+# Linux limits: one path component, and a whole path given to a system call (with its NUL).
+NAME_MAX = 255
+PATH_MAX = 4096
+_WHITEOUT_PREFIX = ".wh."
+# The extraction refuses a layer holding more than the image declares (its cache-size-bytes label) times
+# this factor plus this margin: the same headroom the distribution gives the cache's volume, so a layer
+# over it would not fit the volume sized from the label anyway.
+DECLARED_SIZE_FACTOR = 1.5
+DECLARED_SIZE_MARGIN = 32 * 1024 * 1024
 _CACHE_ROOTS = re.compile(r"^io\.[A-Za-z0-9_-]+\.(cache|manifest)$")
-_REGULAR_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
+REGULAR_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
 
 
 class ExtractError(Exception):
@@ -42,7 +51,45 @@ def safe_member_path(name, what="entry"):
     parts = [part for part in name.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise ExtractError("%s %r has a '..' component, which could write outside dest" % (what, name))
+    # Per-component checks only for the rare names that could fail them: this runs once per tar entry.
+    if len(name) > NAME_MAX // 4 or _WHITEOUT_PREFIX in name:
+        for part in parts:
+            size = len(part.encode("utf-8", "surrogateescape"))
+            if size > NAME_MAX:
+                raise ExtractError("rule name_max: %s %.80r... has a name of %d bytes; Linux allows %d bytes per "
+                                   "path component" % (what, name, size, NAME_MAX))
+            if part.startswith(_WHITEOUT_PREFIX):
+                raise ExtractError("rule whiteout: %s %r is an OCI whiteout (.wh.*), which hides files of a lower "
+                                   "layer; a kernel cache is a single layer with nothing below it, so its image is "
+                                   "malformed" % (what, name))
     return "/".join(parts)
+
+
+def check_path_length(root_bytes, path):
+    """Refuse a path that the kernel would refuse below a root of `root_bytes` bytes (ENAMETOOLONG), by its rule."""
+    if root_bytes + 1 + 4 * len(path) < PATH_MAX:  # UTF-8 takes at most 4 bytes a character
+        return
+    length = root_bytes + 1 + len(path.encode("utf-8", "surrogateescape"))
+    if length >= PATH_MAX:
+        raise ExtractError("rule path_max: entry %.80r... makes a path of %d bytes below the destination; Linux "
+                           "allows %d" % (path, length, PATH_MAX - 1))
+
+
+def byte_budget(limits, layer_size, declared_bytes):
+    """(most uncompressed bytes the files of the layer may hold, the rule that sets it).
+
+    The smallest of max_bytes, the expansion ratio times the compressed size and the image's declared size
+    with its margin: a member whose header announces more is refused before any byte of it is written.
+    """
+    budgets = [(limits.max_bytes, "max_bytes=%d" % limits.max_bytes)]
+    if limits.max_ratio and layer_size:
+        budgets.append((layer_size * limits.max_ratio, "max_expansion_ratio=%d x %d compressed bytes"
+                        % (limits.max_ratio, layer_size)))
+    if declared_bytes is not None:
+        budgets.append((int(declared_bytes * DECLARED_SIZE_FACTOR) + DECLARED_SIZE_MARGIN,
+                        "declared_size (the image's cache-size-bytes label %d, x%s + %d bytes of margin)"
+                        % (declared_bytes, DECLARED_SIZE_FACTOR, DECLARED_SIZE_MARGIN)))
+    return min(budgets)
 
 
 def in_cache_scope(path):
@@ -52,7 +99,7 @@ def in_cache_scope(path):
 
 def entry_kind(member):
     """'file', 'dir', 'symlink' or 'hardlink'; ExtractError for devices, FIFOs and other types."""
-    if member.type in _REGULAR_TYPES:
+    if member.type in REGULAR_TYPES:
         return "file"
     if member.type == tarfile.DIRTYPE:
         return "dir"

@@ -1,33 +1,38 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Streams of the extraction: the layer digest checked as the bytes arrive, and gunzip in a helper thread
-(isal when installed).
+"""Streams of the extraction: the layer digest checked as the bytes arrive, gunzip (isal when installed)
+in a helper thread, and the decompressed layer read forward only, with its expansion limit.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import gzip
 import hashlib
 import os
+import queue
+import threading
 import traceback
 import zlib
 
 from ansible_collections.gkm.cluster.plugins.module_utils.extract.rules import ExtractError
 
 try:
-    from isal import igzip_threaded, isal_zlib
+    from isal import isal_zlib as gunzip_module
 
-    GZIP_ERRORS = (zlib.error, isal_zlib.error)
+    GZIP_ERRORS = (zlib.error, gunzip_module.error)
     HAS_ISAL = True
     ISAL_IMPORT_ERROR = None
 except ImportError:
+    gunzip_module = zlib
     GZIP_ERRORS = (zlib.error,)
     HAS_ISAL = False
     ISAL_IMPORT_ERROR = traceback.format_exc()
 
+# Compressed bytes per read and decompressed bytes per piece: large enough that per-call overhead is
+# negligible, small enough that a decompression bomb never holds more than this in memory.
 CHUNK = 1024 * 1024
+_GZIP_WBITS = 16 + 15
 
 
 # ---------------------------------------------------------------- streams
@@ -42,11 +47,8 @@ class DigestReader:
         self.size = 0
         self._sha = hashlib.sha256()
 
-    def readable(self):
-        return True
-
-    def read(self, n=-1):
-        data = self._read(CHUNK if n is None or n < 0 else n)
+    def read(self, n=CHUNK):
+        data = self._read(n)
         if data:
             self.size += len(data)
             if self.expected_size is not None and self.size > self.expected_size:
@@ -54,53 +56,160 @@ class DigestReader:
             self._sha.update(data)
         return data
 
-    def readinto(self, buffer):
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
-
     def digest(self):
         return "sha256:" + self._sha.hexdigest()
 
 
-class ForwardStream:
-    """The decompressed layer as a forward-only seekable file, so tarfile can read it in "r:" mode.
+def gunzip_pieces(reader):
+    """The decompressed bytes of reader's gzip stream, in pieces of at most CHUNK bytes.
 
-    tarfile's own stream mode ("r|") re-slices its whole read buffer on every small read; plain
-    mode only needs tell() and forward seeks, which are served by reading and discarding. It also
-    counts decompressed bytes and stops a layer that expands beyond its limits.
+    Several gzip members follow each other as gzip(1) allows, zero padding between them is skipped;
+    EOFError when the stream ends inside a member.
     """
+    decompressor = gunzip_module.decompressobj(_GZIP_WBITS)
+    pending = b""
+    in_member = False
+    while True:
+        if not pending:
+            pending = reader.read(CHUNK)
+            if not pending:
+                break
+        if not in_member:
+            pending = pending.lstrip(b"\0")
+            if not pending:
+                continue
+            in_member = True
+        piece = decompressor.decompress(pending, CHUNK)
+        if decompressor.eof:
+            pending = decompressor.unused_data
+            decompressor = gunzip_module.decompressobj(_GZIP_WBITS)
+            in_member = False
+        else:
+            pending = decompressor.unconsumed_tail
+        if piece:
+            yield piece
+    if in_member:
+        raise EOFError("the gzip stream ended inside a member")
 
-    def __init__(self, source, max_total):
-        self._source = source
-        self._max_total = max_total
-        self.total = 0
 
-    def read(self, n=-1):
-        data = self._source.read(CHUNK if n is None or n < 0 else n)
-        self.total += len(data)
-        if self.total > self._max_total:
-            raise ExtractError("the layer expands beyond %d bytes (max_bytes / expansion-ratio limit); refused as a "
-                               "decompression bomb" % self._max_total)
-        return data
+_END = object()
+# Pieces decompressed ahead of the writer: enough to keep both busy, a few MiB of memory at most.
+_HANDOFF_DEPTH = 4
 
-    def tell(self):
-        return self.total
 
-    def seekable(self):
+def in_helper_thread(pieces):
+    """The items of the iterator `pieces`, produced in a helper thread while the caller consumes them.
+
+    Download, digest and gunzip (which release the GIL) then overlap the file writes, as gzip and tar do in
+    two processes. Handoffs are per piece (a MiB), not per file. Closing the generator stops the helper.
+    """
+    handoff = queue.Queue(_HANDOFF_DEPTH)
+    stop = threading.Event()
+
+    def put(item):
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce():
+        try:
+            for piece in pieces:
+                if not put(piece):
+                    return
+            put(_END)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            put(exc)
+
+    helper = threading.Thread(target=produce, name="gkm-gunzip", daemon=True)
+    helper.start()
+    try:
+        while True:
+            item = handoff.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        helper.join()
+
+
+class ForwardStream:
+    """The decompressed layer, read forward only, counted, and stopped beyond `max_total` bytes."""
+
+    def __init__(self, pieces, max_total):
+        self._pieces = pieces
+        self._piece = b""
+        self._pos = 0
+        self.max_total = max_total
+        self.total = 0  # bytes handed out or skipped
+
+    def _next_piece(self):
+        """Make the current piece non-empty; False at the end of the stream."""
+        while self._pos >= len(self._piece):
+            piece = next(self._pieces, None)
+            if piece is None:
+                return False
+            self._piece, self._pos = piece, 0
         return True
 
-    def seek(self, offset, whence=os.SEEK_SET):
-        if whence != os.SEEK_SET or offset < self.total:
-            raise ExtractError("the tar archive asks to move backwards in the stream; it is malformed")
-        while self.total < offset:
-            if not self.read(min(CHUNK, offset - self.total)):
+    def _take(self, n):
+        """Up to n bytes of the current piece, as a memoryview (no copy)."""
+        if not self._next_piece():
+            return None
+        size = min(n, len(self._piece) - self._pos)
+        if self.total + size > self.max_total:
+            raise ExtractError("rule max_expansion: the layer expands beyond %d bytes (max_bytes and the "
+                               "expansion-ratio limit); refused as a decompression bomb" % self.max_total)
+        view = memoryview(self._piece)[self._pos:self._pos + size]
+        self._pos += size
+        self.total += size
+        return view
+
+    def read(self, n):
+        """Exactly n bytes, or fewer only at the end of the stream."""
+        if self._pos + n <= len(self._piece) and self.total + n <= self.max_total:
+            data = self._piece[self._pos:self._pos + n]
+            self._pos += n
+            self.total += n
+            return data
+        parts = []
+        while n:
+            view = self._take(n)
+            if view is None:
                 break
-        return self.total
+            parts.append(view)
+            n -= len(view)
+        return b"".join(parts)
 
+    def copy_to(self, fd, n):
+        """Write the next n bytes to the file descriptor fd; returns how many the stream had."""
+        copied = 0
+        while copied < n:
+            view = self._take(n - copied)
+            if view is None:
+                break
+            copied += len(view)
+            while view:  # a regular file takes the whole buffer unless the disk is full, which raises
+                view = view[os.write(fd, view):]
+        return copied
 
-def open_gunzip(reader):
-    """A decompressed stream over `reader`; isal decompresses in a helper thread when installed."""
-    if HAS_ISAL:
-        return igzip_threaded.open(reader, "rb", threads=1, block_size=CHUNK)
-    return gzip.GzipFile(fileobj=reader, mode="rb")
+    def skip(self, n):
+        """Discard the next n bytes; returns how many the stream had."""
+        skipped = 0
+        while skipped < n:
+            view = self._take(n - skipped)
+            if view is None:
+                break
+            skipped += len(view)
+        return skipped
+
+    def drain(self):
+        """Read to the end (the padding after the tar end-of-archive blocks), so the digest covers every byte."""
+        while self._take(CHUNK) is not None:
+            pass

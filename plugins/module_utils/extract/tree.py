@@ -50,7 +50,11 @@ def tree_listing(root):
 
 def tree_fingerprint(root):
     """(file count, bytes, sha256 of the listing) for root; changes when a file is added, removed or resized."""
-    listing = tree_listing(root)
+    return listing_fingerprint(tree_listing(root))
+
+
+def listing_fingerprint(listing):
+    """tree_fingerprint of a sorted listing as tree_listing makes it (an extraction records its own)."""
     text = "".join("%s\0%s\0%s\n" % entry for entry in listing)
     files = [value for _name, kind, value in listing if kind == "f"]
     digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
