@@ -28,6 +28,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
     ERROR,
     EXTRACTED,
+    UNSCHEDULABLE,
     cache_status,
     group_by_cache,
     slots_from_live,
@@ -67,7 +68,8 @@ def resolve_image(params):
         digest, config = fetch_image_config(image, **options)
         metadata = parse_cache_metadata(config)
     except (OCIError, CacheMetadataError) as error:
-        raise DistributeError("image %s: cannot resolve its digest and cache labels: %s" % (image, error)) from error
+        raise DistributeError("image %s: cannot resolve its digest and cache labels: %s" % (image, error),
+                              reason="ImageUnresolvable") from error
     return "%s/%s@%s" % (container.registry, container.api_prefix, digest), digest, metadata
 
 
@@ -112,7 +114,7 @@ def build_spec(params):
             image_ref, digest, metadata = resolve_image(params)
             pin_image(spec, image_ref, digest, metadata, registry_files(params, image_ref))
     except SpecError as error:
-        raise DistributeError(str(error)) from error
+        raise DistributeError(str(error), reason="InvalidSpec") from error
     return spec
 
 
@@ -127,7 +129,8 @@ def _storage_class(spec, classes):
         if spec.create_pvs != "always":
             raise DistributeError("storage_class_name %r does not exist; create it, pick one of %s, or set "
                                   "create_pvs: always" % (spec.storage_class_name,
-                                                          [c["metadata"]["name"] for c in classes] or "none"))
+                                                          [c["metadata"]["name"] for c in classes] or "none"),
+                                  reason="StorageClassMissing")
         return None
     defaults = [c for c in classes
                 if (c["metadata"].get("annotations") or {}).get(DEFAULT_STORAGE_CLASS_ANNOTATION) == "true"]
@@ -262,20 +265,27 @@ def plan_diff(plan, facts):
 
 def _status(spec, plan, facts):
     eligibility = plan.eligibility
-    return cache_status(plan.slots, [n["metadata"]["name"] for n in eligibility.eligible], eligibility.incompatible,
-                        eligibility.excluded, facts.objects, facts.pods, eligibility.untolerated_taints)
+    status = cache_status(plan.slots, [n["metadata"]["name"] for n in eligibility.eligible],
+                          eligibility.incompatible, eligibility.excluded, facts.objects, facts.pods,
+                          eligibility.untolerated_taints)
+    if spec.state == "present" and not eligibility.eligible:
+        status["unplaced"] = _empty_eligibility_message(plan)
+    return status
 
 
 def _settled(status):
-    return all(e["phase"] in (EXTRACTED, ERROR) for e in status["entries"] if e["phase"] not in (
-        "Outdated", "Incompatible"))
+    """Every current slot is Extracted or Error; with no eligible node (status unplaced), a Job the scheduler
+    cannot place is settled too: it stays Pending with the reason instead of failing the run after the wait."""
+    done = (EXTRACTED, ERROR)
+    return all(e["phase"] in done or (status.get("unplaced") and e.get("reason") == UNSCHEDULABLE)
+               for e in status["entries"] if e["phase"] not in ("Outdated", "Incompatible"))
 
 
 def _plan(spec, facts):
     try:
         return planner.plan(spec, facts)
     except planner.PlanError as error:
-        raise DistributeError(str(error)) from error
+        raise DistributeError(str(error), reason=error.reason) from error
 
 
 def _empty_eligibility_message(plan):
@@ -284,7 +294,7 @@ def _empty_eligibility_message(plan):
         by_reason.setdefault("; ".join(reasons), []).append(node)
     details = " | ".join("%s: %s" % (", ".join(nodes[:5]) + (" (+%d)" % (len(nodes) - 5) if len(nodes) > 5 else ""),
                                      reason) for reason, nodes in by_reason.items())
-    return "no node is eligible for the cache and wait is true: %s" % (details or "the cluster has no nodes")
+    return "no node can hold the cache yet: %s" % (details or "the cluster has no nodes")
 
 
 def distribute(kube, params, check_mode=False, want_diff=False):
@@ -294,8 +304,6 @@ def distribute(kube, params, check_mode=False, want_diff=False):
     try:
         facts = gather_facts(kube, spec)
         plan = _plan(spec, facts)
-        if spec.state == "present" and params.get("wait") and not plan.eligibility.eligible:
-            raise DistributeError(_empty_eligibility_message(plan), plan=_plan_result(plan))
         result = {"plan": _plan_result(plan)}
         if want_diff:
             result["diff"] = plan_diff(plan, facts)
@@ -304,7 +312,7 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         if errors:
             raise DistributeError("%d of %d writes failed; first: %s" % (len(errors), len(plan.actions),
                                                                          errors[0]["error"]),
-                                  errors=errors, writes=kube.writes, **result)
+                                  errors=errors, writes=kube.writes, reason="WriteFailed", **result)
         if kube.writes and not check_mode:
             facts = gather_facts(kube, spec)
         if params.get("wait") and spec.state == "present" and not check_mode:
