@@ -3,7 +3,7 @@
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import outcome, scheduling
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, outcome, scheduling
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError
@@ -54,7 +54,8 @@ def test_the_reason_comes_from_the_error_or_its_result():
     ({"key": "gpu", "operator": "Exist", "effect": "NoSchedule"},
      "pod_template.spec.tolerations[0].operator 'Exist' is not an operator: use Equal or Exists"),
     ({"operator": "Equal", "value": "x"}, "pod_template.spec.tolerations[0].key is required"),
-    ({"key": "gpu", "operator": "Exists", "effect": "NoSchedul"}, "pod_template.spec.tolerations[0].effect 'NoSchedul'"),
+    ({"key": "gpu", "operator": "Exists", "effect": "NoSchedul"},
+     "pod_template.spec.tolerations[0].effect 'NoSchedul'"),
 ])
 def test_an_invalid_toleration_names_its_field_not_untolerated_taints(toleration, field):
     spec = make_spec(pod_template={"spec": {"tolerations": [toleration]}})
@@ -80,3 +81,29 @@ def test_an_unplaced_cache_is_pending_with_the_reason_and_the_fix():
     assert (ready["status"], ready["reason"]) == ("False", "Pending")
     assert ready["message"] == ("Pending: no node can hold the cache yet: w-1, w-2: untolerated taint "
                                 "gpu=true:NoSchedule (add a toleration to spec.podTemplate.spec.tolerations)")
+
+
+def test_server_messages_name_the_pod_template_fields_for_jobs_only():
+    message = ('Job.batch "j" is invalid: [spec.template.spec.tolerations[0].operator: Invalid value, '
+               'spec.template.labels: Invalid value: "x!"]')
+    assert dry_run.user_fields("Job", message) == (
+        'Job.batch "j" is invalid: [pod_template.spec.tolerations[0].operator: Invalid value, '
+        'pod_template.metadata.labels: Invalid value: "x!"]')
+    assert dry_run.user_fields("PersistentVolumeClaim", "spec.template.spec.x") == "spec.template.spec.x"
+    assert outcome.resource_message(dry_run.user_fields("Job", "spec.template.spec.priorityClassName: x")) == (
+        "spec.podTemplate.spec.priorityClassName: x")
+
+
+def test_only_written_objects_are_dry_run_and_none_on_a_no_op_rerun():
+    spec = make_spec()
+    first = planner.plan(spec, facts())
+    actions = dry_run.dry_run_actions(first, set())
+    assert {a.kind for a in actions} == {"PersistentVolume", "PersistentVolumeClaim", "Job"}
+    assert len(actions) == len(first.actions)
+    live = {}
+    for obj in first.desired:
+        live.setdefault(obj["kind"], []).append(obj)
+    rerun = planner.plan(spec, facts(objects=live))
+    assert rerun.actions == [] and dry_run.dry_run_actions(rerun, set()) == []
+    # Objects in a namespace the plan creates cannot be dry-run yet.
+    assert dry_run.dry_run_actions(first, {"team-a"}) == [a for a in actions if a.kind == "PersistentVolume"]

@@ -3,8 +3,9 @@
 """One reconcile of a distributed cache, and the read-only report of any cache.
 
 `distribute` resolves the image to a digest, reads the cluster with one label-selected LIST per
-kind, plans, validates, writes the plan (server-side dry run in check mode), optionally waits for
-the extraction Jobs, and returns the plan, the status and the request counts. `describe` returns
+kind, plans, has the API server validate every object it would write (dry_run.py), writes the plan
+(server-side dry run in check mode), optionally waits for the extraction Jobs, and returns the plan,
+the status and the request counts. `describe` returns
 the same status for caches known only from the cluster.
 """
 
@@ -17,8 +18,8 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
     SpecError,
@@ -307,6 +308,12 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         result = {"plan": _plan_result(plan)}
         if want_diff:
             result["diff"] = plan_diff(plan, facts)
+        dry_runs = 0
+        if not check_mode:
+            dry_runs, refusals = dry_run.validate_plan(kube, plan)
+            if refusals:
+                raise DistributeError(dry_run.refusal_message(refusals, len(plan.actions)), reason=dry_run.INVALID,
+                                      refusals=refusals, writes=kube.writes, **result)
         scrub = NodeDiskScrub(kube, spec.extract_image, params.get("wait_timeout") or 120)
         errors = execute(kube, plan, params.get("wait_timeout") or 120, scrub)
         if errors:
@@ -329,7 +336,8 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         excluded_nodes=plan.eligibility.excluded,
         scrub=scrub.report(),
         warnings=scrub.warnings,
-        api_requests=kube.requests,
+        api_requests=kube.requests + dry_runs,
+        api_dry_runs=dry_runs,
         api_writes=kube.writes,
         duration_seconds=round(time.monotonic() - started, 3),
     )
