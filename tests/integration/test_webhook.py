@@ -157,7 +157,7 @@ def test_node_without_pvc_is_denied_with_what_to_run(kube, namespace, webhook):
     with pytest.raises(ApiException) as denied:
         core.create_namespaced_pod(namespace, labelled_pod("pinned", node=without))
     message = json.loads(denied.value.body)["message"]
-    assert 'GKMCache "%s/%s" has no PVC for node "%s"' % (namespace, CACHE, without) in message
+    assert 'GKMCache "%s/%s" is not extracted for node "%s"' % (namespace, CACHE, without) in message
     assert "gkm.cluster.cache_distribute" in message
 
     # The DaemonSet controller gets the same answer for that node and creates the others.

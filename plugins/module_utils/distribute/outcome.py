@@ -52,6 +52,7 @@ def error_status(reason, message, now, counts_names):
              "lastTransitionTime": now},
         ],
         "nodes": [],
+        "excludedNodes": [],
     }
     status.update({name: 0 for name in counts_names})
     return status

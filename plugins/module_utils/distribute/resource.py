@@ -104,9 +104,18 @@ def resource_status(result, now):
         "lastReconcileTime": now,
         "conditions": conditions,
         "nodes": [_node_entry(entry) for entry in status.get("entries") or []],
+        "excludedNodes": excluded_nodes(result.get("excluded_nodes") or {}),
     }
     body.update({crd_name: int(counts.get(name, 0)) for name, crd_name in COUNT_NAMES})
     return body
+
+
+def excluded_nodes(excluded):
+    """{node: [reasons]} as status entries, one per distinct reason, in the resource's field names."""
+    by_reason = {}
+    for node, reasons in sorted(excluded.items()):
+        by_reason.setdefault(resource_message("; ".join(reasons)), []).append(node)
+    return [{"reason": reason, "nodes": nodes} for reason, nodes in sorted(by_reason.items())]
 
 
 def _node_entry(entry):
