@@ -13,6 +13,7 @@ from kubernetes import client
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
+from tests.helpers.roles import run_role
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
@@ -178,3 +179,27 @@ def test_a_read_only_many_extraction_runs_on_an_untainted_cpu_node(sim, kube, cr
         assert {pod.spec.node_name for pod in pods} == {cpu}
     finally:
         remove(sim, namespace, name)
+
+
+def test_declared_caches_are_validated_together_and_none_is_applied_unless_all_are_valid(
+        sim, crds, namespace, image, tmp_path):
+    """Every invalid declared cache is named with the API server's words (not its Status JSON); the valid one waits."""
+    def declared(name, **spec):
+        return {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+                "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+    suffix = uuid.uuid4().hex[:5]
+    valid = declared("ok-%s" % suffix, image=image.ref, podTemplate=one_node_template())
+    caches = [declared("no-image-%s" % suffix, podTemplate=one_node_template()), valid,
+              declared("bad-mode-%s" % suffix, image=image.ref, accessModes=["ReadWriteEverywhere"])]
+    run = run_role("caches", tmp_path, {"caches_kubeconfig": sim.kubeconfig, "caches_declared": caches,
+                                        "caches_registry_plain_http": True,
+                                        "caches_extract_image": "gkm-cluster-tools:test"})
+    assert not run.ok
+    [failure] = run.failures()
+    assert failure.startswith("2 declared cache(s) are invalid, so none was applied: "), failure
+    assert "GKMCache %s/no-image-%s: " % (namespace, suffix) in failure and "spec.image: Required value" in failure
+    assert "GKMCache %s/bad-mode-%s: " % (namespace, suffix) in failure and "spec.accessModes[0]" in failure
+    assert '"kind":"Status"' not in failure and valid["metadata"]["name"] not in failure
+    listed = crds.list_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches")["items"]
+    assert listed == []
