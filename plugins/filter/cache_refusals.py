@@ -34,7 +34,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: One line per refused cache, C(<kind> <namespace>/<name>: <message>).
+  description: One line per refused cache - its kind, namespace/name, then the API server message.
   type: list
   elements: str
 """

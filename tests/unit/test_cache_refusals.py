@@ -29,6 +29,10 @@ def test_every_refused_cache_is_named_with_the_server_message():
 def test_one_declared_cache_and_an_unparsable_error():
     assert cache_refusals([cache("x")], failed(json.dumps(STATUS).encode())) == [
         'GKMCache team-a/x: GKMCache.gkm.io "x" is invalid: spec.image: Required value']
+    # Newer clients put the body in the message as text.
+    as_text = {"error": {"msg": "Failed to create object: %s\n" % json.dumps(STATUS)}}
+    assert cache_refusals([cache("x")], as_text) == [
+        'GKMCache team-a/x: GKMCache.gkm.io "x" is invalid: spec.image: Required value']
     odd = {"error": {"msg": "namespaces \"team-z\" not found"}}
     assert cache_refusals([{"kind": "ClusterGKMCache", "metadata": {"name": "c"}}], odd) == [
         'ClusterGKMCache c: namespaces "team-z" not found']
