@@ -171,9 +171,9 @@ status:
       elements: dict
     unplaced:
       description:
-        - Present when no node can hold the cache yet - the nodes grouped by reason, each with the option that would
-          fix it. The phase is then C(Pending) and the run does not fail (GKM's behaviour); a ReadOnlyMany cache's one
-          extraction still runs on any node that can schedule it.
+        - Present when no node is eligible for the cache yet - the nodes grouped by reason, each with the option that
+          would fix it. The phase is then C(Pending) and the run does not fail (GKM's behaviour); a ReadOnlyMany
+          cache's one extraction still runs on any node that can schedule it.
       type: str
       returned: when no node is eligible
 eligible_nodes:

@@ -297,7 +297,7 @@ def test_gpu_taint_without_toleration_is_diagnosed_then_converges_with_it(sim, k
         unplaced = distribute(sim, **rwo)
         assert not unplaced.get("failed"), unplaced.get("msg")
         assert unplaced["status"]["phase"] == "Pending" and unplaced["status"]["entries"] == []
-        assert unplaced["status"]["unplaced"].startswith("no node can hold the cache yet: ")
+        assert unplaced["status"]["unplaced"].startswith("no node is eligible for the cache yet: ")
         assert "untolerated taint gpu=true:NoSchedule" in unplaced["status"]["unplaced"]
         assert "pod_template.spec.tolerations" in unplaced["status"]["unplaced"]
         assert cache_objects(kube, name) == {"pvc": [], "pv": [], "job": []}

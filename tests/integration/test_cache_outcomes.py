@@ -153,14 +153,14 @@ def test_an_invalid_pod_template_names_its_field_and_nothing_is_written(sim, kub
 
 
 def test_gkms_example_without_pod_template_is_pending_with_the_fix(sim, kube, crds, namespace, image):
-    """The GPU workers carry the gpu taint: per node, no node can hold the cache yet."""
+    """The GPU workers carry the gpu taint: per node, no node is eligible for the cache yet."""
     name = create(crds, namespace, image.ref)
     result = reconcile(sim, name, namespace, wait=True, wait_timeout=60)
     assert not result.get("failed"), result.get("msg")
     status = live_status(crds, namespace, name)
     assert status["phase"] == "Pending"
     message = ready(status)["message"]
-    assert message.startswith("Pending: no node can hold the cache yet: ")
+    assert message.startswith("Pending: no node is eligible for the cache yet: ")
     assert "untolerated taint gpu=true:NoSchedule (add a toleration to spec.podTemplate.spec.tolerations)" in message
     assert written(kube, namespace, name) == {"pvc": [], "pv": [], "job": []}
 

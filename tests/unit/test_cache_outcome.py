@@ -75,11 +75,11 @@ def test_valid_tolerations_pass():
 def test_an_unplaced_cache_is_pending_with_the_reason_and_the_fix():
     result = {"cache": {"digest": "sha256:a"}, "status": {
         "phase": "Pending", "counts": {}, "entries": [],
-        "unplaced": "no node can hold the cache yet: w-1, w-2: untolerated taint gpu=true:NoSchedule "
+        "unplaced": "no node is eligible for the cache yet: w-1, w-2: untolerated taint gpu=true:NoSchedule "
                     "(add a toleration to pod_template.spec.tolerations)"}}
     ready = cache_cr.resource_status(result, "t")["conditions"][0]
     assert (ready["status"], ready["reason"]) == ("False", "Pending")
-    assert ready["message"] == ("Pending: no node can hold the cache yet: w-1, w-2: untolerated taint "
+    assert ready["message"] == ("Pending: no node is eligible for the cache yet: w-1, w-2: untolerated taint "
                                 "gpu=true:NoSchedule (add a toleration to spec.podTemplate.spec.tolerations)")
 
 

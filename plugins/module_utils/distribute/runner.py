@@ -48,6 +48,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import (
 OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job", "Secret")
 DEFAULT_STORAGE_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 WAIT_POLL_SECONDS = 1.0
+UNSCHEDULABLE_GRACE_SECONDS = 5.0
 
 
 class DistributeError(GkmError):
@@ -270,16 +271,19 @@ def _status(spec, plan, facts):
                           eligibility.incompatible, eligibility.excluded, facts.objects, facts.pods,
                           eligibility.untolerated_taints)
     if spec.state == "present" and not eligibility.eligible:
-        status["unplaced"] = _empty_eligibility_message(plan)
+        status["unplaced"] = _unplaced_message(plan)
     return status
 
 
-def _settled(status):
-    """Every current slot is Extracted or Error; with no eligible node (status unplaced), a Job the scheduler
-    cannot place is settled too: it stays Pending with the reason instead of failing the run after the wait."""
-    done = (EXTRACTED, ERROR)
-    return all(e["phase"] in done or (status.get("unplaced") and e.get("reason") == UNSCHEDULABLE)
-               for e in status["entries"] if e["phase"] not in ("Outdated", "Incompatible"))
+def _waiting(status):
+    """The current slots still to wait for: neither Extracted nor Error."""
+    return [e for e in status["entries"] if e["phase"] not in (EXTRACTED, ERROR, "Outdated", "Incompatible")]
+
+
+def _unplaceable(status, waiting):
+    """With no eligible node (status unplaced), Jobs the scheduler cannot place are not waited for: they stay
+    Pending with the reason (GKM's behaviour) instead of failing the run at the timeout."""
+    return bool(status.get("unplaced")) and all(e.get("reason") == UNSCHEDULABLE for e in waiting)
 
 
 def _plan(spec, facts):
@@ -289,13 +293,13 @@ def _plan(spec, facts):
         raise DistributeError(str(error), reason=error.reason) from error
 
 
-def _empty_eligibility_message(plan):
+def _unplaced_message(plan):
     by_reason = {}
     for node, reasons in sorted(plan.eligibility.excluded.items()):
         by_reason.setdefault("; ".join(reasons), []).append(node)
     details = " | ".join("%s: %s" % (", ".join(nodes[:5]) + (" (+%d)" % (len(nodes) - 5) if len(nodes) > 5 else ""),
                                      reason) for reason, nodes in by_reason.items())
-    return "no node can hold the cache yet: %s" % (details or "the cluster has no nodes")
+    return "no node is eligible for the cache yet: %s" % (details or "the cluster has no nodes")
 
 
 def distribute(kube, params, check_mode=False, want_diff=False):
@@ -348,7 +352,18 @@ def _wait(kube, spec, facts, plan, deadline, scrub):
     """Poll until every current slot is Extracted or Error, then record finished extractions on the PVCs."""
     status = _status(spec, plan, facts)
     polled = False
-    while not _settled(status):
+    unplaceable_since = None
+    while True:
+        waiting = _waiting(status)
+        if not waiting:
+            break
+        if _unplaceable(status, waiting):
+            # The scheduler also says Unschedulable for a moment while a new PVC binds: only a lasting verdict counts.
+            unplaceable_since = unplaceable_since or time.monotonic()
+            if time.monotonic() - unplaceable_since >= UNSCHEDULABLE_GRACE_SECONDS:
+                break
+        else:
+            unplaceable_since = None
         polled = True
         if time.monotonic() > deadline:
             raise DistributeError("timed out waiting for extraction: %s" % _phase_counts(status),
