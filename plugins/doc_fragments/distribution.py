@@ -99,7 +99,8 @@ options:
   wait:
     description:
       - Wait until every extraction Job has finished (or failed), then record finished extractions on the PVCs.
-      - Fails early when no node is eligible.
+      - When no node is eligible nothing is waited for - the status is C(Pending) with the reasons and fixes
+        (C(status.unplaced)), and the run does not fail.
     type: bool
     default: false
   wait_timeout:

@@ -169,6 +169,13 @@ status:
       description: Jobs whose pod the scheduler cannot place, with its message and the option that would fix it.
       type: list
       elements: dict
+    unplaced:
+      description:
+        - Present when no node is eligible for the cache yet - the nodes grouped by reason, each with the option that
+          would fix it. The phase is then C(Pending) and the run does not fail (GKM's behaviour); a ReadOnlyMany
+          cache's one extraction still runs on any node that can schedule it.
+      type: str
+      returned: when no node is eligible
 eligible_nodes:
   description: Nodes that get the cache.
   returned: success
@@ -190,7 +197,13 @@ scrub:
       type: list
       elements: dict
 api_requests:
-  description: API requests made by this run.
+  description: API requests made by this run, the dry runs included.
+  returned: success
+  type: int
+api_dry_runs:
+  description:
+    - Server-side dry runs made before the first write - one per object created or recreated (0 on a run that
+      changes nothing). An object the API server refuses fails the run, naming its field, before anything is written.
   returned: success
   type: int
 api_writes:

@@ -62,6 +62,15 @@ notes:
     ReadOnlyMany, whose namespaces meet want one PVC. The one created later (C(creationTimestamp), then kind and
     name) is refused before anything is written, naming the other; so is a cache whose PVC name is taken by an
     object of no rival resource.
+  - Every outcome reaches the status. A refused reconcile (invalid image reference, missing tag, unreachable
+    registry, missing workload namespace, an invalid C(podTemplate), an object the API server refuses in its dry run,
+    any other refusal) writes phase C(Error), a C(Ready=False) condition and GKM's C(Error) (or C(NoNamespace))
+    condition whose message names the resource's own field (for example C(spec.podTemplate.spec.tolerations[0].value))
+    and the fix, zeroes the counts and clears C(nodes), so nothing of an earlier run stays; the task still fails.
+  - A cache no node can hold yet is C(Pending), with the reasons and fixes in the C(Ready) condition, and the task
+    does not fail. C(status.excludedNodes) lists the nodes that do not get the cache grouped by reason; the
+    webhook's denials quote it.
+  - C(kubectl get gkmcache -o wide) shows the C(Ready) condition's message in the MESSAGE column.
 seealso:
   - module: gkm.cluster.cache_distribute
   - module: gkm.cluster.cache_info

@@ -293,11 +293,13 @@ def test_gpu_taint_without_toleration_is_diagnosed_then_converges_with_it(sim, k
     name = unique("va")
     rwo = untolerated(name=name, namespace=namespace, image=images[0].ref, wait=True, wait_timeout=60)
     try:
-        refused = distribute(sim, **rwo)
-        assert refused["failed"] is True
-        assert "no node is eligible" in refused["msg"]
-        assert "untolerated taint gpu=true:NoSchedule" in refused["msg"]
-        assert "pod_template.spec.tolerations" in refused["msg"]
+        # Not placeable yet is GKM's Pending with the reason and the fix, not a failed run (and no wait).
+        unplaced = distribute(sim, **rwo)
+        assert not unplaced.get("failed"), unplaced.get("msg")
+        assert unplaced["status"]["phase"] == "Pending" and unplaced["status"]["entries"] == []
+        assert unplaced["status"]["unplaced"].startswith("no node is eligible for the cache yet: ")
+        assert "untolerated taint gpu=true:NoSchedule" in unplaced["status"]["unplaced"]
+        assert "pod_template.spec.tolerations" in unplaced["status"]["unplaced"]
         assert cache_objects(kube, name) == {"pvc": [], "pv": [], "job": []}
 
         rox = {**rwo, "access_modes": ["ReadOnlyMany"], "wait": False}

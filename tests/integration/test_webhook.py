@@ -157,7 +157,7 @@ def test_node_without_pvc_is_denied_with_what_to_run(kube, namespace, webhook):
     with pytest.raises(ApiException) as denied:
         core.create_namespaced_pod(namespace, labelled_pod("pinned", node=without))
     message = json.loads(denied.value.body)["message"]
-    assert 'GKMCache "%s/%s" has no PVC for node "%s"' % (namespace, CACHE, without) in message
+    assert 'GKMCache "%s/%s" is not extracted for node "%s"' % (namespace, CACHE, without) in message
     assert "gkm.cluster.cache_distribute" in message
 
     # The DaemonSet controller gets the same answer for that node and creates the others.
@@ -280,3 +280,32 @@ def test_certificate_rotation_under_load_fails_no_admission(kube, namespace, web
     assert failures == []
     assert len(admitted) >= 20 and all(admitted)
     assert webhook.server.metric(new_ca, "gkm_webhook_certificate_reloads_total") >= 2
+
+
+@pytest.mark.registry
+def test_a_node_the_cache_excludes_is_denied_with_the_reason_not_yet(sim, kube, crds, registry, namespace, webhook):
+    """The reconcile's status.excludedNodes reaches the denial: the gpu taint keeps the cache off every GPU node."""
+    from tests.helpers import kcache_images
+    from tests.helpers.modules import NODE_DISK, run_module
+
+    image = kcache_images.build_image(registry.host, "webhook/excluded", "v1", kcache_images.CacheSpec(backend="hip"))
+    crds.create_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", {
+        "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "metadata": {"name": CACHE, "namespace": namespace},
+        "spec": {"image": image.ref}})
+    result = run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=CACHE, namespace=namespace,
+                        registry_plain_http=True, extract_image="gkm-cluster-tools:test", host_path_root=NODE_DISK)
+    assert not result.get("failed") and result["resource"]["status"]["phase"] == "Pending", result.get("msg")
+    node = gpu_node_names(client.CoreV1Api(kube))[0]
+
+    def denial():
+        try:
+            client.CoreV1Api(kube).create_namespaced_pod(namespace, labelled_pod("excluded", node=node))
+        except ApiException as error:
+            message = json.loads(error.body)["message"]
+            return message if "is not for node" in message else None
+        raise AssertionError("the pod was admitted")
+
+    message = wait_until("the denial to give the reason", denial)
+    assert ('GKMCache "%s/%s" is not for node "%s": untolerated taint gpu=true:NoSchedule (add a toleration to '
+            "spec.podTemplate.spec.tolerations)" % (namespace, CACHE, node)) in message
+    assert "yet" not in message

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot, label_value
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot, label_value, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import (
     ALLOWED,
     DENIED,
@@ -352,3 +352,33 @@ def test_deny_message_names_the_pod(view):
     body = pod(affinity=daemonset_affinity("worker-3"))
     decision = admit(review(body), view)
     assert '"apps/ds-<generated>"' in decision.body["response"]["status"]["message"]
+
+
+def test_denials_say_why_a_node_never_gets_the_cache_and_not_yet_only_when_it_is_so():
+    """The reconcile's status.excludedNodes (here from the planner's own reasons) reaches the denial."""
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.resource import excluded_nodes
+
+    cache = cache_object("vector-add", "apps")
+    cache["status"] = {"excludedNodes": excluded_nodes({
+        "nv-1": ["GPU cuda/90/32 does not match the image's targets (hip/gfx90a/64)"],
+        "cpu-1": ["no gkm.io/gpu-* labels: not a GPU node (use compatibility: ignore to include it)"],
+        "tainted-1": ["untolerated taint team=ml:NoSchedule (add a toleration to pod_template.spec.tolerations)"],
+    })}
+    view = CacheView()
+    view.replace_caches(NAMESPACED_KIND, [cache])
+    view.replace_pvcs([pvc(Slot("vector-add", "apps", "apps", "worker-1", DIGEST_A))])
+
+    def denial(node):
+        decision = admit(review(pod(node=node)), view)
+        assert decision.outcome == DENIED
+        return decision.body["response"]["status"]["message"]
+
+    assert 'GKMCache "apps/vector-add" is not for node "nv-1": GPU cuda/90/32 does not match' in denial("nv-1")
+    assert 'is not for node "cpu-1": no gkm.io/gpu-* labels: not a GPU node' in denial("cpu-1")
+    tainted = denial("tainted-1")
+    assert "untolerated taint team=ml:NoSchedule (add a toleration to spec.podTemplate.spec.tolerations)" in tainted
+    for message in (denial("nv-1"), denial("cpu-1"), tainted):
+        assert "yet" not in message and "cache_distribute" not in message
+    not_yet = denial("worker-2")
+    assert 'is not extracted for node "worker-2" (digest %s) yet' % short_digest(DIGEST_A) in not_yet
+    assert "gkm.cluster.cache_distribute" in not_yet

@@ -261,7 +261,7 @@ class _Planner:
         missing = [ns for ns in self.spec.namespaces if ns not in self.facts.namespaces]
         if missing and not self.spec.create_namespaces:
             raise PlanError("namespace(s) %s do not exist: create them first or set create_namespaces: true"
-                            % ", ".join(missing))
+                            % ", ".join(missing), reason="NoNamespace")
         for namespace in missing:
             self.plan.add("create", render_namespace(namespace), "namespace does not exist")
 

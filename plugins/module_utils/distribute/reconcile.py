@@ -8,6 +8,8 @@ __metaclass__ = type
 
 import datetime
 
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import outcome
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import resource_owner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute
@@ -38,13 +40,44 @@ def _check_definition(definition, kind, name, namespace):
                                   kind, "%s/" % namespace if namespace else "", name))
 
 
+def _write_status(kube, kind, name, path, current, desired):
+    """Patch the status when it says something new; True when it did."""
+    if not cache_cr.status_differs(current, desired):
+        return False
+    # A merge patch replaces lists whole, so per-node entries of the last run never linger.
+    kube.request("PATCH", path + "/status", body={"status": desired}, content_type=MERGE_PATCH,
+                 what="%s %s status" % (kind, name))
+    return True
+
+
+def _refused(kube, error, kind, name, namespace, path, current, found):
+    """The error to raise for a refused reconcile, after its Error status replaced the resource's last one.
+
+    The message names the resource's own fields.
+    """
+    message = outcome.resource_message(str(error))
+    desired = cache_cr.carry_transition_times(current, outcome.error_status(
+        outcome.failure_reason(error), message, _now(), [crd_name for _name, crd_name in cache_cr.COUNT_NAMES]))
+    result = dict(error.result, changed=False)
+    if found:
+        try:
+            result["status_changed"] = _write_status(kube, kind, name, path, current, desired)
+        except GkmError as status_error:
+            message += " (the Error status could not be written: %s)" % status_error
+    result["resource"] = {"kind": kind, "name": name, "namespace": namespace, "found": found, "status": desired}
+    refusal = GkmError(message, result)
+    refusal.reason = outcome.failure_reason(error)
+    return refusal
+
+
 def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=False, definition=None):
     """Distribute the resource (or, with options state=absent, remove its objects) and update its status.
 
     options are the distribution options a resource cannot set (cache_args.DISTRIBUTION_ARG_SPEC).
     definition, when given, is the declared manifest: its spec is distributed instead of the live one,
     so a check-mode run plans what is declared before it is applied. The status is written only to a
-    resource that exists. Raises cache_cr.ResourceError or DistributeError (which carries the partial result).
+    resource that exists. A refusal (any GkmError while distributing) is written to the status as phase
+    Error and raised again as a GkmError whose result carries the partial result and that status.
     """
     if definition is not None:
         _check_definition(definition, kind, name, namespace)
@@ -62,15 +95,15 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     params = cache_cr.distribute_params(declared, options)
     # The live resource's uid and creation time (none before it is applied): owner references, conflict order.
     params["owner"] = resource_owner(resource if status_code != 404 else declared)
-    result = distribute(kube, params, check_mode, want_diff)
     found = status_code != 404
     current = (resource.get("status") or {}) if found else {}
+    try:
+        result = distribute(kube, params, check_mode, want_diff)
+    except GkmError as error:
+        raise _refused(kube, error, kind, name, namespace, path, current, found) from error
     desired = cache_cr.carry_transition_times(current, cache_cr.resource_status(result, _now()))
-    result["status_changed"] = cache_cr.status_differs(current, desired)
-    if result["status_changed"] and found:
-        # A merge patch replaces lists whole, so per-node entries of the last run never linger.
-        kube.request("PATCH", path + "/status", body={"status": desired}, content_type=MERGE_PATCH,
-                     what="%s %s status" % (kind, name))
+    result["status_changed"] = _write_status(kube, kind, name, path, current, desired) if found else (
+        cache_cr.status_differs(current, desired))
     result["changed"] = result["changed"] or result["status_changed"]
     result["resource"] = {"kind": kind, "name": name, "namespace": namespace, "found": found,
                           "status": desired}

@@ -13,6 +13,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
 
 GROUP = "gkm.io"
 VERSION = "v1alpha1"
@@ -35,6 +36,8 @@ _ENTRY_FIELDS = ("namespace", "node", "pvc", "job", "digest", "phase", "reason",
 
 class ResourceError(GkmError, ValueError):
     """A cache resource cannot be reconciled as written; the message names the field."""
+
+    reason = "InvalidSpec"
 
 
 def resource_path(kind, name=None, namespace=None):
@@ -92,7 +95,7 @@ def resource_status(result, now):
         "type": "Ready",
         "status": "True" if phase in ("Extracted", "Running") else "False",
         "reason": phase,
-        "message": _ready_message(phase, counts, unschedulable),
+        "message": resource_message(_ready_message(phase, counts, unschedulable, status.get("unplaced"))),
         "lastTransitionTime": now,
     }]
     body = {
@@ -100,19 +103,43 @@ def resource_status(result, now):
         "resolvedDigest": result["cache"].get("digest") or "",
         "lastReconcileTime": now,
         "conditions": conditions,
-        "nodes": [{key: entry.get(key) or "" for key in _ENTRY_FIELDS} for entry in status.get("entries") or []],
+        "nodes": [_node_entry(entry) for entry in status.get("entries") or []],
+        "excludedNodes": excluded_nodes(result.get("excluded_nodes") or {}),
     }
     body.update({crd_name: int(counts.get(name, 0)) for name, crd_name in COUNT_NAMES})
     return body
 
 
-def _ready_message(phase, counts, unschedulable):
+def excluded_nodes(excluded):
+    """{node: [reasons]} as status entries, one per distinct reason, in the resource's field names."""
+    by_reason = {}
+    for node, reasons in sorted(excluded.items()):
+        by_reason.setdefault(resource_message("; ".join(reasons)), []).append(node)
+    return [{"reason": reason, "nodes": nodes} for reason, nodes in sorted(by_reason.items())]
+
+
+def _node_entry(entry):
+    """A status entry with the resource's field names in its message and fix."""
+    node = {key: entry.get(key) or "" for key in _ENTRY_FIELDS}
+    node["message"] = resource_message(node["message"])
+    node["fix"] = resource_message(node["fix"]) if isinstance(node["fix"], str) else [
+        resource_message(fix) for fix in node["fix"]]
+    return node
+
+
+def _ready_message(phase, counts, unschedulable, unplaced):
+    """unplaced: why no node is eligible (the planner's reasons and fixes), or None."""
     if unschedulable:
         first = unschedulable[0]
-        return "%d extraction Job(s) cannot be scheduled: %s (fix: %s)" % (
-            len(unschedulable), first.get("message", ""), first.get("fix", ""))
-    return "%s on %d node(s); %d in use, %d with errors" % (
+        fix = first.get("fix") or "see the message"
+        message = "%d extraction Job(s) cannot be scheduled: %s (fix: %s)" % (
+            len(unschedulable), first.get("message", ""), fix if isinstance(fix, str) else ", ".join(fix))
+        return message + ("; " + unplaced if unplaced else "")
+    if unplaced and phase not in ("Extracted", "Running"):
+        return "%s: %s" % (phase, unplaced)
+    message = "%s on %d node(s); %d in use, %d with errors" % (
         phase, counts.get("nodes", 0), counts.get("node_in_use", 0), counts.get("node_error", 0))
+    return message + ("; " + unplaced if unplaced else "")
 
 
 def status_differs(current, desired):

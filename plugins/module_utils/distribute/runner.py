@@ -3,8 +3,9 @@
 """One reconcile of a distributed cache, and the read-only report of any cache.
 
 `distribute` resolves the image to a digest, reads the cluster with one label-selected LIST per
-kind, plans, validates, writes the plan (server-side dry run in check mode), optionally waits for
-the extraction Jobs, and returns the plan, the status and the request counts. `describe` returns
+kind, plans, has the API server validate every object it would write (dry_run.py), writes the plan
+(server-side dry run in check mode), optionally waits for the extraction Jobs, and returns the plan,
+the status and the request counts. `describe` returns
 the same status for caches known only from the cluster.
 """
 
@@ -17,8 +18,8 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
@@ -29,6 +30,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
     ERROR,
     EXTRACTED,
+    UNSCHEDULABLE,
     cache_status,
     group_by_cache,
     slots_from_live,
@@ -47,6 +49,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import (
 OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job", "Secret")
 DEFAULT_STORAGE_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 WAIT_POLL_SECONDS = 1.0
+UNSCHEDULABLE_GRACE_SECONDS = 5.0
 
 
 class DistributeError(GkmError):
@@ -68,7 +71,8 @@ def resolve_image(params):
         digest, config = fetch_image_config(image, **options)
         metadata = parse_cache_metadata(config)
     except (OCIError, CacheMetadataError) as error:
-        raise DistributeError("image %s: cannot resolve its digest and cache labels: %s" % (image, error)) from error
+        raise DistributeError("image %s: cannot resolve its digest and cache labels: %s" % (image, error),
+                              reason="ImageUnresolvable") from error
     return "%s/%s@%s" % (container.registry, container.api_prefix, digest), digest, metadata
 
 
@@ -113,7 +117,7 @@ def build_spec(params):
             image_ref, digest, metadata = resolve_image(params)
             pin_image(spec, image_ref, digest, metadata, registry_files(params, image_ref))
     except SpecError as error:
-        raise DistributeError(str(error)) from error
+        raise DistributeError(str(error), reason="InvalidSpec") from error
     return spec
 
 
@@ -128,7 +132,8 @@ def _storage_class(spec, classes):
         if spec.create_pvs != "always":
             raise DistributeError("storage_class_name %r does not exist; create it, pick one of %s, or set "
                                   "create_pvs: always" % (spec.storage_class_name,
-                                                          [c["metadata"]["name"] for c in classes] or "none"))
+                                                          [c["metadata"]["name"] for c in classes] or "none"),
+                                  reason="StorageClassMissing")
         return None
     defaults = [c for c in classes
                 if (c["metadata"].get("annotations") or {}).get(DEFAULT_STORAGE_CLASS_ANNOTATION) == "true"]
@@ -287,29 +292,39 @@ def plan_diff(plan, facts):
 
 def _status(spec, plan, facts):
     eligibility = plan.eligibility
-    return cache_status(plan.slots, [n["metadata"]["name"] for n in eligibility.eligible], eligibility.incompatible,
-                        eligibility.excluded, facts.objects, facts.pods, eligibility.untolerated_taints)
+    status = cache_status(plan.slots, [n["metadata"]["name"] for n in eligibility.eligible],
+                          eligibility.incompatible, eligibility.excluded, facts.objects, facts.pods,
+                          eligibility.untolerated_taints)
+    if spec.state == "present" and not eligibility.eligible:
+        status["unplaced"] = _unplaced_message(plan)
+    return status
 
 
-def _settled(status):
-    return all(e["phase"] in (EXTRACTED, ERROR) for e in status["entries"] if e["phase"] not in (
-        "Outdated", "Incompatible"))
+def _waiting(status):
+    """The current slots still to wait for: neither Extracted nor Error."""
+    return [e for e in status["entries"] if e["phase"] not in (EXTRACTED, ERROR, "Outdated", "Incompatible")]
+
+
+def _unplaceable(status, waiting):
+    """With no eligible node (status unplaced), Jobs the scheduler cannot place are not waited for: they stay
+    Pending with the reason (GKM's behaviour) instead of failing the run at the timeout."""
+    return bool(status.get("unplaced")) and all(e.get("reason") == UNSCHEDULABLE for e in waiting)
 
 
 def _plan(spec, facts):
     try:
         return planner.plan(spec, facts)
     except planner.PlanError as error:
-        raise DistributeError(str(error)) from error
+        raise DistributeError(str(error), reason=error.reason) from error
 
 
-def _empty_eligibility_message(plan):
+def _unplaced_message(plan):
     by_reason = {}
     for node, reasons in sorted(plan.eligibility.excluded.items()):
         by_reason.setdefault("; ".join(reasons), []).append(node)
     details = " | ".join("%s: %s" % (", ".join(nodes[:5]) + (" (+%d)" % (len(nodes) - 5) if len(nodes) > 5 else ""),
                                      reason) for reason, nodes in by_reason.items())
-    return "no node is eligible for the cache and wait is true: %s" % (details or "the cluster has no nodes")
+    return "no node is eligible for the cache yet: %s" % (details or "the cluster has no nodes")
 
 
 def distribute(kube, params, check_mode=False, want_diff=False):
@@ -319,17 +334,21 @@ def distribute(kube, params, check_mode=False, want_diff=False):
     try:
         facts = gather_facts(kube, spec)
         plan = _plan(spec, facts)
-        if spec.state == "present" and params.get("wait") and not plan.eligibility.eligible:
-            raise DistributeError(_empty_eligibility_message(plan), plan=_plan_result(plan))
         result = {"plan": _plan_result(plan)}
         if want_diff:
             result["diff"] = plan_diff(plan, facts)
+        dry_runs = 0
+        if not check_mode:
+            dry_runs, refusals = dry_run.validate_plan(kube, plan)
+            if refusals:
+                raise DistributeError(dry_run.refusal_message(refusals, len(plan.actions)), reason=dry_run.INVALID,
+                                      refusals=refusals, writes=kube.writes, **result)
         scrub = NodeDiskScrub(kube, spec.extract_image, params.get("wait_timeout") or 120)
         errors = execute(kube, plan, params.get("wait_timeout") or 120, scrub)
         if errors:
             raise DistributeError("%d of %d writes failed; first: %s" % (len(errors), len(plan.actions),
                                                                          errors[0]["error"]),
-                                  errors=errors, writes=kube.writes, **result)
+                                  errors=errors, writes=kube.writes, reason="WriteFailed", **result)
         if kube.writes and not check_mode:
             facts = gather_facts(kube, spec)
         if params.get("wait") and spec.state == "present" and not check_mode:
@@ -346,7 +365,8 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         excluded_nodes=plan.eligibility.excluded,
         scrub=scrub.report(),
         warnings=scrub.warnings,
-        api_requests=kube.requests,
+        api_requests=kube.requests + dry_runs,
+        api_dry_runs=dry_runs,
         api_writes=kube.writes,
         duration_seconds=round(time.monotonic() - started, 3),
     )
@@ -357,7 +377,18 @@ def _wait(kube, spec, facts, plan, deadline, scrub):
     """Poll until every current slot is Extracted or Error, then record finished extractions on the PVCs."""
     status = _status(spec, plan, facts)
     polled = False
-    while not _settled(status):
+    unplaceable_since = None
+    while True:
+        waiting = _waiting(status)
+        if not waiting:
+            break
+        if _unplaceable(status, waiting):
+            # The scheduler also says Unschedulable for a moment while a new PVC binds: only a lasting verdict counts.
+            unplaceable_since = unplaceable_since or time.monotonic()
+            if time.monotonic() - unplaceable_since >= UNSCHEDULABLE_GRACE_SECONDS:
+                break
+        else:
+            unplaceable_since = None
         polled = True
         if time.monotonic() > deadline:
             raise DistributeError("timed out waiting for extraction: %s" % _phase_counts(status),

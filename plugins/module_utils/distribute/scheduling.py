@@ -19,8 +19,45 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import 
 TOLERATIONS_FIX = "pod_template.spec.tolerations"
 
 
+TOLERATION_OPERATORS = ("Equal", "Exists")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
 class PlanError(ValueError):
-    """The desired state cannot be planned against this cluster; the message says what to change."""
+    """The desired state cannot be planned against this cluster; the message says what to change.
+
+    reason: the machine-readable cause a cache resource's status carries.
+    """
+
+    def __init__(self, message, reason="Unplannable"):
+        super(PlanError, self).__init__(message)
+        self.reason = reason
+
+
+def toleration_problems(tolerations):
+    """What the API server would refuse in the pod template's tolerations, each naming its field and the fix.
+
+    Checked before any node is judged: an invalid toleration tolerates nothing, which would otherwise be
+    reported as untolerated taints.
+    """
+    problems = []
+    for index, toleration in enumerate(tolerations or []):
+        field = "%s[%d]" % (TOLERATIONS_FIX, index)
+        if not isinstance(toleration, dict):
+            problems.append("%s must be a mapping (key, operator, value, effect)" % field)
+            continue
+        operator = toleration.get("operator") or "Equal"
+        if operator not in TOLERATION_OPERATORS:
+            problems.append("%s.operator %r is not an operator: use Equal or Exists" % (field, operator))
+        elif operator == "Exists" and toleration.get("value"):
+            problems.append("%s.value must be empty when operator is Exists: remove the value or use Equal"
+                            % field)
+        if not toleration.get("key") and operator != "Exists":
+            problems.append("%s.key is required unless operator is Exists" % field)
+        effect = toleration.get("effect")
+        if effect and effect not in TAINT_EFFECTS:
+            problems.append("%s.effect %r is not an effect: use one of %s" % (field, effect, ", ".join(TAINT_EFFECTS)))
+    return problems
 
 
 # ---------------------------------------------------------------- scheduling predicates
@@ -143,6 +180,9 @@ class Eligibility:
 def node_eligibility(spec, nodes):
     result = Eligibility()
     tolerations = spec.pod_spec("tolerations", [])
+    problems = toleration_problems(tolerations)
+    if problems:
+        raise PlanError("; ".join(problems), reason="InvalidSpec")
     pod_selector = spec.pod_spec("nodeSelector", {})
     affinity = spec.pod_spec("affinity")
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
@@ -180,5 +220,5 @@ def node_eligibility(spec, nodes):
     if spec.compatibility == "fail" and result.incompatible:
         raise PlanError("compatibility is 'fail' and the image cannot run on GPU node(s) %s: %s" % (
             ", ".join(result.incompatible),
-            "; ".join("%s: %s" % (n, result.excluded[n][-1]) for n in result.incompatible)))
+            "; ".join("%s: %s" % (n, result.excluded[n][-1]) for n in result.incompatible)), reason="Incompatible")
     return result

@@ -188,10 +188,14 @@ def admit(review, view):
 
 
 def _missing_message(claim, node):
+    excluded = claim.excluded_reason(node)
+    if excluded:
+        # Waiting or distributing again cannot help: the node itself keeps the cache off.
+        return '{0} is not for node "{1}": {2}'.format(claim.describe(), node, excluded)
     if claim.digest is None:
         state = "has not been distributed to any node yet"
     else:
-        state = 'has no PVC for node "{0}" (digest {1}) yet'.format(node, claim.digest)
+        state = 'is not extracted for node "{0}" (digest {1}) yet'.format(node, claim.digest)
     return (
         '{0} {1}: run gkm.cluster.cache_distribute for it so node "{2}" gets its PVC '
         "(gkm.cluster.cache_info shows whether the node is eligible)"

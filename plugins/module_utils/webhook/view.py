@@ -46,20 +46,25 @@ class CacheClaim:
     caches, whose single PVC is named as the cache and needs no rewrite.
     """
 
-    __slots__ = ("_node_pvcs", "digest", "name", "namespace", "read_only", "scope")
+    __slots__ = ("_excluded", "_node_pvcs", "digest", "name", "namespace", "read_only", "scope")
 
-    def __init__(self, name, namespace, scope, digest, node_pvcs, read_only):
+    def __init__(self, name, namespace, scope, digest, node_pvcs, read_only, excluded=None):
         self.name = name
         self.namespace = namespace
         self.scope = scope
         self.digest = digest
         self._node_pvcs = node_pvcs
         self.read_only = read_only
+        self._excluded = excluded or {}
 
     def pvc_for(self, node):
         """Name of the PVC holding the current digest on node, or None."""
         # cache_distribute writes the node label through label_value (long names get a hash).
         return self._node_pvcs.get(label_value(node))
+
+    def excluded_reason(self, node):
+        """Why the last reconcile gave node no PVC (incompatible GPU, no GPU, an untolerated taint, ...), or None."""
+        return self._excluded.get(node)
 
     def describe(self):
         if self.scope == "cluster":
@@ -68,12 +73,13 @@ class CacheClaim:
 
 
 class _DeclaredCache:
-    __slots__ = ("digest", "read_only", "workload_namespaces")
+    __slots__ = ("digest", "excluded", "read_only", "workload_namespaces")
 
-    def __init__(self, digest, read_only, workload_namespaces):
+    def __init__(self, digest, read_only, workload_namespaces, excluded):
         self.digest = digest
         self.read_only = read_only
         self.workload_namespaces = workload_namespaces
+        self.excluded = excluded
 
 
 class _PvcRecord:
@@ -97,6 +103,16 @@ def _pinned_digest(image):
         return None
 
 
+def _excluded_nodes(status):
+    """{node: reason} from the status.excludedNodes the reconcile writes (see distribute/resource.py)."""
+    excluded = {}
+    groups = status.get("excludedNodes") if isinstance(status, dict) else None
+    for group in groups if isinstance(groups, list) else ():
+        if isinstance(group, dict) and isinstance(group.get("reason"), str) and isinstance(group.get("nodes"), list):
+            excluded.update((node, group["reason"]) for node in group["nodes"] if isinstance(node, str))
+    return excluded
+
+
 def _declared_cache(obj, kind):
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     access_modes = spec.get("accessModes") or []
@@ -108,6 +124,7 @@ def _declared_cache(obj, kind):
         digest=_pinned_digest(spec.get("image")),
         read_only=isinstance(access_modes, list) and READ_ONLY_MANY in access_modes,
         workload_namespaces=workload_namespaces,
+        excluded=_excluded_nodes(obj.get("status")),
     )
 
 
@@ -278,4 +295,5 @@ class CacheView:
             # and keeps the old ones only while pods still mount them.
             digest = group.newest_digest()
         read_only = (declared is not None and declared.read_only) or group.read_only()
-        return CacheClaim(name, namespace, scope, digest, group.node_pvcs(digest), read_only)
+        excluded = declared.excluded if declared is not None else None
+        return CacheClaim(name, namespace, scope, digest, group.node_pvcs(digest), read_only, excluded)

@@ -1,0 +1,109 @@
+"""Refusals and unplaceable caches as a cache resource's status, without a cluster."""
+
+import pytest
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, outcome, scheduling
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError
+from tests.unit.test_plan import facts, make_spec
+
+COUNTS = [crd_name for _name, crd_name in cache_cr.COUNT_NAMES]
+
+
+def test_error_status_replaces_every_field_of_the_last_run():
+    status = outcome.error_status("ImageUnresolvable", "image x: tag v9 not found", "t", COUNTS)
+    assert status["phase"] == "Error" and status["resolvedDigest"] == "" and status["nodes"] == []
+    assert all(status[name] == 0 for name in COUNTS)
+    ready, gkm = status["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "ImageUnresolvable")
+    assert (gkm["type"], gkm["status"]) == ("Error", "True")
+    assert ready["message"] == gkm["message"] == "image x: tag v9 not found"
+    # A merge patch of it leaves nothing of an Extracted status behind.
+    extracted = cache_cr.resource_status({"cache": {"digest": "sha256:a"}, "status": {
+        "phase": "Extracted", "counts": {"nodes": 3}, "entries": [{"node": "n", "phase": "Extracted"}]}}, "t")
+    assert set(extracted) <= set(status)
+
+
+def test_a_missing_namespace_is_gkms_no_namespace_condition():
+    status = outcome.error_status(outcome.NO_NAMESPACE, "namespace(s) team-z do not exist", "t", COUNTS)
+    assert [c["type"] for c in status["conditions"]] == ["Ready", "NoNamespace"]
+
+
+@pytest.mark.parametrize("message, expected", [
+    ("invalid pod_template.spec.tolerations[0].value", "invalid spec.podTemplate.spec.tolerations[0].value"),
+    ("storage_class_name 'x' does not exist", "spec.storageClassName 'x' does not exist"),
+    ("set access_modes or workload_namespaces", "set spec.accessModes or spec.workloadNamespaces"),
+    ("image pod_templates and x.pod_template stay", "image pod_templates and x.pod_template stay"),
+])
+def test_messages_name_the_resource_fields(message, expected):
+    assert outcome.resource_message(message) == expected
+
+
+def test_the_reason_comes_from_the_error_or_its_result():
+    assert outcome.failure_reason(DistributeError("x", reason="WriteFailed")) == "WriteFailed"
+    assert outcome.failure_reason(cache_cr.ResourceError("spec.image is required")) == "InvalidSpec"
+    assert outcome.failure_reason(GkmError("some refusal from planning")) == outcome.DEFAULT_REASON
+    assert outcome.failure_reason(planner.PlanError("n", reason="NoNamespace")) == "NoNamespace"
+
+
+@pytest.mark.parametrize("toleration, field", [
+    ({"key": "gpu", "operator": "Exists", "value": "true", "effect": "NoSchedule"},
+     "pod_template.spec.tolerations[0].value must be empty when operator is Exists"),
+    ({"key": "gpu", "operator": "Exist", "effect": "NoSchedule"},
+     "pod_template.spec.tolerations[0].operator 'Exist' is not an operator: use Equal or Exists"),
+    ({"operator": "Equal", "value": "x"}, "pod_template.spec.tolerations[0].key is required"),
+    ({"key": "gpu", "operator": "Exists", "effect": "NoSchedul"},
+     "pod_template.spec.tolerations[0].effect 'NoSchedul'"),
+])
+def test_an_invalid_toleration_names_its_field_not_untolerated_taints(toleration, field):
+    spec = make_spec(pod_template={"spec": {"tolerations": [toleration]}})
+    with pytest.raises(planner.PlanError) as raised:
+        planner.plan(spec, facts())
+    assert field in str(raised.value)
+    assert "untolerated" not in str(raised.value)
+    assert raised.value.reason == "InvalidSpec"
+
+
+def test_valid_tolerations_pass():
+    assert scheduling.toleration_problems([
+        {"operator": "Exists"}, {"key": "gpu", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "gpu", "value": "true", "effect": "NoSchedule"}]) == []
+
+
+def test_an_unplaced_cache_is_pending_with_the_reason_and_the_fix():
+    result = {"cache": {"digest": "sha256:a"}, "status": {
+        "phase": "Pending", "counts": {}, "entries": [],
+        "unplaced": "no node is eligible for the cache yet: w-1, w-2: untolerated taint gpu=true:NoSchedule "
+                    "(add a toleration to pod_template.spec.tolerations)"}}
+    ready = cache_cr.resource_status(result, "t")["conditions"][0]
+    assert (ready["status"], ready["reason"]) == ("False", "Pending")
+    assert ready["message"] == ("Pending: no node is eligible for the cache yet: w-1, w-2: untolerated taint "
+                                "gpu=true:NoSchedule (add a toleration to spec.podTemplate.spec.tolerations)")
+
+
+def test_server_messages_name_the_pod_template_fields_for_jobs_only():
+    message = ('Job.batch "j" is invalid: [spec.template.spec.tolerations[0].operator: Invalid value, '
+               'spec.template.labels: Invalid value: "x!"]')
+    assert dry_run.user_fields("Job", message) == (
+        'Job.batch "j" is invalid: [pod_template.spec.tolerations[0].operator: Invalid value, '
+        'pod_template.metadata.labels: Invalid value: "x!"]')
+    assert dry_run.user_fields("PersistentVolumeClaim", "spec.template.spec.x") == "spec.template.spec.x"
+    assert outcome.resource_message(dry_run.user_fields("Job", "spec.template.spec.priorityClassName: x")) == (
+        "spec.podTemplate.spec.priorityClassName: x")
+
+
+def test_only_written_objects_are_dry_run_and_none_on_a_no_op_rerun():
+    spec = make_spec()
+    first = planner.plan(spec, facts())
+    actions = dry_run.dry_run_actions(first, set())
+    assert {a.kind for a in actions} == {"PersistentVolume", "PersistentVolumeClaim", "Job"}
+    assert len(actions) == len(first.actions)
+    live = {}
+    for obj in first.desired:
+        live.setdefault(obj["kind"], []).append(obj)
+    rerun = planner.plan(spec, facts(objects=live))
+    assert rerun.actions == [] and dry_run.dry_run_actions(rerun, set()) == []
+    # Objects in a namespace the plan creates cannot be dry-run yet.
+    assert dry_run.dry_run_actions(first, {"team-a"}) == [a for a in actions if a.kind == "PersistentVolume"]
