@@ -139,6 +139,10 @@ def test_the_second_of_two_caches_wanting_one_pvc_is_refused_and_the_first_is_un
             namespace, name, namespace, name, name) in second["msg"], second["msg"]
         assert "GKMCache %s/%s is refused until then" % (namespace, name) in second["msg"]
         assert ours(kube, name) == {}, "the refused cache wrote nothing"
+        status = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", name)["status"]
+        ready = [c for c in status["conditions"] if c["type"] == "Ready"][0]
+        assert (status["phase"], ready["status"], ready["reason"]) == ("Error", "False", "Conflict"), status
+        assert "created first" in ready["message"]
 
         first = reconcile(sim, "ClusterGKMCache", name)
         assert not first.get("failed"), first.get("msg")

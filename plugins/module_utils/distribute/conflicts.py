@@ -32,6 +32,9 @@ NOT_CREATED = "~"
 class CacheConflictError(PlanError, GkmError):
     """The cache would own an object another cache (or someone else) owns; the message names both and the fix."""
 
+    def __init__(self, message):
+        super(CacheConflictError, self).__init__(message, reason="Conflict")
+
 
 def describe(kind, namespace, name):
     return "%s %s%s" % (kind, "%s/" % namespace if namespace else "", name)
