@@ -9,6 +9,7 @@ __metaclass__ = type
 import datetime
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import signature_check
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -61,7 +62,13 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     result = distribute(kube, cache_cr.distribute_params(declared, options), check_mode, want_diff)
     found = status_code != 404
     current = (resource.get("status") or {}) if found else {}
-    desired = cache_cr.carry_transition_times(current, cache_cr.resource_status(result, _now()))
+    status = cache_cr.resource_status(result, _now())
+    signature = signature_check.signature_condition(declared, _now())
+    if signature:
+        status["conditions"].append(signature)
+        if signature["status"] != "True":
+            result.setdefault("warnings", []).append("%s %s: %s" % (kind, name, signature["message"]))
+    desired = cache_cr.carry_transition_times(current, status)
     result["status_changed"] = cache_cr.status_differs(current, desired)
     if result["status_changed"] and found:
         # A merge patch replaces lists whole, so per-node entries of the last run never linger.
