@@ -673,14 +673,28 @@ def cmd_kyverno_down(args):
             api_request(state, pki, "DELETE", "/apis/admissionregistration.k8s.io/v1/%s?labelSelector=%s" % (
                 kind, kyverno_plan.WEBHOOK_SELECTOR))
         crds = os.path.join(kyverno_dir(), "crds")
+        paths = []
         for name in sorted(os.listdir(crds)):
             if name.endswith(".yaml"):
                 with open(os.path.join(crds, name)) as handle:
-                    for crd in (doc for doc in yaml.safe_load_all(handle) if doc):
-                        delete_if_present(state, pki, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-                                          + crd["metadata"]["name"])
+                    paths.extend("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + crd["metadata"]["name"]
+                                 for crd in yaml.safe_load_all(handle) if crd)
+        for path in paths:
+            delete_if_present(state, pki, path)
         delete_if_present(state, pki, "/api/v1/namespaces/" + kyverno_plan.NAMESPACE)
+        # Gone, not only going: whoever comes next may install a Kyverno of its own.
+        wait_for("Kyverno's CRDs to go", lambda: not any(exists(state, pki, path) for path in paths), 60)
     print(json.dumps({"changed": running or args.purge}))
+
+
+def exists(state, pki, path):
+    try:
+        api_request(state, pki, "GET", path)
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return False
+        raise
+    return True
 
 
 def delete_if_present(state, pki, path):
