@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import signature_check
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
 from tests.helpers import kcache_images as ki
 from tests.helpers.roles import run_role
@@ -164,6 +165,9 @@ def test_kyverno_and_the_collection_agree(kyverno, crds, namespace, signed_image
     if admitted:
         # Pinned to the digest Kyverno verified (mutateDigest).
         assert outcome["spec"]["image"].endswith("@" + image.digest), outcome["spec"]["image"]
+        # Kyverno's own record of the pass is what the SignatureVerified condition reads.
+        condition = signature_check.signature_condition(outcome, "now")
+        assert (condition["status"], condition["reason"]) == ("True", "VerifiedByKyverno"), outcome["metadata"]
     else:
         assert "gkm-verify-gkmcache-%s" % label in outcome and "failed to verify image" in outcome, outcome
 
@@ -171,8 +175,9 @@ def test_kyverno_and_the_collection_agree(kyverno, crds, namespace, signed_image
 def test_an_unlabelled_cache_is_admitted_unchecked_and_its_status_says_so(kyverno, crds, namespace, signed_images):
     admitted, created = _admit(crds, namespace, signed_images["unsigned"].ref)
     assert admitted
-    # No policy matches it: Kyverno neither verifies nor pins it.
+    # No policy matches it: Kyverno neither verifies nor pins it, and the status gets no SignatureVerified condition.
     assert created["spec"]["image"] == signed_images["unsigned"].ref
+    assert signature_check.signature_condition(created, "now") is None
 
 
 def test_kyverno_down_refuses_gkmcache_writes_and_nothing_else(kyverno, crds, namespace, signed_images, kube):
