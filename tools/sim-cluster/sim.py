@@ -649,10 +649,12 @@ def cmd_kyverno_up(_args):
     if not running:
         apply_crds(state, pki, os.path.join(directory, "crds"))
         create_if_missing(state, pki, "/api/v1/namespaces", kyverno_plan.namespace())
-        create_if_missing(state, pki, "/api/v1/namespaces/%s/configmaps" % kyverno_plan.NAMESPACE,
-                          kyverno_plan.config_map())
+        for config_map in kyverno_plan.config_maps():
+            create_if_missing(state, pki, "/api/v1/namespaces/%s/configmaps" % kyverno_plan.NAMESPACE, config_map)
         start_process(state, "kyverno", kyverno_plan.argv(os.path.join(directory, "bin", "kyverno"), KUBECONFIG,
-                                                          bind_address(state), port(state, "kyverno")))
+                                                          bind_address(state), port(state, "kyverno"),
+                                                          port(state, "kyverno-metrics")),
+                      dict(os.environ, **kyverno_plan.environment()))
     # Kyverno's certificate comes from its own CA (a Secret it writes); only liveness is asked here.
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
