@@ -28,13 +28,22 @@ def test_kyverno_s_record_of_a_pass_for_the_image_is_verified():
     assert "cosign-v3" in condition["message"] and condition["lastTransitionTime"] == NOW
 
 
+def test_kyverno_s_record_without_the_tag_matches_the_tagged_pinned_image():
+    tagged = "registry.example:5000/caches/vllm:v1@sha256:" + "a" * 64
+    resource = cache(labels={sc.FORMAT_LABEL: "cosign-v2"}, image=tagged,
+                     annotations={sc.KYVERNO_RECORD: json.dumps({"registry.example:5000/caches/vllm@sha256:" + "a" * 64:
+                                                                 "pass"})})
+    assert sc.signature_condition(resource, NOW)["status"] == "True"
+
+
 @pytest.mark.parametrize("annotations", [
     {},
     {sc.KYVERNO_RECORD: json.dumps({"registry.example/caches/other@sha256:" + "b" * 64: "pass"})},
     {sc.KYVERNO_RECORD: json.dumps({IMAGE: "fail"})},
     {sc.KYVERNO_RECORD: "not json"},
     {sc.KYVERNO_RECORD: json.dumps(["pass"])},
-], ids=["no-record", "other-image", "not-pass", "unreadable", "not-a-map"])
+    {sc.KYVERNO_RECORD: json.dumps({"registry.example/caches/vllm:v1": "pass"})},
+], ids=["no-record", "other-image", "not-pass", "unreadable", "not-a-map", "no-digest"])
 def test_a_labelled_cache_without_kyverno_s_pass_says_nothing_checked_it(annotations):
     condition = sc.signature_condition(cache(labels={sc.FORMAT_LABEL: "cosign-v2"}, annotations=annotations), NOW)
     assert (condition["status"], condition["reason"]) == ("False", "NotVerified")

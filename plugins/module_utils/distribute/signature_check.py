@@ -20,12 +20,26 @@ KYVERNO_RECORD = "kyverno.io/verify-images"
 CONDITION = "SignatureVerified"
 
 
+def _repository_and_digest(reference):
+    """(repository, digest) of an image reference; a tag beside a digest does not change what it names."""
+    name, _at, digest = reference.partition("@")
+    slash = name.rfind("/")
+    if ":" in name[slash + 1:]:
+        name = name[:name.rfind(":")]
+    return name, digest
+
+
 def _kyverno_passed(annotations, image):
+    """Kyverno's record names the image it verified by repository and digest (it drops the tag)."""
     try:
         record = json.loads(annotations.get(KYVERNO_RECORD) or "{}")
     except ValueError:
         return False
-    return isinstance(record, dict) and str(record.get(image, "")).lower() == "pass"
+    if not isinstance(record, dict):
+        return False
+    wanted = _repository_and_digest(image)
+    return bool(wanted[1]) and any(_repository_and_digest(str(reference)) == wanted and str(result).lower() == "pass"
+                                   for reference, result in record.items())
 
 
 def signature_condition(resource, now):
