@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import signature_check
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
+from ansible_collections.gkm.cluster.plugins.module_utils.platform import kyverno_policy
 from tests.helpers import kcache_images as ki
 from tests.helpers.roles import run_role
 from tests.helpers.sim import SIM_SCRIPT
@@ -179,6 +180,19 @@ def test_an_unlabelled_cache_is_admitted_unchecked_and_its_status_says_so(kyvern
     # No policy matches it: Kyverno neither verifies nor pins it, and the status gets no SignatureVerified condition.
     assert created["spec"]["image"] == signed_images["unsigned"].ref
     assert signature_check.signature_condition(created, "now") is None
+
+
+def test_kyverno_accepts_the_keyless_identity_pinned_policies(kyverno, kube):
+    """Not exercised (it needs Sigstore's public services), but Kyverno's own policy validation accepts it."""
+    attestor = kyverno_policy.attestor_entry(
+        keyless_issuer="https://token.actions.githubusercontent.com",
+        keyless_subject="https://github.com/example-org/kernel-caches/.github/workflows/build.yml@refs/heads/main")
+    custom = client.CustomObjectsApi(kube)
+    for policy in kyverno_policy.render_verify_policies(["cosign-v2", "cosign-v3"], attestor,
+                                                        name_prefix="gkm-keyless-probe"):
+        created = custom.create_cluster_custom_object("kyverno.io", "v1", "clusterpolicies", policy, dry_run="All")
+        entry = created["spec"]["rules"][0]["verifyImages"][0]["attestors"][0]["entries"][0]
+        assert entry["keyless"] == attestor["keyless"], entry
 
 
 def test_kyverno_down_refuses_gkmcache_writes_and_nothing_else(kyverno, crds, namespace, signed_images, kube):

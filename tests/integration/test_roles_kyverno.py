@@ -87,7 +87,8 @@ def test_install_policies_by_label_idempotence_reselection_and_removal(
             assert rule["imageExtractors"] == {"GKMCache": [{"path": "/spec/image"}]}
             verify = rule["verifyImages"][0]
             assert verify["type"] == verify_type and verify["mutateDigest"] is True
-            assert verify["attestors"][0]["entries"][0] == {"keyless": {"issuer": ISSUER, "subject": SUBJECT}}
+            assert verify["attestors"][0]["entries"][0] == {"keyless": {
+                "issuer": ISSUER, "subject": SUBJECT, "rekor": {"url": "https://rekor.sigstore.dev"}}}
 
         again = run_role("kyverno", tmp_path, role_vars(sim, ownership_namespace, **keyless))
         assert again.ok, again.failures()
