@@ -161,8 +161,9 @@ def test_kyverno_and_the_collection_agree(kyverno, crds, namespace, signed_image
     image = signed_images[case]
     verdict, outcome = _admit(crds, namespace, image.ref, label)
     ours, why = _collection_verifies(image, cosign[2][1], label)
-    print("TABLE %-16s %-10s kyverno=%-5s collection=%-5s %s" % (
-        case, label, verdict, ours, (outcome if not verdict else "") or why))
+    # The case table of the closing note (pytest -s shows it).
+    print("TABLE %-16s %-10s kyverno=%-5s collection=%-5s | %s | %s" % (
+        case, label, verdict, ours, "" if verdict else outcome.strip().splitlines()[-1].strip(), why))
     assert (verdict, ours) == (admitted, admitted), (outcome, why)
     if admitted:
         # Pinned to the digest Kyverno verified (mutateDigest).
