@@ -591,6 +591,41 @@ def sign_cosign_v3(image, private_key):
     return referrer_digest
 
 
+def _manifest_bytes(image, reference):
+    """The stored manifest (or index) at reference, as bytes; None when there is none."""
+    resp = requests.get("%s/v2/%s/manifests/%s" % (_base(image.registry), image.repository, reference),
+                        headers={"Accept": ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST))}, timeout=30)
+    if resp.status_code == 404:
+        return None
+    resp.raise_for_status()
+    return resp.content
+
+
+def transplant_signatures(source, target):
+    """Store the signatures made for `source` where those of `target` (same repository) are looked up.
+
+    They stay signatures of source's digest: a v2 `.sig` manifest copied as it is, a v3 referrer re-pointed at
+    target (its bundle still names source). Verifiers that check what was signed refuse them.
+    """
+    source_tag, target_tag = source.digest.replace(":", "-"), target.digest.replace(":", "-")
+    v2 = _manifest_bytes(source, source_tag + ".sig")
+    if v2 is not None:
+        push_manifest(target.registry, target.repository, target_tag + ".sig", v2)
+    index = _manifest_bytes(source, source_tag)
+    if index is None:
+        return
+    target_body = _manifest_bytes(target, target.digest)
+    subject = {"mediaType": json.loads(target_body)["mediaType"], "digest": target.digest, "size": len(target_body)}
+    index = json.loads(index)
+    for entry in index["manifests"]:
+        referrer = json.loads(_manifest_bytes(source, entry["digest"]))
+        referrer["subject"] = subject
+        body = json.dumps(referrer, indent=2).encode()
+        entry.update(digest=push_manifest(target.registry, target.repository, sha256_digest(body), body),
+                     size=len(body))
+    push_manifest(target.registry, target.repository, target_tag, index)
+
+
 def cosign_binary(name="cosign"):
     """Path of a cosign CLI built by tools/bench-tools.sh, or None."""
     path = os.path.join(os.path.expanduser("~/.cache/gkm-cluster/tools/bin"), name)

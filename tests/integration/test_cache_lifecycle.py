@@ -140,7 +140,7 @@ def test_the_second_of_two_caches_wanting_one_pvc_is_refused_and_the_first_is_un
         assert "GKMCache %s/%s is refused until then" % (namespace, name) in second["msg"]
         assert ours(kube, name) == {}, "the refused cache wrote nothing"
         status = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", name)["status"]
-        ready = [c for c in status["conditions"] if c["type"] == "Ready"][0]
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert (status["phase"], ready["status"], ready["reason"]) == ("Error", "False", "Conflict"), status
         assert "created first" in ready["message"]
 

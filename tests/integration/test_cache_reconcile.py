@@ -112,3 +112,17 @@ def test_caches_role_mirrors_the_extraction_image_and_fails_at_once_when_it_cann
         result = run_module("cache_distribute", sim.kubeconfig, name=name, namespace=namespace, state="absent",
                             force=True)
         assert not result.get("failed"), result
+
+
+def test_a_labelled_cache_nothing_verified_says_so_in_its_status_and_the_run(sim, crds, namespace, images):
+    """No Kyverno here: the label asks for a signature check that nobody made, and the run and status say it."""
+    name = "rec-%s" % uuid.uuid4().hex[:5]
+    body = manifest(name, namespace, images[0].ref)
+    body["metadata"]["labels"] = {"gkm.io/signature-format": "cosign-v2"}
+    crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", body)
+    result = reconcile(sim, name, namespace)
+    assert not result.get("failed"), result.get("msg")
+    assert any("nothing checked the signature of %s" % images[0].ref in warning for warning in result["warnings"])
+    status = crds.get_namespaced_custom_object_status(GROUP, VERSION, namespace, "gkmcaches", name)["status"]
+    condition = next(c for c in status["conditions"] if c["type"] == "SignatureVerified")
+    assert (condition["status"], condition["reason"]) == ("False", "NotVerified")

@@ -2,7 +2,8 @@
 
 The stand-in is not Kyverno: it has Kyverno's namespace, Deployments and ClusterPolicy CRD, with a schema written
 for these tests that checks the fields our policies use, so the API server itself rejects a policy of the wrong
-shape. Nothing evaluates the policies here: that GKMCache admission really verifies signatures is not exercised.
+shape. Nothing evaluates the policies here: the real Kyverno verifying GKMCache signatures with the role's policies is
+tests/integration/test_kyverno_admission.py.
 """
 
 import pytest
@@ -39,7 +40,7 @@ def role_vars(sim, ownership, **extra):
 
 
 def test_refuses_without_a_signer_identity_and_changes_nothing(sim, kube, tmp_path, ownership_namespace):
-    path, _objects = standin(tmp_path, "kyverno.yaml", "v1.15.1")
+    path, _objects = standin(tmp_path, "kyverno.yaml", "v1.19.1")
     run = run_role("kyverno", tmp_path, role_vars(sim, ownership_namespace, kyverno_manifest_path=path))
     assert not run.ok
     message = " ".join(run.failures())
@@ -61,7 +62,7 @@ def test_refuses_without_a_signer_identity_and_changes_nothing(sim, kube, tmp_pa
 
 def test_install_policies_by_label_idempotence_reselection_and_removal(
         sim, kube, plain_node, ownership_namespace, tmp_path):
-    path, objects = standin(tmp_path, "kyverno.yaml", "v1.15.1")
+    path, objects = standin(tmp_path, "kyverno.yaml", "v1.19.1")
     keyless = dict(kyverno_manifest_path=path, kyverno_attestor_keyless_issuer=ISSUER,
                    kyverno_attestor_keyless_subject=SUBJECT)
     assert not crd_exists(kube), "a Kyverno CRD is already on the cluster; these tests need it absent"
@@ -75,7 +76,7 @@ def test_install_policies_by_label_idempotence_reselection_and_removal(
         result = first.facts["kyverno_result"]
         assert result["action"] == "install"
         assert result["policies"] == ["gkm-verify-gkmcache-cosign-v2", "gkm-verify-gkmcache-cosign-v3"]
-        assert record(kube, ownership_namespace, "kyverno")["version"] == "v1.15.1"
+        assert record(kube, ownership_namespace, "kyverno")["version"] == "v1.19.1"
 
         live = policies(kube)
         for signature_format, verify_type in (("cosign-v2", "Cosign"), ("cosign-v3", "SigstoreBundle")):
@@ -86,7 +87,8 @@ def test_install_policies_by_label_idempotence_reselection_and_removal(
             assert rule["imageExtractors"] == {"GKMCache": [{"path": "/spec/image"}]}
             verify = rule["verifyImages"][0]
             assert verify["type"] == verify_type and verify["mutateDigest"] is True
-            assert verify["attestors"][0]["entries"][0] == {"keyless": {"issuer": ISSUER, "subject": SUBJECT}}
+            assert verify["attestors"][0]["entries"][0] == {"keyless": {
+                "issuer": ISSUER, "subject": SUBJECT, "rekor": {"url": "https://rekor.sigstore.dev"}}}
 
         again = run_role("kyverno", tmp_path, role_vars(sim, ownership_namespace, **keyless))
         assert again.ok, again.failures()
@@ -144,7 +146,7 @@ def test_the_default_download_is_refused_without_a_known_checksum(sim, kube, tmp
                                                   kyverno_attestor_keyless_subject=SUBJECT))
     assert not run.ok
     message = " ".join(run.failures())
-    assert ("kyverno v1.15.1: no known checksum for "
-            "https://github.com/kyverno/kyverno/releases/download/v1.15.1/install.yaml") in message
+    assert ("kyverno v1.19.1: no known checksum for "
+            "https://github.com/kyverno/kyverno/releases/download/v1.19.1/install.yaml") in message
     assert "sha256sum" in message and "set kyverno_manifest_checksum" in message
     assert not crd_exists(kube) and record(kube, ownership_namespace, "kyverno") is None

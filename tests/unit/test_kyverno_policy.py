@@ -30,7 +30,8 @@ def test_one_policy_per_format_selected_by_label_with_the_right_verification_typ
         assert verify["type"] == verify_type
         assert verify["mutateDigest"] is True and verify["verifyDigest"] is True and verify["required"] is True
         assert verify["failureAction"] == "Enforce" and verify["imageReferences"] == ["*"]
-        assert verify["attestors"] == [{"entries": [{"keyless": {"issuer": ISSUER, "subject": SUBJECT}}]}]
+        assert verify["attestors"] == [{"entries": [{"keyless": {"issuer": ISSUER, "subject": SUBJECT,
+                                                                 "rekor": {"url": kp.PUBLIC_REKOR_URL}}}]}]
         assert policy["spec"]["webhookConfiguration"] == {"failurePolicy": "Fail", "timeoutSeconds": 30}
         assert "ClusterGKMCache" in policy["metadata"]["annotations"]["policies.kyverno.io/description"]
 

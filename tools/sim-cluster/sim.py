@@ -12,6 +12,10 @@
     sim.py webhook-up    run the collection's webhook server as a local process (url endpoint mode)
     sim.py webhook-down  stop it
     sim.py tools-image   build (or reuse) the tools image, push it to the registry, record it as "tools_image"
+    sim.py kyverno-up    build (or reuse) Kyverno, apply its CRDs and run its admission controller here (out of
+                         cluster, kyverno_plan.py); prints its version and webhook address as JSON
+    sim.py kyverno-down  stop it (its webhook configurations stay: with failurePolicy Fail, writes they match fail);
+                         --purge also removes its webhook configurations, CRDs and namespace
 
 State lives in $GKM_SIM_DIR (default .sim/ in the checkout): state.json (pids, ports), pki/, logs/,
 kubeconfig. Ports are picked free at start, so two checkouts never collide.
@@ -46,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, HERE)
 
+import kyverno_plan  # noqa: E402
 import real_nodes  # noqa: E402
 import real_nodes_plan  # noqa: E402
 
@@ -606,6 +611,102 @@ def cmd_webhook_down(_args):
     print(json.dumps({"changed": running}))
 
 
+def apply_crds(state, pki, directory):
+    """Server-side apply of every CRD in directory (a newer Kyverno's CRDs replace older ones); wait until served."""
+    names = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".yaml"):
+            with open(os.path.join(directory, name)) as handle:
+                for crd in (doc for doc in yaml.safe_load_all(handle) if doc):
+                    api_request(state, pki, "PATCH", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/%s"
+                                "?fieldManager=gkm-sim&force=true" % crd["metadata"]["name"], crd,
+                                "application/apply-patch+yaml", timeout=30)
+                    names.append(crd["metadata"]["name"])
+
+    def established():
+        for name in names:
+            crd = api_request(state, pki, "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + name)
+            if not any(c["type"] == "Established" and c["status"] == "True"
+                       for c in (crd.get("status") or {}).get("conditions") or []):
+                return False
+        return True
+
+    wait_for("the CRDs in %s" % directory, established, 60)
+
+
+def kyverno_dir():
+    result = subprocess.run([os.path.join(ROOT, "tools", "kyverno", "build.sh")], check=True, stdout=subprocess.PIPE,
+                            text=True)
+    return result.stdout.strip().splitlines()[-1]
+
+
+def cmd_kyverno_up(_args):
+    state = load_state()
+    pki = ensure_pki(state)
+    directory = kyverno_dir()
+    address = "%s:%d" % (bind_address(state), port(state, "kyverno"))
+    running = is_running(state["processes"].get("kyverno"))
+    if not running:
+        apply_crds(state, pki, os.path.join(directory, "crds"))
+        create_if_missing(state, pki, "/api/v1/namespaces", kyverno_plan.namespace())
+        for config_map in kyverno_plan.config_maps():
+            create_if_missing(state, pki, "/api/v1/namespaces/%s/configmaps" % kyverno_plan.NAMESPACE, config_map)
+        start_process(state, "kyverno", kyverno_plan.argv(os.path.join(directory, "bin", "kyverno"), KUBECONFIG,
+                                                          bind_address(state), port(state, "kyverno"),
+                                                          port(state, "kyverno-metrics")),
+                      dict(os.environ, **kyverno_plan.environment()))
+    # Kyverno's certificate comes from its own CA (a Secret it writes); only liveness is asked here.
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    wait_for("Kyverno", lambda: _http_ok("https://%s/health/readiness" % address, context), 120, ["kyverno"], state)
+    print(json.dumps({"changed": not running, "address": address,
+                      "version": os.path.basename(directory).split("_")[0].split("-", 1)[1]}))
+
+
+def cmd_kyverno_down(args):
+    state = load_state()
+    record = state["processes"].pop("kyverno", None)
+    running = is_running(record)
+    stop_process("kyverno", record)
+    save_state(state)
+    if args.purge:
+        pki = ensure_pki(state)
+        for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+            api_request(state, pki, "DELETE", "/apis/admissionregistration.k8s.io/v1/%s?labelSelector=%s" % (
+                kind, kyverno_plan.WEBHOOK_SELECTOR))
+        crds = os.path.join(kyverno_dir(), "crds")
+        paths = []
+        for name in sorted(os.listdir(crds)):
+            if name.endswith(".yaml"):
+                with open(os.path.join(crds, name)) as handle:
+                    paths.extend("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + crd["metadata"]["name"]
+                                 for crd in yaml.safe_load_all(handle) if crd)
+        for path in paths:
+            delete_if_present(state, pki, path)
+        delete_if_present(state, pki, "/api/v1/namespaces/" + kyverno_plan.NAMESPACE)
+        # Gone, not only going: whoever comes next may install a Kyverno of its own.
+        wait_for("Kyverno's CRDs to go", lambda: not any(exists(state, pki, path) for path in paths), 60)
+    print(json.dumps({"changed": running or args.purge}))
+
+
+def exists(state, pki, path):
+    try:
+        api_request(state, pki, "GET", path)
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return False
+        raise
+    return True
+
+
+def delete_if_present(state, pki, path):
+    try:
+        api_request(state, pki, "DELETE", path)
+    except urllib.error.HTTPError as error:
+        if error.code != 404:
+            raise
+
+
 def cmd_down(_args):
     started = time.monotonic()
     state = load_state()
@@ -617,7 +718,7 @@ def cmd_down(_args):
         if is_running(state["processes"].get("kube-apiserver")):
             real_nodes.drain(run)
         real_nodes.stop(run)
-    for name in ["webhook", *reversed([*CONTROL_PLANE, "registry"])]:
+    for name in ["kyverno", "webhook", *reversed([*CONTROL_PLANE, "registry"])]:
         # The API server's shutdown can hang for good with nothing left to serve; its data is about to go.
         stop_process(name, state["processes"].get(name), 5 if name == "kube-apiserver" else 15)
     if os.path.isdir(SIM_DIR):
@@ -629,7 +730,7 @@ def cmd_down(_args):
 def cmd_status(_args):
     state = load_state()
     real = [prefix + node["name"] for node in state.get("real_nodes") or [] for prefix in ("containerd-", "kubelet-")]
-    for name in [*CONTROL_PLANE, "registry", "webhook", *real]:
+    for name in [*CONTROL_PLANE, "registry", "webhook", "kyverno", *real]:
         record = state["processes"].get(name)
         print("%-24s %s" % (name, "running pid %d" % record["pid"] if is_running(record) else "stopped"))
     print("ports: %s" % json.dumps(state.get("ports", {}), sort_keys=True))
@@ -659,9 +760,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = {"up": cmd_up, "registry-up": cmd_registry_up, "down": cmd_down, "status": cmd_status,
                 "nodes": cmd_nodes, "apply-nodes": cmd_apply_nodes,
-                "webhook-up": cmd_webhook_up, "webhook-down": cmd_webhook_down, "tools-image": cmd_tools_image}
+                "webhook-up": cmd_webhook_up, "webhook-down": cmd_webhook_down, "tools-image": cmd_tools_image,
+                "kyverno-up": cmd_kyverno_up, "kyverno-down": cmd_kyverno_down}
     parser.add_argument("command", choices=sorted(commands))
     parser.add_argument("--dry-run", action="store_true", help="webhook-up: say what would be started, start nothing")
+    parser.add_argument("--purge", action="store_true", help="kyverno-down: also remove Kyverno's webhook "
+                        "configurations, CRDs (and with them all policies) and namespace")
     args = parser.parse_args()
     commands[args.command](args)
 

@@ -9,7 +9,7 @@ __metaclass__ = type
 import datetime
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import outcome
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import outcome, signature_check
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import resource_owner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute
@@ -101,7 +101,13 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
         result = distribute(kube, params, check_mode, want_diff)
     except GkmError as error:
         raise _refused(kube, error, kind, name, namespace, path, current, found) from error
-    desired = cache_cr.carry_transition_times(current, cache_cr.resource_status(result, _now()))
+    status = cache_cr.resource_status(result, _now())
+    signature = signature_check.signature_condition(declared, _now())
+    if signature:
+        status["conditions"].append(signature)
+        if signature["status"] != "True":
+            result.setdefault("warnings", []).append("%s %s: %s" % (kind, name, signature["message"]))
+    desired = cache_cr.carry_transition_times(current, status)
     result["status_changed"] = _write_status(kube, kind, name, path, current, desired) if found else (
         cache_cr.status_differs(current, desired))
     result["changed"] = result["changed"] or result["status_changed"]

@@ -25,6 +25,8 @@ FORMAT_TYPES = {"cosign-v2": "Cosign", "cosign-v3": "SigstoreBundle"}
 GKMCACHE_KIND = "gkm.io/v1alpha1/GKMCache"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gkm.cluster"}
 DEFAULT_NAME_PREFIX = "gkm-verify-gkmcache"
+# Kyverno refuses a keyless attestor without a Rekor URL (or roots): the public instance unless one is given.
+PUBLIC_REKOR_URL = "https://rekor.sigstore.dev"
 # Made-up signers in pairs that differ only in who they are: a subject pattern that matches both of a pair
 # trusts everyone on that host (the "any GitHub workflow" mistake), not one signer.
 _SIGNER_PAIRS = [
@@ -108,6 +110,7 @@ def attestor_entry(public_key=None, keyless_issuer=None, keyless_subject=None, k
     else:
         keyless_entry["subjectRegExp"] = keyless_subject_regexp
     keyless_entry.update(transparency)
+    keyless_entry.setdefault("rekor", {}).setdefault("url", PUBLIC_REKOR_URL)
     return {"keyless": keyless_entry}
 
 
