@@ -59,13 +59,13 @@ def role_vars(sim, declared, **extra):
                  "caches_wait": False}, **extra)
 
 
-def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(sim, kube, crds, namespace, image,
-                                                                              tmp_path):
+def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(
+        sim, kube, crds, namespace, image, tmp_path):
     suffix = uuid.uuid4().hex[:5]
     deleted, kept, declared = ("life-del-%s" % suffix, "life-kept-%s" % suffix, "life-decl-%s" % suffix)
     for name in (deleted, kept):
-        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", gkmcache(name, namespace,
-                                                                                               image.ref))
+        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches",
+                                             gkmcache(name, namespace, image.ref))
     declared_cache = gkmcache(declared, namespace, image.ref)
     try:
         run = run_role("caches", tmp_path, role_vars(sim, [declared_cache]))
@@ -92,6 +92,7 @@ def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(sim
 
         crds.delete_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", deleted)
         # The garbage collector takes what the resource owns; the PV, which it cannot own, waits for the next run.
+
         def only_the_pv_left():
             found = ours(kube, deleted)
             return found if set(found) == {"PersistentVolume"} else None

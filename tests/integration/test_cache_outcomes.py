@@ -72,8 +72,8 @@ def printed_row(sim, namespace, name):
 def written(kube, namespace, name):
     core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
     selector = "gkm.io/cache=%s" % name
-    return {"pvc": [p.metadata.name for p in core.list_namespaced_persistent_volume_claim(
-                namespace, label_selector=selector).items],
+    claims = core.list_namespaced_persistent_volume_claim(namespace, label_selector=selector).items
+    return {"pvc": [p.metadata.name for p in claims],
             "pv": [p.metadata.name for p in core.list_persistent_volume(label_selector=selector).items
                    if p.spec.claim_ref and p.spec.claim_ref.namespace == namespace],
             "job": [j.metadata.name for j in batch.list_namespaced_job(namespace, label_selector=selector).items]}
@@ -140,8 +140,8 @@ def test_a_missing_workload_namespace_is_gkms_no_namespace_condition(sim, crds, 
     (dict(one_node_template(), metadata={"labels": {"team": "not a label value!"}}),
      "spec.podTemplate.metadata.labels: Invalid value: \"not a label value!\""),
 ], ids=["exists-with-value", "unknown-operator", "invalid-label"])
-def test_an_invalid_pod_template_names_its_field_and_nothing_is_written(sim, kube, crds, namespace, image,
-                                                                       template, field):
+def test_an_invalid_pod_template_names_its_field_and_nothing_is_written(
+        sim, kube, crds, namespace, image, template, field):
     name = create(crds, namespace, image.ref, template)
     refused = reconcile(sim, name, namespace)
     assert refused["failed"] and field in refused["msg"], refused["msg"]

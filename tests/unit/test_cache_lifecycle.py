@@ -103,9 +103,9 @@ def test_objects_from_before_owner_references_or_of_a_recreated_resource_are_upd
 
 
 def labelled(kind, namespace, name, cache_namespace=""):
-    return {"metadata": {"name": "obj", "labels": {"app.kubernetes.io/managed-by": "gkm.cluster",
-                                                     "gkm.io/cache": name, "gkm.io/cache-namespace": cache_namespace,
-                                                     ownership.CACHE_KIND_LABEL: kind}}}
+    labels = {"app.kubernetes.io/managed-by": "gkm.cluster", "gkm.io/cache": name,
+              "gkm.io/cache-namespace": cache_namespace, ownership.CACHE_KIND_LABEL: kind}
+    return {"metadata": {"name": "obj", "labels": labels}}
 
 
 def test_orphans_are_the_caches_whose_resource_is_gone_once_each():
@@ -145,8 +145,8 @@ def rox_spec(created=LATE, kind="GKMCache"):
 
 
 def test_the_later_of_two_rox_caches_of_one_name_is_refused_naming_the_first():
-    rivals = [resource("ClusterGKMCache", "vector-add", created=EARLY), resource("GKMCache", "vector-add", "team-a",
-                                                                                  created=LATE)]
+    rivals = [resource("ClusterGKMCache", "vector-add", created=EARLY),
+              resource("GKMCache", "vector-add", "team-a", created=LATE)]
     with pytest.raises(conflicts.CacheConflictError) as refused:
         planner.plan(rox_spec(LATE), facts_with(rivals))
     message = str(refused.value)

@@ -23,8 +23,8 @@ def test_kyverno_s_record_of_a_pass_for_the_image_is_verified():
     resource = cache(labels={sc.FORMAT_LABEL: "cosign-v3"},
                      annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
     condition = sc.signature_condition(resource, NOW)
-    assert (condition["type"], condition["status"], condition["reason"]) == ("SignatureVerified", "True",
-                                                                            "VerifiedByKyverno")
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "SignatureVerified", "True", "VerifiedByKyverno")
     assert "cosign-v3" in condition["message"] and condition["lastTransitionTime"] == NOW
 
 
