@@ -51,7 +51,9 @@ def delete_objects(kube, objects):
         path = "%s/%s%s/%s" % (prefix, "namespaces/%s/" % metadata["namespace"] if metadata.get("namespace") else "",
                                plural, metadata["name"])
         raw.request("DELETE", path)
-    deadline = time.monotonic() + 120
+    # A CRD goes only after the API server's finalizer has torn down its storage, which took over 120 s once in a
+    # full suite run on 2 cores; polling costs nothing when it is quick.
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         left = [obj for obj in objects if obj["kind"] in ("Namespace", "CustomResourceDefinition")
                 and raw.request("GET", "/api/v1/namespaces/%s" % obj["metadata"]["name"] if obj["kind"] == "Namespace"
