@@ -13,7 +13,8 @@ __metaclass__ = type
 
 import re
 
-ERROR_PHASE = "Error"
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import ERROR as ERROR_PHASE
+
 DEFAULT_REASON = "ReconcileFailed"
 # GKM's condition type for a workload namespace that does not exist; every other refusal is its Error type.
 NO_NAMESPACE = "NoNamespace"
