@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A cosign public key (ECDSA, RSA or Ed25519) from PEM, and whether a signature is valid with it.
 
-Apart from signature.py so that an extraction that verifies nothing never imports cryptography,
-a tenth of the extraction Job's start-up.
+Apart from signature.py so that an extraction that verifies nothing never imports cryptography (about
+25 ms of CPU at the extraction Job's start-up).
 """
 
 from __future__ import absolute_import, division, print_function

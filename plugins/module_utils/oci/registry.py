@@ -21,7 +21,7 @@ import traceback
 from http.cookiejar import DefaultCookiePolicy
 
 # Only oras-py's reference parser and auth backends: oras.provider would also load jsonschema and its
-# schema registry (about a third of the extraction Job's start-up), which nothing here uses.
+# schema registry (about a quarter of the extraction Job's start-up imports), which nothing here uses.
 try:
     import oras.auth
     import oras.container
