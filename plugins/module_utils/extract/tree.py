@@ -8,8 +8,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import ctypes
-import ctypes.util
 import errno
 import fcntl
 import hashlib
@@ -78,10 +76,11 @@ def tree_intact(dest, marker):
 
 def _exchange(a, b):
     """Atomically swap two directory entries; False when the platform cannot."""
-    libc_name = ctypes.util.find_library("c")
-    if not libc_name:
-        return False
-    libc = ctypes.CDLL(libc_name, use_errno=True)
+    # Imported here: only replacing an existing tree needs it. The interpreter's own symbols include its C
+    # library's, so no search for libc (find_library runs ldconfig in a subprocess).
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
     renameat2 = getattr(libc, "renameat2", None)
     if renameat2 is None:
         return False
