@@ -297,6 +297,7 @@ def component_argv(name, state, binaries, pki):
                 "PersistentVolumeClaimResize,Priority,DefaultTolerationSeconds,MutatingAdmissionWebhook,"
                 "ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota,PodSecurity",
                 "--allow-privileged=true",
+                "--feature-gates", real_nodes_plan.feature_gates_flag(),
                 # Real nodes: reach kubelets by IP (node names are not in DNS) as a client they trust, and call
                 # webhook Services at their pod IPs (no kube-proxy runs).
                 "--kubelet-preferred-address-types", "InternalIP,Hostname",
