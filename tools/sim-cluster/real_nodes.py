@@ -1,5 +1,7 @@
 """Real nodes of the simulated cluster: a kubelet with its own containerd, runc and CNI bridge per node.
 
+containerd (2.x, so pods can mount images with `volumes[].image`) and runc come from tools/containerd/build.sh.
+
 Needs root. Everything the run creates outside its state directory is recorded in state.json (interfaces,
 chains, cgroup roots) or recognised by the run id, and `stop` removes exactly that. What the kubelet and
 containerd create in fixed host places (/run/containerd, /run/netns, /var/lib/cni, /var/log/containers,
