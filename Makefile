@@ -9,10 +9,11 @@ BIN         := $(abspath $(VENV)/bin)
 COLLECTIONS := $(abspath .cache/collections)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS):$(abspath $(VENV)/lib/python3.11/site-packages)
 export PATH := $(BIN):$(PATH)
-# skopeo, umoci, mmdebstrap, gcc: the tools and pause images (tools/images); containerd, runc, the CNI plugins,
-# iptables and nftables: the simulated cluster's real nodes (tools/sim-cluster/real_nodes.py).
-DEBIAN_PACKAGES := docker-registry skopeo umoci mmdebstrap gcc libc6-dev containerd runc containernetworking-plugins \
-                   iptables nftables
+# skopeo, umoci, mmdebstrap, gcc: the tools and pause images (tools/images); the CNI plugins, iptables and
+# nftables: the simulated cluster's real nodes (tools/sim-cluster/real_nodes.py); libseccomp-dev and pkg-config:
+# building their runc (tools/containerd/build.sh builds containerd 2.x and runc from the Go module proxy).
+DEBIAN_PACKAGES := docker-registry skopeo umoci mmdebstrap gcc libc6-dev containernetworking-plugins \
+                   iptables nftables libseccomp-dev pkg-config
 # Where `make images` pushes the tools and pause images (host:port).
 REGISTRY    ?=
 SIM         := $(PY) tools/sim-cluster/sim.py
@@ -22,7 +23,7 @@ VENV_LOWEST := .venv-lowest
 LOWEST_SITE := $(VENV_LOWEST)/lib/python3.11/site-packages
 LOWEST_ENV  := PATH=$(abspath $(VENV_LOWEST))/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS):$(abspath $(LOWEST_SITE))
 
-.PHONY: help setup sim-setup venv debian-packages binaries cli-tools collection-link sim-up sim-down sim-status demo \
+.PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno test pytest test-lowest lint ruff ansible-lint changelog-lint sanity venv-lowest unit integration molecule build \
         bench-extract bench-distribute bench-webhook bench-deploy bench-real-nodes images image-tools image-pause
 
@@ -33,7 +34,7 @@ setup: sim-setup cli-tools kyverno ## Everything the tests and benchmarks need
 
 # The oras and cosign CLIs take about ten minutes to build and only tests and benchmarks use them: the demo and
 # the simulated cluster stop here.
-sim-setup: venv debian-packages binaries collection-link ## What the simulated cluster and the demo need
+sim-setup: venv debian-packages binaries containerd collection-link ## What the simulated cluster and the demo need
 
 venv: $(VENV)/.installed ## Python virtualenv with the pinned requirements
 $(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt
@@ -64,6 +65,9 @@ debian-packages: ## Install missing Debian packages (root only; otherwise says w
 
 binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kwok
 	@tools/sim-cluster/build.sh >/dev/null
+
+containerd: debian-packages ## Build or reuse the real nodes' containerd 2.x, its shim, ctr and runc (tools/containerd)
+	@tools/containerd/build.sh >/dev/null
 
 cli-tools: ## Build or reuse the oras and cosign CLIs (benchmarks, signature tests)
 	@tools/bench-tools.sh

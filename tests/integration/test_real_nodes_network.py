@@ -27,9 +27,10 @@ def run_range(sim):
     return ipaddress.ip_network("10.%d.0.0/16" % sim.state["network"]["octet"])
 
 
-def pod_pid(node, container_id):
+def pod_pid(sim, node, container_id):
     """The host pid of a container (containerd's task list), to enter its network namespace from the host."""
-    for line in _run("ctr", "--address", node["containerd_socket"], "-n", "k8s.io", "tasks", "ls").splitlines()[1:]:
+    ctr = os.path.join(sim.state["containerd_bin"], "ctr")
+    for line in _run(ctr, "--address", node["containerd_socket"], "-n", "k8s.io", "tasks", "ls").splitlines()[1:]:
         task, pid = line.split()[:2]
         if task == container_id:
             return int(pid)
@@ -55,7 +56,7 @@ def pods_on_real_nodes(kube, sim, real_nodes):
             pod = core.read_namespaced_pod(node["name"], namespace)
             statuses = pod.status.container_statuses or []
             if statuses and statuses[0].state.running:
-                pids[node["name"]] = pod_pid(node, statuses[0].container_id.split("://", 1)[1])
+                pids[node["name"]] = pod_pid(sim, node, statuses[0].container_id.split("://", 1)[1])
         time.sleep(0.5)
     assert len(pids) == len(real_nodes), "pods not Running on every real node in 90 s"
     yield pids

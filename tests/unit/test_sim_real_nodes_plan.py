@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location(
@@ -87,12 +88,31 @@ def test_firewall_sends_only_the_service_ip_to_the_host_and_drops_forwarding_off
 
 
 def test_containerd_config_keeps_everything_under_the_node_directory():
-    config = plan.containerd_config("/s/nodes/n/containerd", "10.120.0.1:5000/gkm/pause@sha256:ab")
+    config = plan.containerd_config("/s/nodes/n/containerd", "10.120.0.1:5000/gkm/pause@sha256:ab", "/b/runc")
+    assert config.startswith("version = 3\n")
     assert "restrict_oom_score_adj = true" in config
-    assert 'sandbox_image = "10.120.0.1:5000/gkm/pause@sha256:ab"' in config
+    assert 'sandbox = "10.120.0.1:5000/gkm/pause@sha256:ab"' in config
     assert 'config_path = "/s/nodes/n/containerd/certs.d"' in config
+    assert 'BinaryName = "/b/runc"' in config
     paths = [line.split('"')[1] for line in config.splitlines() if '"/' in line]
-    assert paths and all(path.startswith("/s/nodes/n/containerd/") or path == "/usr/lib/cni" for path in paths)
+    assert paths and all(path.startswith("/s/nodes/n/containerd/") or path in ("/usr/lib/cni", "/b/runc")
+                         for path in paths)
+
+
+def test_containerd_config_uses_the_split_cri_plugins_of_version_3():
+    config = plan.containerd_config("/d", "pause", "/b/runc")
+    sections = [line for line in config.splitlines() if line.startswith("[")]
+    assert "io.containerd.grpc.v1.cri" not in config
+    assert "[plugins.'io.containerd.cri.v1.images'.pinned_images]" in sections
+    assert "[plugins.'io.containerd.cri.v1.runtime'.cni]" in sections
+
+
+def test_image_volumes_are_on_for_the_api_server_and_the_kubelet():
+    assert plan.feature_gates_flag() == "ImageVolume=true"
+    node = {"kubelet_port": 1, "healthz_port": 2, "containerd_socket": "/s", "cgroup_root": "/g", "dir": "/d",
+            "serving_cert": "c", "serving_key": "k", "taints": []}
+    assert yaml.safe_load(plan.kubelet_config(node, "10.1.0.1", {"ca.crt": "ca"}))["featureGates"] == {
+        "ImageVolume": True}
 
 
 def test_default_real_groups_alternate_vendors():

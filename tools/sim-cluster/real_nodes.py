@@ -1,5 +1,7 @@
 """Real nodes of the simulated cluster: a kubelet with its own containerd, runc and CNI bridge per node.
 
+containerd (2.x, so pods can mount images with `volumes[].image`) and runc come from tools/containerd/build.sh.
+
 Needs root. Everything the run creates outside its state directory is recorded in state.json (interfaces,
 chains, cgroup roots) or recognised by the run id, and `stop` removes exactly that. What the kubelet and
 containerd create in fixed host places (/run/containerd, /run/netns, /var/lib/cni, /var/log/containers,
@@ -241,6 +243,16 @@ def _sandbox_image(run):
     return run.state["pause_image"]
 
 
+def _containerd_binaries(run):
+    """containerd 2.x, its shim, ctr and runc, built (or reused) from the Go module proxy (tools/containerd)."""
+    if "containerd_bin" not in run.state:
+        result = subprocess.run([os.path.join(run.root, "tools", "containerd", "build.sh")], check=True,
+                                stdout=subprocess.PIPE, text=True, cwd=run.root)
+        run.state["containerd_bin"] = result.stdout.strip().splitlines()[-1]
+        run.save()
+    return run.state["containerd_bin"]
+
+
 def _bind_nodes_to_node_role(run):
     """Kubelets authenticate as system:node:<name> in group system:nodes; RBAC is the only authorizer."""
     try:
@@ -254,7 +266,7 @@ def _bind_nodes_to_node_role(run):
             raise
 
 
-def _write_node_files(run, node, pki, sandbox_image):
+def _write_node_files(run, node, pki, sandbox_image, containerd_bin):
     directory = node["dir"]
     with open(pki["ca.crt"]) as handle:
         ca_cert = handle.read()
@@ -271,7 +283,8 @@ def _write_node_files(run, node, pki, sandbox_image):
         "kubeconfig": plan.kubeconfig(run.state["apiserver"], pki["ca.crt"], os.path.join(directory, "pki/client.crt"),
                                       os.path.join(directory, "pki/client.key"), "system:node:%s" % node["name"]),
         "kubelet.yaml": plan.kubelet_config(node, host, pki),
-        "containerd/config.toml": plan.containerd_config(os.path.join(directory, "containerd"), sandbox_image),
+        "containerd/config.toml": plan.containerd_config(os.path.join(directory, "containerd"), sandbox_image,
+                                                         os.path.join(containerd_bin, "runc")),
         "containerd/certs.d/%s/hosts.toml" % run.state["registry"]: plan.registry_hosts_toml(run.state["registry"]),
         "containerd/cni/10-gkm.conflist": plan.cni_conflist(node, {
             "address": host, "ipam_dir": os.path.join(directory, "ipam")}),
@@ -297,6 +310,7 @@ def start(run, groups, binaries, pki, free_port):
     known = {node["name"] for node in nodes}
     _bind_nodes_to_node_role(run)
     sandbox_image = _sandbox_image(run)
+    containerd_bin = _containerd_binaries(run)
     for spec in _specs(groups):
         if spec["name"] not in known:
             nodes.append(_node_record(run, spec, len(nodes), (free_port(), free_port())))
@@ -308,14 +322,16 @@ def start(run, groups, binaries, pki, free_port):
             _ip("link", "set", node["bridge"], "up")
     _install_firewall(run, int(run.state["apiserver"].rsplit(":", 1)[1]))
     # No proxy for the local registry; every other registry goes to a closed loopback port (plan.DEAD_PROXY).
+    # containerd looks its shim up in PATH before its own directory: ours first, not a system containerd's.
     environment = dict(os.environ, HTTP_PROXY=plan.DEAD_PROXY, HTTPS_PROXY=plan.DEAD_PROXY,
-                       NO_PROXY=run.state["registry"].split(":")[0])
+                       NO_PROXY=run.state["registry"].split(":")[0],
+                       PATH="%s:%s" % (containerd_bin, os.environ.get("PATH", os.defpath)))
     for node in nodes:
         name = node["name"]
         if not run.is_running("containerd-" + name):
             _make_cgroup_root(node["cgroup_root"])
-            _write_node_files(run, node, pki, sandbox_image)
-            run.start_process("containerd-" + name, ["containerd", "--config",
+            _write_node_files(run, node, pki, sandbox_image, containerd_bin)
+            run.start_process("containerd-" + name, [os.path.join(containerd_bin, "containerd"), "--config",
                                                      os.path.join(node["dir"], "containerd", "config.toml")],
                               environment)
             _wait("containerd of %s" % name, lambda node=node: os.path.exists(node["containerd_socket"]), 30, run)
@@ -357,8 +373,9 @@ def _ready(node):
 
 # ---------------------------------------------------------------- stopping
 
-def _tasks(node):
-    result = subprocess.run(["ctr", "--address", node["containerd_socket"], "-n", "k8s.io", "tasks", "ls", "-q"],
+def _tasks(run, node):
+    ctr = os.path.join(run.state["containerd_bin"], "ctr")
+    result = subprocess.run([ctr, "--address", node["containerd_socket"], "-n", "k8s.io", "tasks", "ls", "-q"],
                             capture_output=True, text=True, check=False)
     return result.stdout.split() if result.returncode == 0 else []
 
@@ -377,7 +394,7 @@ def drain(run):
                     pod["metadata"]["namespace"], pod["metadata"]["name"]))
     running = [node for node in nodes if run.is_running("kubelet-" + node["name"])]
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_tasks(node) for node in running):
+    while time.monotonic() < deadline and any(_tasks(run, node) for node in running):
         time.sleep(0.3)
 
 

@@ -22,8 +22,15 @@ SERVICE_PORT = 443
 # a pod that names an outside image fails to pull instead of sending a packet off the machine.
 DEAD_PROXY = "http://127.0.0.1:9"
 HOST_RUN_DIR = "/run/gkm-sim"
+# Beta and off by default in 1.34: pods' `volumes[].image` (the API server takes the same gates, sim.py).
+FEATURE_GATES = {"ImageVolume": True}
 MAX_INTERFACE_NAME = 15
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating zero
+
+
+def feature_gates_flag():
+    """FEATURE_GATES as a --feature-gates value: ImageVolume=true."""
+    return ",".join("%s=%s" % (gate, str(on).lower()) for gate, on in sorted(FEATURE_GATES.items()))
 
 
 def run_id(sim_dir):
@@ -111,43 +118,56 @@ def real_node_object(kwok_node, sim_label, real_label):
 
 # ---------------------------------------------------------------- files
 
-def containerd_config(directory, sandbox_image):
-    """containerd 1.6 (version 2 config): every path under the node's directory, CRI with our CNI and registry."""
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
+def containerd_config(directory, sandbox_image, runc):
+    """containerd 2.x (version 3 config): every path under the node's directory, CRI with our CNI and registry.
+
+    Version 3 split the CRI plugin: images (snapshotter, pause image, registry) and runtime (runc, CNI, OOM).
+    """
+    images = "plugins.'io.containerd.cri.v1.images'"
+    runtime = "plugins.'io.containerd.cri.v1.runtime'"
     return "\n".join([
-        "version = 2",
+        "version = 3",
         'root = "%s/root"' % directory,
         'state = "%s/state"' % directory,
         "oom_score = 0",
         "[grpc]",
         '  address = "%s/containerd.sock"' % directory,
         "[ttrpc]",
-        '  address = ""',
+        '  address = "%s/containerd.sock.ttrpc"' % directory,
         "[debug]",
         '  address = ""',
         "[metrics]",
         '  address = ""',
-        '[plugins."io.containerd.internal.v1.opt"]',
+        "[plugins.'io.containerd.internal.v1.opt']",
         '  path = "%s/opt"' % directory,
-        "[%s]" % cri,
-        '  sandbox_image = "%s"' % sandbox_image,
+        # NRI (on by default in 2.x) serves one socket at a fixed host path that two nodes would share; nothing here
+        # uses it.
+        "[plugins.'io.containerd.nri.v1.nri']",
+        "  disable = true",
+        "[%s]" % images,
+        '  snapshotter = "overlayfs"',
+        "[%s.pinned_images]" % images,
+        '  sandbox = "%s"' % sandbox_image,
+        # Read by the transfer service too, which pulls for the CRI since containerd 2.1.
+        "[%s.registry]" % images,
+        '  config_path = "%s/certs.d"' % directory,
+        "[%s]" % runtime,
         # Without it containerd writes oom_score_adj values the sandbox this runs in refuses.
         "  restrict_oom_score_adj = true",
         "  enable_selinux = false",
-        "[%s.containerd]" % cri,
-        '  snapshotter = "overlayfs"',
+        "[%s.containerd]" % runtime,
         '  default_runtime_name = "runc"',
-        "[%s.containerd.runtimes.runc]" % cri,
+        "[%s.containerd.runtimes.runc]" % runtime,
         '  runtime_type = "io.containerd.runc.v2"',
-        "[%s.containerd.runtimes.runc.options]" % cri,
+        "[%s.containerd.runtimes.runc.options]" % runtime,
+        # The runc built with this containerd, not whichever one PATH finds.
+        '  BinaryName = "%s"' % runc,
         '  Root = "%s/runc"' % directory,
         "  SystemdCgroup = false",
-        "[%s.cni]" % cri,
-        '  bin_dir = "/usr/lib/cni"',
+        "[%s.cni]" % runtime,
+        '  bin_dirs = ["/usr/lib/cni"]',
         '  conf_dir = "%s/cni"' % directory,
         "  max_conf_num = 1",
-        "[%s.registry]" % cri,
-        '  config_path = "%s/certs.d"' % directory,
         "",
     ])
 
@@ -198,6 +218,7 @@ def kubelet_config(node, host_address, pki):
         "cgroupRoot": node["cgroup_root"],
         # cgroup v1 is in maintenance mode in 1.34; this machine has no other.
         "failCgroupV1": False,
+        "featureGates": dict(FEATURE_GATES),
         "oomScoreAdj": 0,
         "failSwapOn": False,
         "podLogsDir": os.path.join(node["dir"], "pod-logs"),

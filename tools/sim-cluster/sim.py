@@ -24,8 +24,9 @@ one control-plane node and $GKM_SIM_GPU_NODES (default 3) GPU workers of $GKM_SI
 (amd|nvidia, default amd) and $GKM_SIM_GPU_ARCH.
 
 Real nodes (root only): a group with `real: true`, or $GKM_SIM_REAL_NODES=N (default 0) for N more, AMD and
-NVIDIA in turn (gkm-real-amd-1, gkm-real-nvidia-1, ...): a kubelet with its own containerd and CNI bridge
-each, labelled gkm.io/real-node=true (real_nodes.py). With real nodes the registry and the API server bind
+NVIDIA in turn (gkm-real-amd-1, gkm-real-nvidia-1, ...): a kubelet with its own containerd 2.x (built by
+tools/containerd/build.sh) and CNI bridge each, labelled gkm.io/real-node=true (real_nodes.py). The API server and
+the kubelets run with the ImageVolume feature gate. With real nodes the registry and the API server bind
 the run's own host address (state.json "host_address") instead of 127.0.0.1, so pods reach them too.
 """
 
@@ -297,6 +298,7 @@ def component_argv(name, state, binaries, pki):
                 "PersistentVolumeClaimResize,Priority,DefaultTolerationSeconds,MutatingAdmissionWebhook,"
                 "ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota,PodSecurity",
                 "--allow-privileged=true",
+                "--feature-gates", real_nodes_plan.feature_gates_flag(),
                 # Real nodes: reach kubelets by IP (node names are not in DNS) as a client they trust, and call
                 # webhook Services at their pod IPs (no kube-proxy runs).
                 "--kubelet-preferred-address-types", "InternalIP,Hostname",
