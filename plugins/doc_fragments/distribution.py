@@ -65,6 +65,20 @@ options:
       - The scrub Jobs run it too; with O(state=absent) and no O(extract_image), the image of an extraction Job being
         deleted is used, and without either the directories stay on the nodes (a warning names them).
     type: str
+  signature_public_key:
+    description:
+      - Cosign public key (PEM text, or a path to a PEM file on the controller) the extraction Jobs verify the image's
+        signature with before they extract it. The signature must name the exact digest the Job extracts.
+      - With gkm.cluster.cache_reconcile only a resource labelled C(gkm.io/signature-format) is verified, in the format
+        the label names (V(cosign-v2) - the C(sha256-<digest>.sig) tag, V(cosign-v3) - a sigstore bundle referrer);
+        its condition C(SignatureVerified) says who checked it. This is the only check a ClusterGKMCache gets (Kyverno
+        does not see cluster-scoped resources). gkm.cluster.cache_distribute verifies every Job, either format.
+      - The key is put in the Jobs' Secret beside the registry credentials, per namespace. A Job whose check fails
+        extracts nothing and fails at once; its entry is an C(Error) with reason C(SignatureNotVerified) and the
+        extractor's message.
+      - Giving, changing or removing the key extracts the verified caches again (data checked with another key, or
+        not at all, is not what is asked for); volumes pods mount are kept until unused, like an old digest's.
+    type: str
   job_limits:
     description: Bounds of the extraction Jobs.
     type: dict

@@ -126,12 +126,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 cache:
-  description: The cache as distributed.
+  description:
+    - The cache as distributed. C(signature_check) is what its Jobs verify the signature with (format and key
+      digest, for example C(v3 sha256:...)), or null when they do not verify.
   returned: success
   type: dict
   sample: {"name": "vector-add", "namespace": "team-a", "scope": "namespaced", "digest": "sha256:...",
            "image": "registry/caches/vector-add@sha256:...", "size": "33Mi", "access_modes": ["ReadWriteOnce"],
-           "state": "present"}
+           "state": "present", "signature_check": null}
 plan:
   description: What this run wrote (or, in check mode, would write).
   returned: success

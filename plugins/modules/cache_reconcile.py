@@ -71,6 +71,12 @@ notes:
     does not fail. C(status.excludedNodes) lists the nodes that do not get the cache grouped by reason; the
     webhook's denials quote it.
   - C(kubectl get gkmcache -o wide) shows the C(Ready) condition's message in the MESSAGE column.
+  - A resource labelled C(gkm.io/signature-format) (V(cosign-v2) or V(cosign-v3)) gets the condition
+    C(SignatureVerified). With O(signature_public_key) its extraction Jobs verify the signature in that format -
+    C(True) with reason C(VerifiedByExtraction) once every volume is extracted, C(Unknown) (C(VerificationPending))
+    before, C(False) (C(VerificationFailed)) with the Job's message when one refused the image (its node's entry is
+    an C(Error), reason C(SignatureNotVerified)). Without the key it is C(True) (C(VerifiedByKyverno)) when Kyverno
+    recorded a pass, otherwise C(False) (C(NotVerified)) saying that nothing checked the image, and the task warns.
 seealso:
   - module: gkm.cluster.cache_distribute
   - module: gkm.cluster.cache_info

@@ -6,6 +6,7 @@ permission step is what lets the Job write; faults (a kubelet killed mid-extract
 the API server restarted) end in a rerun that converges with nothing lost or duplicated.
 """
 
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -232,6 +233,72 @@ def test_an_image_the_nodes_cannot_pull_is_an_error_at_once_naming_the_image(sim
         assert time.monotonic() - started < 120
     finally:
         remove(sim, tools_image, name=name, namespace=job_namespace)
+
+
+def _reconcile(sim, tools_image, kind, name, namespace=None, **args):
+    return run_module("cache_reconcile", sim.kubeconfig, kind=kind, name=name, namespace=namespace,
+                      registry_plain_http=True, extract_image=tools_image, host_path_root=NODE_DISK, wait=True,
+                      wait_timeout=180, **args)
+
+
+def _cache_resource(kind, name, namespace, image_ref, signature_format):
+    metadata = {"name": name, "labels": {"gkm.io/signature-format": signature_format}}
+    spec = {"image": image_ref, "podTemplate": real_pod_template()}
+    if kind == "GKMCache":
+        metadata["namespace"] = namespace
+    else:
+        spec["workloadNamespaces"] = [namespace]
+    return {"apiVersion": "gkm.io/v1alpha1", "kind": kind, "metadata": metadata, "spec": spec}
+
+
+def test_the_jobs_verify_a_labelled_cache_s_signature_with_the_key(sim, crds, registry, tools_image, job_namespace):
+    """A ClusterGKMCache (which Kyverno never sees) signed with the key is extracted and verified; a GKMCache signed
+    with another key is refused in the real Job, extracts nothing, and its status carries the Job's message."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    trusted, other = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    public_key = trusted.public_key().public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    pushed = kcache_images.build_image(registry.host, "real/signed", unique("v"),
+                                       kcache_images.CacheSpec(backend="hip", kernels=2, seed=17))
+    kcache_images.sign_cosign_v3(pushed, trusted)
+    kcache_images.sign_cosign_v2(pushed, other)
+    signed, refused = unique("signed"), unique("refused")
+    crds.create_cluster_custom_object("gkm.io", "v1alpha1", "clustergkmcaches", _cache_resource(
+        "ClusterGKMCache", signed, job_namespace, pushed.ref, "cosign-v3"))
+    crds.create_namespaced_custom_object("gkm.io", "v1alpha1", job_namespace, "gkmcaches", _cache_resource(
+        "GKMCache", refused, job_namespace, pushed.ref, "cosign-v2"))
+    caches = (("ClusterGKMCache", signed, None), ("GKMCache", refused, job_namespace))
+    # The two caches' Jobs (and later their scrubs) run side by side: the waits are the test's time.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        try:
+            results = list(pool.map(lambda cache: _reconcile(sim, tools_image, *cache, signature_public_key=public_key),
+                                    caches))
+            assert not results[0].get("failed"), results[0].get("msg")
+            status = results[0]["resource"]["status"]
+            assert status["phase"] == "Extracted", status
+            condition = next(c for c in status["conditions"] if c["type"] == "SignatureVerified")
+            assert (condition["status"], condition["reason"]) == ("True", "VerifiedByExtraction"), condition
+            assert files_under(os.path.join(slot_dir(job_namespace, signed, pushed.digest), "cache"))
+
+            status = crds.get_namespaced_custom_object_status("gkm.io", "v1alpha1", job_namespace, "gkmcaches",
+                                                              refused)["status"]
+            node = next(n for n in status["nodes"] if n["node"] == AMD_NODE)
+            assert (status["phase"], node["phase"], node["reason"]) == ("Error", "Error", "SignatureNotVerified"), (
+                status)
+            assert "none verifies with the given public key for digest %s" % pushed.digest in node["message"], node
+            condition = next(c for c in status["conditions"] if c["type"] == "SignatureVerified")
+            assert (condition["status"], condition["reason"]) == ("False", "VerificationFailed"), condition
+            assert node["message"] in condition["message"]
+            assert not os.path.exists(os.path.join(slot_dir(job_namespace, refused, pushed.digest, job_namespace),
+                                                   "cache"))
+        finally:
+            removals = list(pool.map(lambda cache: _reconcile(sim, tools_image, *cache, state="absent", force=True),
+                                     caches))
+            assert not any(removal.get("failed") for removal in removals), removals
+            crds.delete_cluster_custom_object("gkm.io", "v1alpha1", "clustergkmcaches", signed)
+            crds.delete_namespaced_custom_object("gkm.io", "v1alpha1", job_namespace, "gkmcaches", refused)
 
 
 # ---------------------------------------------------------------- faults, each followed by a converging rerun

@@ -45,7 +45,8 @@ def termination_log(tmp_path):
 
 
 def test_fail_job_exit_codes_are_job_mains():
-    assert render.FAIL_JOB_EXIT_CODES == (job_main.EXIT_REFUSED, job_main.EXIT_USAGE, job_main.EXIT_NOT_WRITABLE)
+    assert render.FAIL_JOB_EXIT_CODES == (job_main.EXIT_REFUSED, job_main.EXIT_USAGE, job_main.EXIT_NOT_WRITABLE,
+                                          job_main.EXIT_SIGNATURE)
     assert job_main.EXIT_RETRY not in render.FAIL_JOB_EXIT_CODES
 
 

@@ -432,7 +432,7 @@ def test_hostpath_jobs_get_the_least_privileged_permission_step_and_the_extracto
     assert owner["volumeMounts"] == [{"name": "cache", "mountPath": "/gkm"}]  # the volume only, no Secret
     assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert job["spec"]["podFailurePolicy"]["rules"][0] == {
-        "action": "FailJob", "onExitCodes": {"operator": "In", "values": [1, 2, 4]}}
+        "action": "FailJob", "onExitCodes": {"operator": "In", "values": [1, 2, 4, 5]}}
 
 
 @pytest.mark.parametrize(("storage_class", "create_pvs", "set_volume_owner", "expected"), [

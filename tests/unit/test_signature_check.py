@@ -55,3 +55,49 @@ def test_a_labelled_cluster_cache_names_why_kyverno_did_not_check_it():
     condition = sc.signature_condition(cache(kind="ClusterGKMCache", labels={sc.FORMAT_LABEL: "cosign-v2"}), NOW)
     assert condition["status"] == "False"
     assert "Kyverno does not see cluster-scoped resources" in condition["message"]
+
+
+def entry(phase, reason=None, message=None):
+    return {"phase": phase, "reason": reason, "message": message}
+
+
+LABELLED = {sc.FORMAT_LABEL: "cosign-v3"}
+
+
+@pytest.mark.parametrize("kind", ["GKMCache", "ClusterGKMCache"])
+def test_every_slot_extracted_by_verifying_jobs_is_verified_by_extraction(kind):
+    entries = [entry("Extracted"), entry("Extracted"), entry("Outdated"), entry("Incompatible")]
+    condition = sc.signature_condition(cache(kind=kind, labels=LABELLED), NOW, entries, jobs_verify=True)
+    assert (condition["status"], condition["reason"]) == ("True", "VerifiedByExtraction")
+    assert "cosign-v3 signature of %s" % IMAGE in condition["message"] and "(2 volume(s))" in condition["message"]
+
+
+def test_a_job_that_refused_the_signature_fails_the_condition_with_its_message():
+    refusal = "extraction failed on node n1: image ... has no cosign v3 signature that verifies with the given key"
+    entries = [entry("Extracted"), entry("Error", "SignatureNotVerified", refusal)]
+    condition = sc.signature_condition(cache(labels=LABELLED), NOW, entries, jobs_verify=True)
+    assert (condition["status"], condition["reason"]) == ("False", "VerificationFailed")
+    assert condition["message"].endswith(refusal) and "1 extraction Job(s) refused" in condition["message"]
+
+
+def test_verification_still_to_come_is_unknown_unless_kyverno_already_passed_it():
+    entries = [entry("Extracted"), entry("Extracting")]
+    pending = sc.signature_condition(cache(labels=LABELLED), NOW, entries, jobs_verify=True)
+    assert (pending["status"], pending["reason"]) == ("Unknown", "VerificationPending")
+    assert "1 of 2 volume(s) done" in pending["message"]
+    admitted = cache(labels=LABELLED, annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
+    condition = sc.signature_condition(admitted, NOW, entries, jobs_verify=True)
+    assert (condition["status"], condition["reason"]) == ("True", "VerifiedByKyverno")
+    assert "verify the cosign-v3 signature" in condition["message"]
+
+
+def test_a_job_refusal_outweighs_kyverno_s_record():
+    admitted = cache(labels=LABELLED, annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
+    entries = [entry("Error", "SignatureNotVerified", "signed for another digest")]
+    assert sc.signature_condition(admitted, NOW, entries, jobs_verify=True)["reason"] == "VerificationFailed"
+
+
+def test_nothing_checked_it_names_the_key_variable_as_the_fix():
+    condition = sc.signature_condition(cache(kind="ClusterGKMCache", labels=LABELLED), NOW, [entry("Extracted")])
+    assert (condition["status"], condition["reason"]) == ("False", "NotVerified")
+    assert "signature_public_key" in condition["message"] and "caches_signature_public_key" in condition["message"]

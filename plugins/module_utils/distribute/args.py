@@ -19,6 +19,8 @@ DISTRIBUTION_ARG_SPEC = dict(
     host_path_root=dict(type="str", default="/var/lib/gkm-cluster/caches"),
     set_volume_owner=dict(type="str", choices=["auto", "always", "never"], default="auto"),
     extract_image=dict(type="str"),
+    # Public, but a PEM block in every logged invocation is noise.
+    signature_public_key=dict(type="str", no_log=True),
     job_limits=dict(type="dict", options=dict(
         backoff_limit=dict(type="int", default=2),
         active_deadline_seconds=dict(type="int", default=900),

@@ -22,13 +22,17 @@ PERMISSION_STEP_FAILED = "PermissionStepFailed"
 EXTRACTION_REFUSED = "ExtractionRefused"
 REGISTRY_UNREACHABLE = "RegistryUnreachable"
 VOLUME_NOT_WRITABLE = "VolumeNotWritable"
+SIGNATURE_NOT_VERIFIED = "SignatureNotVerified"
 
 # job_main.py's exit codes other than a plain refusal.
-_EXIT_REASONS = {3: REGISTRY_UNREACHABLE, 4: VOLUME_NOT_WRITABLE}
+_EXIT_REASONS = {3: REGISTRY_UNREACHABLE, 4: VOLUME_NOT_WRITABLE, 5: SIGNATURE_NOT_VERIFIED}
 _FIXES = {
     IMAGE_NOT_PULLABLE: ["extract_image (gkm_tools_image)", "gkm_registry_mirror"],
     PERMISSION_STEP_FAILED: ["set_volume_owner", "storage_class_name"],
     VOLUME_NOT_WRITABLE: ["set_volume_owner", "storage_class_name"],
+    SIGNATURE_NOT_VERIFIED: ["sign the image with the key of signature_public_key (caches_signature_public_key), "
+                             "in the format of the label gkm.io/signature-format",
+                             "signature_public_key (caches_signature_public_key)"],
     REGISTRY_UNREACHABLE: ["registry_plain_http / registry_ca_file / registry_validate_certs",
                            "the registry's address as the nodes see it"],
 }

@@ -255,7 +255,7 @@ class _Planner:
             return
         self.claimed.add(object_ref(live))
         if (live.get("data") or {}) != desired["data"] or _metadata_outdated(live, desired):
-            self.plan.add("update", desired, "registry credentials or CA changed")
+            self.plan.add("update", desired, "registry credentials, CA or signature key changed")
 
     def _namespaces(self):
         missing = [ns for ns in self.spec.namespaces if ns not in self.facts.namespaces]
@@ -335,8 +335,8 @@ class _Planner:
                 # A registry Secret serves a namespace, not a slot: removed once unused, never reported.
                 if spec.prune or spec.state == "absent":
                     plan.add("delete", obj, "no longer desired (%s)" % (
-                        "state is absent" if spec.state == "absent" else "no registry credentials or CA, or "
-                        "namespace %s is no longer a workload namespace" % ref[1]))
+                        "state is absent" if spec.state == "absent" else "no registry credentials, CA or signature "
+                        "key, or namespace %s is no longer a workload namespace" % ref[1]))
                 continue
             groups.setdefault(_group_key(ref[0], obj), []).append(obj)
         for (namespace, node, digest), members in sorted(groups.items()):

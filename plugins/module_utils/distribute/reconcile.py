@@ -9,7 +9,7 @@ __metaclass__ = type
 import datetime
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import outcome, signature_check
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import outcome, signature_check, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import resource_owner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute
@@ -93,6 +93,7 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
                                          kind, name, " in namespace %s" % namespace if namespace else ""))
     declared = definition if definition is not None else resource
     params = cache_cr.distribute_params(declared, options)
+    params[verification.LABEL_PARAM] = verification.format_label(declared)
     # The live resource's uid and creation time (none before it is applied): owner references, conflict order.
     params["owner"] = resource_owner(resource if status_code != 404 else declared)
     found = status_code != 404
@@ -102,10 +103,11 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     except GkmError as error:
         raise _refused(kube, error, kind, name, namespace, path, current, found) from error
     status = cache_cr.resource_status(result, _now())
-    signature = signature_check.signature_condition(declared, _now())
+    signature = signature_check.signature_condition(declared, _now(), result["status"]["entries"],
+                                                    bool(result["cache"]["signature_check"]))
     if signature:
         status["conditions"].append(signature)
-        if signature["status"] != "True":
+        if signature["status"] == "False":
             result.setdefault("warnings", []).append("%s %s: %s" % (kind, name, signature["message"]))
     desired = cache_cr.carry_transition_times(current, status)
     result["status_changed"] = _write_status(kube, kind, name, path, current, desired) if found else (

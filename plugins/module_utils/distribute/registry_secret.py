@@ -3,9 +3,10 @@
 """The registry Secret of a cache, pure: what of the controller's registry options the extraction Jobs get.
 
 Per cache and namespace, one Secret holds `config.json` (a Docker config with the credentials of the cache
-image's registry only) and/or `ca.crt` (the registry's CA). The Job mounts it read-only and passes the files
-to the extractor, so the password is in no Job spec, environment or log. Without credentials and CA there is
-no Secret. Its content is compared with the live Secret's, so a run that changes nothing writes nothing, and
+image's registry only), `ca.crt` (the registry's CA) and `cosign.pub` (the key the Jobs verify signatures with,
+verification.py), those that apply. The Job mounts it read-only and passes the files
+to the extractor, so the password is in no Job spec, environment or log. Without any of them there is no
+Secret. Its content is compared with the live Secret's, so a run that changes nothing writes nothing, and
 diffs show its keys, never its values.
 """
 

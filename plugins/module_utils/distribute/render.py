@@ -12,7 +12,7 @@ import copy
 import hashlib
 import json
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import gpus_from_node_labels
 
 SPEC_HASH_ANNOTATION = "gkm.io/spec-hash"
@@ -31,9 +31,9 @@ EXTRACT_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extra
 OWNER_CONTAINER = "volume-owner"
 OWNER_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.volume_owner"
 TERMINATION_LOG = "/dev/termination-log"
-# job_main's exit codes for a refusal, bad arguments and an unwritable volume: a retry cannot help, so the
-# Job fails at once (code 3, registry unreachable, is retried up to backoff_limit).
-FAIL_JOB_EXIT_CODES = (1, 2, 4)
+# job_main's exit codes for a refusal, bad arguments, an unwritable volume and a signature that does not verify:
+# a retry cannot help, so the Job fails at once (code 3, registry unreachable, is retried up to backoff_limit).
+FAIL_JOB_EXIT_CODES = (1, 2, 4, 5)
 API_VERSIONS = {"Namespace": "v1", "PersistentVolume": "v1", "PersistentVolumeClaim": "v1", "Job": "batch/v1"}
 
 
@@ -45,11 +45,12 @@ def spec_hash(spec_body):
     return hashlib.sha256(encoded).hexdigest()[:16]
 
 
-def _object(kind, name, namespace, labels, annotations, spec_body):
+def _object(kind, name, namespace, labels, annotations, spec_body, hashed=None):
+    """hashed: what the spec hash covers when more than the spec decides the object's content."""
     metadata = {"name": name, "labels": labels, "annotations": dict(annotations)}
     if namespace:
         metadata["namespace"] = namespace
-    metadata["annotations"][SPEC_HASH_ANNOTATION] = spec_hash(spec_body)
+    metadata["annotations"][SPEC_HASH_ANNOTATION] = spec_hash(spec_body if hashed is None else hashed)
     return {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": metadata, "spec": spec_body}
 
 
@@ -83,6 +84,9 @@ def render_pvc(spec, slot, storage_class_name, extracted):
     """The slot's PVC. Our PVs name it in claimRef, which binds them; the PVC itself leaves volumeName
     empty, so with a WaitForFirstConsumer class the scheduler binds it while placing the Job's pod
     (a PVC naming a volume not yet bound would count as an unbound immediate claim and stall the pod).
+
+    Its hash covers the signature check too: data extracted unchecked, or checked with another key or format,
+    is not what is asked for, so the slot is extracted again (kept while pods mount it, like an old digest).
     """
     body = {
         "accessModes": list(spec.access_modes),
@@ -93,7 +97,9 @@ def render_pvc(spec, slot, storage_class_name, extracted):
     annotations = {IMAGE_ANNOTATION: spec.image}
     if extracted:
         annotations[EXTRACTED_ANNOTATION] = spec.digest
-    return _object("PersistentVolumeClaim", slot.pvc_name(), slot.namespace, slot.labels(), annotations, body)
+    checked = verification.identity(spec.verification)
+    return _object("PersistentVolumeClaim", slot.pvc_name(), slot.namespace, slot.labels(), annotations, body,
+                   dict(body, signatureCheck=checked) if checked else None)
 
 
 def extraction_command(spec, node):

@@ -18,7 +18,7 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, registry_secret, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
@@ -96,26 +96,32 @@ def _read_option_file(params, option):
         raise DistributeError("%s %s cannot be read: %s" % (option, path, error.strerror)) from error
 
 
-def registry_files(params, image_ref):
-    """What the Jobs get of the registry options, for the image's registry ({} when they need nothing)."""
+def registry_files(params, image_ref, verify=None):
+    """What the Jobs get of the registry options, for the image's registry, and the public key they verify
+    with ({} when they need nothing)."""
     try:
-        return registry_secret.secret_data(
+        files = registry_secret.secret_data(
             parse_reference(image_ref).registry, params.get("registry_username"), params.get("registry_password"),
             _read_option_file(params, "registry_docker_config"), _read_option_file(params, "registry_ca_file"))
     except registry_secret.RegistrySecretError as error:
         raise DistributeError(str(error)) from error
+    if verify is not None:
+        files[verification.PUBLIC_KEY_FILE] = verify[1]
+    return files
 
 
 def build_spec(params):
     """The validated CacheSpec, pinned to the image digest when the cache is to be present."""
-    fields = dict(params, extract_args=extractor_registry_args(params))
+    verify = verification.job_verification(params) if params.get("state", "present") == "present" else None
+    fields = dict(params, verification=verify, extract_args=extractor_registry_args(params) + (
+        verification.extractor_args(verify, registry_secret.MOUNT_PATH)))
     try:
         spec = cache_spec_from_params(fields)
         if spec.state == "present":
             if not params.get("image"):
                 raise SpecError("image is required with state: present")
             image_ref, digest, metadata = resolve_image(params)
-            pin_image(spec, image_ref, digest, metadata, registry_files(params, image_ref))
+            pin_image(spec, image_ref, digest, metadata, registry_files(params, image_ref, verify))
     except SpecError as error:
         raise DistributeError(str(error), reason="InvalidSpec") from error
     return spec
@@ -359,7 +365,8 @@ def distribute(kube, params, check_mode=False, want_diff=False):
     result.update(
         changed=bool(plan.actions) if check_mode else kube.writes > 0,
         cache={"name": spec.name, "namespace": spec.cache_namespace, "scope": spec.scope, "image": spec.image,
-               "digest": spec.digest, "size": spec.size, "access_modes": spec.access_modes, "state": spec.state},
+               "digest": spec.digest, "size": spec.size, "access_modes": spec.access_modes, "state": spec.state,
+               "signature_check": verification.identity(spec.verification)},
         status=status,
         eligible_nodes=[n["metadata"]["name"] for n in plan.eligibility.eligible],
         excluded_nodes=plan.eligibility.excluded,

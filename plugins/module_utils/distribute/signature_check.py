@@ -2,11 +2,15 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Who checked the signature of a cache resource's image, as a status condition. Pure.
 
-A GKMCache labelled ``gkm.io/signature-format`` asks for a signature check, which Kyverno's admission
-webhook does (the kyverno role's policies); the distribution itself does not verify. Kyverno records what it
-verified in the annotation ``kyverno.io/verify-images`` (image reference -> ``pass``). Without that record
-nothing checked the image, and the condition says so plainly instead of staying silent. The condition reports;
-it is not a gate (an annotation can be written by anyone who may edit the resource).
+A cache resource labelled ``gkm.io/signature-format`` asks for a signature check. Two can do it:
+- the extraction Jobs, when the operator gave the public key (``signature_public_key``): each Job verifies
+  the signature of the digest it extracts before writing anything (verification.py). This is the only check
+  a ClusterGKMCache can get.
+- Kyverno's admission webhook (the kyverno role's policies), for a GKMCache: it records what it verified in
+  the annotation ``kyverno.io/verify-images`` (image reference -> ``pass``).
+With neither, nothing checked the image, and the condition says so plainly and names the fix. The Kyverno
+record alone is a report, not a gate (an annotation can be written by anyone who may edit the resource); a
+Job whose check fails extracts nothing, and its slot is an Error with the extractor's message.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,7 +19,10 @@ __metaclass__ = type
 
 import json
 
-FORMAT_LABEL = "gkm.io/signature-format"
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import SIGNATURE_NOT_VERIFIED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import EXTRACTED, INCOMPATIBLE, OUTDATED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.verification import FORMAT_LABEL
+
 KYVERNO_RECORD = "kyverno.io/verify-images"
 CONDITION = "SignatureVerified"
 
@@ -42,21 +49,53 @@ def _kyverno_passed(annotations, image):
                                    for reference, result in record.items())
 
 
-def signature_condition(resource, now):
-    """The SignatureVerified condition of a labelled cache resource, or None for an unlabelled one."""
+def _current(entries):
+    return [entry for entry in entries if entry.get("phase") not in (OUTDATED, INCOMPATIBLE)]
+
+
+def _by_extraction(signature_format, image, entries):
+    """(status, reason, message) of the Jobs' own check: refused, done on every slot, or still to come."""
+    current = _current(entries)
+    refused = [entry for entry in current if entry.get("reason") == SIGNATURE_NOT_VERIFIED]
+    if refused:
+        return "False", "VerificationFailed", "%d extraction Job(s) refused %s: %s" % (
+            len(refused), image, refused[0].get("message") or "the signature does not verify")
+    done = [entry for entry in current if entry.get("phase") == EXTRACTED]
+    if current and len(done) == len(current):
+        return "True", "VerifiedByExtraction", (
+            "every extraction Job verified the %s signature of %s with the public key (signature_public_key) "
+            "before extracting it (%d volume(s))" % (signature_format, image, len(done)))
+    return "Unknown", "VerificationPending", (
+        "the extraction Jobs verify the %s signature of %s with the public key before extracting; %d of %d "
+        "volume(s) done" % (signature_format, image, len(done), len(current)))
+
+
+def signature_condition(resource, now, entries=(), jobs_verify=False):
+    """The SignatureVerified condition of a labelled cache resource, or None for an unlabelled one.
+
+    entries: the status entries of the run (status.py); jobs_verify: whether its Jobs checked the signature.
+    """
     metadata = resource.get("metadata") or {}
     signature_format = (metadata.get("labels") or {}).get(FORMAT_LABEL)
     if not signature_format:
         return None
     image = (resource.get("spec") or {}).get("image") or ""
-    if _kyverno_passed(metadata.get("annotations") or {}, image):
+    kyverno_passed = _kyverno_passed(metadata.get("annotations") or {}, image)
+    if jobs_verify:
+        status, reason, message = _by_extraction(signature_format, image, entries)
+        if status == "Unknown" and kyverno_passed:
+            status, reason = "True", "VerifiedByKyverno"
+            message = "Kyverno verified the %s signature of %s when the resource was admitted; %s" % (
+                signature_format, image, message)
+    elif kyverno_passed:
         status, reason = "True", "VerifiedByKyverno"
         message = "Kyverno verified the %s signature of %s when the resource was admitted" % (signature_format, image)
     else:
         status, reason = "False", "NotVerified"
         kyverno = ("Kyverno does not see cluster-scoped resources" if resource.get("kind") == "ClusterGKMCache" else
                    "Kyverno recorded no verification (is it running, with the kyverno role's policies?)")
-        message = ("labelled %s=%s, but nothing checked the signature of %s: %s and the distribution does not "
-                   "verify signatures; the image is extracted unchecked" % (FORMAT_LABEL, signature_format, image,
-                                                                            kyverno))
+        message = ("labelled %s=%s, but nothing checked the signature of %s: %s and the extraction Jobs had no "
+                   "public key; the image is extracted unchecked. Fix: give the key in signature_public_key "
+                   "(the caches role's caches_signature_public_key), and the Jobs verify before they extract"
+                   % (FORMAT_LABEL, signature_format, image, kyverno))
     return {"type": CONDITION, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}

@@ -62,6 +62,8 @@ class CacheSpec:
         self.extract_args = list(fields.get("extract_args") or [])
         # {Secret key: text} the Jobs get from the registry options (registry_secret.py); filled in with the image.
         self.registry_files = dict(fields.get("registry_files") or {})
+        # (extractor format, public key PEM) the Jobs verify the signature with, or None (verification.py).
+        self.verification = fields.get("verification")
         self.set_volume_owner = fields.get("set_volume_owner", "auto")
         self.host_path_root = fields.get("host_path_root", "/var/lib/gkm-cluster/caches")
         self.job_limits = dict(DEFAULT_JOB_LIMITS, **(fields.get("job_limits") or {}))
@@ -174,7 +176,7 @@ def cache_spec_from_params(params):
         raise SpecError("extract_image is required: the tools image whose cache_extract command fills the PVCs")
     optional = {key: params[key] for key in ("size", "compatibility", "create_pvs", "host_path_root", "prune",
                                              "force", "create_namespaces", "state", "extract_args",
-                                             "set_volume_owner", "owner")
+                                             "set_volume_owner", "owner", "verification")
                 if params.get(key) is not None}
     return CacheSpec(
         name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,

@@ -11,7 +11,8 @@ The Job passes its node's GPUs with --gpu (the planner read the node's labels), 
 --gpus-from-node-labels reads them through the API for runs by hand.
 Exit status: 0 done (changed, unchanged or skipped), 1 refused (the image or the options are wrong: running
 again cannot help), 2 bad arguments, 3 the registry could not be reached (worth a retry), 4 the destination's
-volume is not writable.
+volume is not writable, 5 the image's signature does not verify with --public-key (unsigned, another key, another
+digest, another format).
 With --termination-log the failure message is also written there: the Job passes /dev/termination-log, so
 the message reaches the pod's status, where the cache modules read it.
 The registry password is read from $GKM_REGISTRY_PASSWORD so it never shows in the process list.
@@ -30,11 +31,13 @@ import sys
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import RegistryUnreachable
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.signature import SignatureError
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_RETRY = 3
 EXIT_NOT_WRITABLE = 4
+EXIT_SIGNATURE = 5
 # The kubelet reads at most 4096 bytes of a termination message.
 TERMINATION_MESSAGE_MAX = 4000
 NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
@@ -128,6 +131,8 @@ def main(argv=None):
                                              lambda: _kube(args.kubeconfig)))
     except GkmError as exc:
         report_failure(str(exc), args.termination_log)
+        if isinstance(exc.__cause__, SignatureError):
+            return EXIT_SIGNATURE
         return EXIT_RETRY if isinstance(exc.__cause__, RegistryUnreachable) else EXIT_REFUSED
     except OSError as exc:
         volume = os.path.dirname(os.path.normpath(args.dest))

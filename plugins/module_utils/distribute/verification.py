@@ -1,0 +1,98 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The extraction Jobs' own signature check, pure: which format a cache asks for, the extractor's options.
+
+A cache resource asks for a check with the label ``gkm.io/signature-format`` (``cosign-v2`` or
+``cosign-v3``, the values of the kyverno role's policies). With the operator's public key
+(``signature_public_key``) its Jobs verify before they extract: the key travels in the Jobs' Secret
+(registry_secret.py) and the extractor checks that the signature names the very digest it extracts.
+Kyverno never sees a ClusterGKMCache, so for it this is the only check; a GKMCache gets both when
+Kyverno runs. cache_distribute, which has no resource, verifies every Job (either format) when given the key.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.oci import signature
+
+FORMAT_LABEL = "gkm.io/signature-format"
+# Label value -> the extractor's --signature-format.
+LABEL_FORMATS = {"cosign-v2": "v2", "cosign-v3": "v3"}
+ANY_FORMAT = "auto"
+PUBLIC_KEY_FILE = "cosign.pub"
+# The distribution parameter cache_reconcile fills from the label.
+LABEL_PARAM = "signature_format_label"
+
+
+class VerificationError(GkmError, ValueError):
+    """The label or the key cannot be used; the message names it."""
+
+    reason = "InvalidSpec"
+
+
+def format_label(resource):
+    """The value of a cache resource's signature-format label, or None."""
+    return ((resource.get("metadata") or {}).get("labels") or {}).get(FORMAT_LABEL) or None
+
+
+def public_key_text(value):
+    """The PEM text of signature_public_key (PEM text or a file path on the controller), or None."""
+    if not value:
+        return None
+    text = value
+    if "-----BEGIN" not in value:
+        try:
+            with open(value) as handle:
+                text = handle.read()
+        except OSError as error:
+            raise VerificationError("signature_public_key %r is neither PEM text nor a readable file: %s"
+                                    % (value, error.strerror)) from error
+    try:
+        signature.load_public_key(text)
+    except signature.SignatureError as error:
+        raise VerificationError("signature_public_key: %s" % error) from error
+    return text
+
+
+def key_id(public_key_pem):
+    """The key's identity, as the extractor records it in its marker."""
+    return "sha256:" + hashlib.sha256(public_key_pem.strip().encode()).hexdigest()
+
+
+def job_verification(params):
+    """(extractor format, key PEM) the Jobs verify with, or None: a check needs both a request and the key.
+
+    cache_reconcile passes the resource's label under LABEL_PARAM (None: no check asked for);
+    cache_distribute has no such parameter, and its key alone asks for a check of either format.
+    """
+    if LABEL_PARAM in params:
+        label = params[LABEL_PARAM]
+        if label and label not in LABEL_FORMATS:
+            raise VerificationError("label %s=%s: use %s" % (FORMAT_LABEL, label, " or ".join(sorted(LABEL_FORMATS))))
+        signature_format = LABEL_FORMATS.get(label)
+    else:
+        signature_format = ANY_FORMAT
+    public_key_pem = public_key_text(params.get("signature_public_key"))
+    if not signature_format or not public_key_pem:
+        return None
+    return signature_format, public_key_pem
+
+
+def extractor_args(verification, mount_path):
+    """The extractor's options for a verification whose key is mounted under mount_path."""
+    if verification is None:
+        return []
+    return ["--verify", "cosign", "--public-key", "%s/%s" % (mount_path, PUBLIC_KEY_FILE),
+            "--signature-format", verification[0]]
+
+
+def identity(verification):
+    """What the extracted data was checked with, part of the PVC's spec hash: another key or format is
+    another volume's content, extracted again."""
+    if verification is None:
+        return None
+    return "%s %s" % (verification[0], key_id(verification[1]))
