@@ -17,7 +17,7 @@ __metaclass__ = type
 import hashlib
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.oci import signature
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.public_key import PublicKey, PublicKeyError
 
 FORMAT_LABEL = "gkm.io/signature-format"
 # Label value -> the extractor's --signature-format.
@@ -52,8 +52,8 @@ def public_key_text(value):
             raise VerificationError("signature_public_key %r is neither PEM text nor a readable file: %s"
                                     % (value, error.strerror)) from error
     try:
-        signature.load_public_key(text)
-    except signature.SignatureError as error:
+        PublicKey(text)
+    except PublicKeyError as error:
         raise VerificationError("signature_public_key: %s" % error) from error
     return text
 
