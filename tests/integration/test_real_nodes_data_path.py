@@ -258,8 +258,8 @@ def test_the_jobs_verify_a_labelled_cache_s_signature_with_the_key(sim, crds, re
     from cryptography.hazmat.primitives.asymmetric import ec
 
     trusted, other = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    public_key = trusted.public_key().public_bytes(serialization.Encoding.PEM,
-                                                  serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    public_key = trusted.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     pushed = kcache_images.build_image(registry.host, "real/signed", unique("v"),
                                        kcache_images.CacheSpec(backend="hip", kernels=2, seed=17))
     kcache_images.sign_cosign_v3(pushed, trusted)
