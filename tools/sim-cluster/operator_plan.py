@@ -1,0 +1,65 @@
+"""How the simulated cluster runs the collection's operator: ansible-operator's command line and environment, pure.
+
+The operator runs here as a local process against the kubeconfig (out of cluster), like the local webhook. Its
+proxy, metrics and health servers bind loopback on ports of their own, so two processes (the leader-election test)
+never collide. ansible-operator starts ansible-runner per event, which runs the role gkm.cluster.operator_events
+with this checkout's collection and the venv's Python.
+"""
+
+import os
+
+# The Lease the replicas compete for, in the namespace of the collection's bookkeeping objects.
+LEADER_ELECTION_ID = "gkm-cluster-operator"
+NAMESPACE = "gkm-system"
+# Runs per kind at once. A cache run mostly waits for its extraction Jobs, so several may overlap; a Node run is
+# short and the first one of a burst reconciles every node that joined by then, so two are enough.
+CACHE_CONCURRENCY = 4
+NODE_CONCURRENCY = 2
+
+
+def watches_file(root):
+    return os.path.join(root, "roles", "gkm", "files", "operator", "watches.yaml")
+
+
+def extra_vars(tools_image, registry_plain_http=True, wait_timeout=120):
+    """The caches role's distribution options for every run (given to ansible-playbook with -e @file)."""
+    return {
+        "caches_extract_image": tools_image,
+        "caches_registry_plain_http": registry_plain_http,
+        "caches_wait": True,
+        "caches_wait_timeout": wait_timeout,
+    }
+
+
+def environment(base, root, venv_bin, kubeconfig):
+    """The cluster (controller-runtime reads KUBECONFIG); ansible-runner and ansible-playbook from the venv, the
+    checkout's collection, no fact gathering."""
+    environment = dict(base)
+    environment.update({
+        "KUBECONFIG": kubeconfig,
+        "PATH": venv_bin + os.pathsep + base.get("PATH", ""),
+        "ANSIBLE_COLLECTIONS_PATH": os.path.join(root, ".cache", "collections"),
+        "ANSIBLE_GATHERING": "explicit",
+        "ANSIBLE_PYTHON_INTERPRETER": os.path.join(venv_bin, "python"),
+        # The engine's per-GVK concurrency (its environment variable names).
+        "MAX_CONCURRENT_RECONCILES_GKMCACHE_GKM_IO": str(CACHE_CONCURRENCY),
+        "MAX_CONCURRENT_RECONCILES_CLUSTERGKMCACHE_GKM_IO": str(CACHE_CONCURRENCY),
+    })
+    return environment
+
+
+def argv(binary, root, vars_file, ports):
+    """ports: proxy, metrics and health ports of this process."""
+    return [
+        binary, "run",
+        "--watches-file", watches_file(root),
+        "--leader-elect", "--leader-election-id", LEADER_ELECTION_ID,
+        "--leader-election-namespace", NAMESPACE,
+        # Our reconcile sets its own owner references (never on PVs, which must wait for the scrub).
+        "--inject-owner-ref=false",
+        "--max-concurrent-reconciles", str(NODE_CONCURRENCY),
+        "--proxy-port", str(ports["proxy"]),
+        "--metrics-bind-address", "127.0.0.1:%d" % ports["metrics"],
+        "--health-probe-bind-address", "127.0.0.1:%d" % ports["health"],
+        "--ansible-args", "-e @%s" % vars_file,
+    ]
