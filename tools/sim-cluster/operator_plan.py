@@ -11,10 +11,12 @@ import os
 # The Lease the replicas compete for, in the namespace of the collection's bookkeeping objects.
 LEADER_ELECTION_ID = "gkm-cluster-operator"
 NAMESPACE = "gkm-system"
-# Runs per kind at once. A cache run mostly waits for its extraction Jobs, so several may overlap; a Node run is
-# short and the first one of a burst reconciles every node that joined by then, so two are enough.
+# Runs per kind at once. A cache run mostly waits for its extraction Jobs, so several may overlap. Node events come
+# with every node heartbeat (the engine cannot filter status-only updates) and most change nothing: one at a time
+# bounds their cost to one run (about 2 s of CPU) at once, and the first run of a burst of joins reconciles every node
+# that joined by then.
 CACHE_CONCURRENCY = 4
-NODE_CONCURRENCY = 2
+NODE_CONCURRENCY = 1
 
 
 def watches_file(root):

@@ -640,7 +640,7 @@ def cmd_operator_up(args):
         directory = os.path.join(SIM_DIR, "operator")
         os.makedirs(directory, exist_ok=True)
         vars_file = os.path.join(directory, "vars.json")
-        tools_image = state.get("tools_image") or "%s/gkm-cluster/tools:sim" % state["registry"]
+        tools_image = args.tools_image or state.get("tools_image") or "%s/gkm-cluster/tools:sim" % state["registry"]
         with open(vars_file, "w") as handle:
             json.dump(operator_plan.extra_vars(tools_image), handle)
         start_process(state, name, operator_plan.argv(binary, ROOT, vars_file, ports),
@@ -820,6 +820,7 @@ def main():
     parser.add_argument("--purge", action="store_true", help="kyverno-down: also remove Kyverno's webhook "
                         "configurations, CRDs (and with them all policies) and namespace")
     parser.add_argument("--instance", type=int, default=1, help="operator-up/-down: which operator replica (1, 2, ...)")
+    parser.add_argument("--tools-image", help="operator-up: the extraction Jobs' image (default: sim.py tools-image's)")
     parser.add_argument("--only", action="store_true", help="operator-down: only --instance, not every replica")
     args = parser.parse_args()
     commands[args.command](args)
