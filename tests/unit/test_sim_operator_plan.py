@@ -10,15 +10,15 @@ _spec = importlib.util.spec_from_file_location("operator_plan", os.path.join(ROO
 plan = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plan)
 
-PORTS = {"proxy": 40001, "metrics": 40002, "health": 40003}
+PORTS = {"metrics": 40002, "health": 40003}
 
 
 def test_every_server_of_the_operator_binds_loopback_on_its_own_ports():
     argv = plan.argv("/bin/ansible-operator", ROOT, "/tmp/vars.json", PORTS)
     assert argv[argv.index("--metrics-bind-address") + 1] == "127.0.0.1:40002"
     assert argv[argv.index("--health-probe-bind-address") + 1] == "127.0.0.1:40003"
-    # The engine's proxy always binds localhost; only its port is ours to choose.
-    assert argv[argv.index("--proxy-port") + 1] == "40001"
+    # The engine's proxy always binds localhost, and its runs' kubeconfig names port 8888 whatever the flag says.
+    assert argv[argv.index("--proxy-port") + 1] == "8888"
 
 
 def test_leader_election_is_on_and_owner_references_are_ours():

@@ -1,9 +1,11 @@
 """How the simulated cluster runs the collection's operator: ansible-operator's command line and environment, pure.
 
-The operator runs here as a local process against the kubeconfig (out of cluster), like the local webhook. Its
-proxy, metrics and health servers bind loopback on ports of their own, so two processes (the leader-election test)
-never collide. ansible-operator starts ansible-runner per event, which runs the role gkm.cluster.operator_events
-with this checkout's collection and the venv's Python.
+The operator runs here as a local process against the kubeconfig (out of cluster), like the local webhook. Every
+server it starts binds loopback. Its runs reach the API server through its proxy at the port the engine hard-codes in
+their kubeconfig (v1.42.2 ignores --proxy-port there), and its event server always takes localhost:5050: one process
+per network namespace, so a second replica cannot run beside it on this machine (in a cluster each pod has its own).
+ansible-operator starts ansible-runner per event, which runs the role gkm.cluster.operator_events with this
+checkout's collection and the venv's Python.
 """
 
 import os
@@ -11,6 +13,10 @@ import os
 # The Lease the replicas compete for, in the namespace of the collection's bookkeeping objects.
 LEADER_ELECTION_ID = "gkm-cluster-operator"
 NAMESPACE = "gkm-system"
+PROXY_PORT = 8888
+# The engine's work directory for ansible-runner (fixed in v1.42.2). A run of an earlier process can leave a
+# `latest` link to a rotated-away run, on which ansible-runner's artifact rotation fails: a new process starts clean.
+RUNNER_DIR = "/tmp/ansible-operator/runner"
 # Runs per kind at once. A cache run mostly waits for its extraction Jobs, so several may overlap. Node events come
 # with every node heartbeat (the engine cannot filter status-only updates) and most change nothing: one at a time
 # bounds their cost to one run (about 2 s of CPU) at once, and the first run of a burst of joins reconciles every node
@@ -51,7 +57,7 @@ def environment(base, root, venv_bin, kubeconfig):
 
 
 def argv(binary, root, vars_file, ports):
-    """ports: proxy, metrics and health ports of this process."""
+    """ports: metrics and health ports of this process."""
     return [
         binary, "run",
         "--watches-file", watches_file(root),
@@ -60,7 +66,7 @@ def argv(binary, root, vars_file, ports):
         # Our reconcile sets its own owner references (never on PVs, which must wait for the scrub).
         "--inject-owner-ref=false",
         "--max-concurrent-reconciles", str(NODE_CONCURRENCY),
-        "--proxy-port", str(ports["proxy"]),
+        "--proxy-port", str(PROXY_PORT),
         "--metrics-bind-address", "127.0.0.1:%d" % ports["metrics"],
         "--health-probe-bind-address", "127.0.0.1:%d" % ports["health"],
         "--ansible-args", "-e @%s" % vars_file,

@@ -13,8 +13,8 @@
     sim.py webhook-down  stop it
     sim.py tools-image   build (or reuse) the tools image, push it to the registry, record it as "tools_image"
     sim.py operator-up   build (or reuse) ansible-operator and run the collection's operator here (out of cluster,
-                         operator_plan.py), after applying the GKM CRDs; --instance N runs another replica
-    sim.py operator-down stop every replica (or --instance N)
+                         operator_plan.py), after applying the GKM CRDs
+    sim.py operator-down stop it
     sim.py kyverno-up    build (or reuse) Kyverno, apply its CRDs and run its admission controller here (out of
                          cluster, kyverno_plan.py); prints its version and webhook address as JSON
     sim.py kyverno-down  stop it (its webhook configurations stay: with failurePolicy Fail, writes they match fail);
@@ -621,19 +621,15 @@ def operator_dir():
     return result.stdout.strip().splitlines()[-1]
 
 
-def _operator_name(instance):
-    return "operator" if instance == 1 else "operator-%d" % instance
-
-
 def cmd_operator_up(args):
     """Run ansible-operator with the collection's watches here; print the process name and health address as JSON."""
     state = load_state()
     pki = ensure_pki(state)
-    name = _operator_name(args.instance)
-    ports = {kind: port(state, "%s-%s" % (name, kind)) for kind in ("proxy", "metrics", "health")}
-    running = is_running(state["processes"].get(name))
+    ports = {kind: port(state, "operator-" + kind) for kind in ("metrics", "health")}
+    running = is_running(state["processes"].get("operator"))
     if not running:
         binary = os.path.join(operator_dir(), "bin", "ansible-operator")
+        subprocess.run(["rm", "-rf", "--one-file-system", operator_plan.RUNNER_DIR], check=True)
         apply_crds(state, pki, os.path.join(ROOT, "roles", "gkm", "files", "crds"))
         create_if_missing(state, pki, "/api/v1/namespaces",
                           {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": operator_plan.NAMESPACE}})
@@ -643,23 +639,19 @@ def cmd_operator_up(args):
         tools_image = args.tools_image or state.get("tools_image") or "%s/gkm-cluster/tools:sim" % state["registry"]
         with open(vars_file, "w") as handle:
             json.dump(operator_plan.extra_vars(tools_image), handle)
-        start_process(state, name, operator_plan.argv(binary, ROOT, vars_file, ports),
+        start_process(state, "operator", operator_plan.argv(binary, ROOT, vars_file, ports),
                       operator_plan.environment(os.environ, ROOT, os.path.dirname(sys.executable), KUBECONFIG))
-    wait_for("the operator", lambda: _http_ok("http://127.0.0.1:%d/readyz" % ports["health"]), 60, [name], state)
-    print(json.dumps({"changed": not running, "name": name, "health": "127.0.0.1:%d" % ports["health"]}))
+    wait_for("the operator", lambda: _http_ok("http://127.0.0.1:%d/readyz" % ports["health"]), 60, ["operator"], state)
+    print(json.dumps({"changed": not running, "health": "127.0.0.1:%d" % ports["health"]}))
 
 
-def cmd_operator_down(args):
+def cmd_operator_down(_args):
     state = load_state()
-    names = [_operator_name(args.instance)] if args.only else [
-        name for name in state["processes"] if name == "operator" or name.startswith("operator-")]
-    changed = False
-    for name in names:
-        record = state["processes"].pop(name, None)
-        changed = changed or is_running(record)
-        stop_process(name, record)
+    record = state["processes"].pop("operator", None)
+    running = is_running(record)
+    stop_process("operator", record)
     save_state(state)
-    print(json.dumps({"changed": changed}))
+    print(json.dumps({"changed": running}))
 
 
 def apply_crds(state, pki, directory):
@@ -769,8 +761,7 @@ def cmd_down(_args):
         if is_running(state["processes"].get("kube-apiserver")):
             real_nodes.drain(run)
         real_nodes.stop(run)
-    operators = [name for name in state["processes"] if name == "operator" or name.startswith("operator-")]
-    for name in [*operators, "kyverno", "webhook", *reversed([*CONTROL_PLANE, "registry"])]:
+    for name in ["operator", "kyverno", "webhook", *reversed([*CONTROL_PLANE, "registry"])]:
         # The API server's shutdown can hang for good with nothing left to serve; its data is about to go.
         stop_process(name, state["processes"].get(name), 5 if name == "kube-apiserver" else 15)
     if os.path.isdir(SIM_DIR):
@@ -782,7 +773,7 @@ def cmd_down(_args):
 def cmd_status(_args):
     state = load_state()
     real = [prefix + node["name"] for node in state.get("real_nodes") or [] for prefix in ("containerd-", "kubelet-")]
-    for name in [*CONTROL_PLANE, "registry", "webhook", "kyverno", *real]:
+    for name in [*CONTROL_PLANE, "registry", "webhook", "kyverno", "operator", *real]:
         record = state["processes"].get(name)
         print("%-24s %s" % (name, "running pid %d" % record["pid"] if is_running(record) else "stopped"))
     print("ports: %s" % json.dumps(state.get("ports", {}), sort_keys=True))
@@ -819,9 +810,7 @@ def main():
     parser.add_argument("--dry-run", action="store_true", help="webhook-up: say what would be started, start nothing")
     parser.add_argument("--purge", action="store_true", help="kyverno-down: also remove Kyverno's webhook "
                         "configurations, CRDs (and with them all policies) and namespace")
-    parser.add_argument("--instance", type=int, default=1, help="operator-up/-down: which operator replica (1, 2, ...)")
     parser.add_argument("--tools-image", help="operator-up: the extraction Jobs' image (default: sim.py tools-image's)")
-    parser.add_argument("--only", action="store_true", help="operator-down: only --instance, not every replica")
     args = parser.parse_args()
     commands[args.command](args)
 
