@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 
 from tests.helpers import kcache_images
+from tests.helpers.modules import AuditWrites, run_module
 from tests.helpers.sim import SIM_SCRIPT, sim_control
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
@@ -31,9 +32,14 @@ def sim_command(*args):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def tools_image(sim):
+    # kwok runs no containers: any reference does, as long as the operator and a playbook give the same one.
+    return "%s/gkm-cluster/tools:sim" % sim.registry
+
+
 @pytest.fixture(scope="module")
 def operator(sim, crds):
-    started = sim_command("operator-up")
+    started = sim_command("operator-up", "--tools-image", tools_image(sim))
     yield started
     sim_command("operator-down")
 
@@ -109,6 +115,14 @@ def test_kubectl_apply_then_nodes_join_then_delete_without_a_playbook(operator, 
     record_property("apply_to_extracted_s", round(apply_to_extracted, 1))
     assert status["resolvedDigest"] == image.digest
     assert live(crds, namespace, name)["metadata"]["finalizers"] == ["gkm.io/cache-cleanup"]
+
+    # A playbook's reconcile beside the operator, with the same options, writes nothing: neither undoes the other.
+    audit = AuditWrites()
+    beside = run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
+                        extract_image=tools_image(sim), registry_plain_http=True, wait=True)
+    assert not beside.get("failed"), beside.get("msg")
+    assert not beside["changed"] and not beside["status_changed"]
+    assert audit.since("/namespaces/%s/" % namespace) == []
 
     # 50 GPU nodes join the pool: their Node events alone distribute the cache to them.
     started = time.monotonic()
