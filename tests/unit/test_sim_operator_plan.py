@@ -36,3 +36,11 @@ def test_the_runs_use_the_checkouts_collection_and_the_venvs_python():
     assert environment["ANSIBLE_PYTHON_INTERPRETER"] == "/venv/bin/python"
     assert environment["KUBECONFIG"] == "/sim/kubeconfig"
     assert environment["MAX_CONCURRENT_RECONCILES_GKMCACHE_GKM_IO"] == str(plan.CACHE_CONCURRENCY)
+
+
+def test_the_playbooks_caches_options_win_over_the_sim_defaults():
+    options = plan.extra_vars("registry/tools:1", {"caches_host_path_root": "/sim/node-disk", "caches_wait": False})
+    assert options["caches_extract_image"] == "registry/tools:1"
+    assert options["caches_host_path_root"] == "/sim/node-disk"
+    assert options["caches_wait"] is False
+    assert options["caches_registry_plain_http"] is True

@@ -29,14 +29,18 @@ def watches_file(root):
     return os.path.join(root, "roles", "gkm", "files", "operator", "watches.yaml")
 
 
-def extra_vars(tools_image, registry_plain_http=True, wait_timeout=120):
-    """The caches role's distribution options for every run (given to ansible-playbook with -e @file)."""
-    return {
+def extra_vars(tools_image, caches_options=None):
+    """The caches role's options for every run (given to ansible-playbook with -e @file).
+
+    caches_options: the caches_* variables the playbooks run with (the gkm role passes the inventory's), so the
+    operator distributes exactly as they do and neither undoes the other's objects.
+    """
+    return dict({
         "caches_extract_image": tools_image,
-        "caches_registry_plain_http": registry_plain_http,
+        "caches_registry_plain_http": True,
         "caches_wait": True,
-        "caches_wait_timeout": wait_timeout,
-    }
+        "caches_wait_timeout": 120,
+    }, **(caches_options or {}))
 
 
 def environment(base, root, venv_bin, kubeconfig):

@@ -638,7 +638,7 @@ def cmd_operator_up(args):
         vars_file = os.path.join(directory, "vars.json")
         tools_image = args.tools_image or state.get("tools_image") or "%s/gkm-cluster/tools:sim" % state["registry"]
         with open(vars_file, "w") as handle:
-            json.dump(operator_plan.extra_vars(tools_image), handle)
+            json.dump(operator_plan.extra_vars(tools_image, json.loads(args.caches_options or "{}")), handle)
         start_process(state, "operator", operator_plan.argv(binary, ROOT, vars_file, ports),
                       operator_plan.environment(os.environ, ROOT, os.path.dirname(sys.executable), KUBECONFIG))
     wait_for("the operator", lambda: _http_ok("http://127.0.0.1:%d/readyz" % ports["health"]), 60, ["operator"], state)
@@ -810,6 +810,7 @@ def main():
     parser.add_argument("--dry-run", action="store_true", help="webhook-up: say what would be started, start nothing")
     parser.add_argument("--purge", action="store_true", help="kyverno-down: also remove Kyverno's webhook "
                         "configurations, CRDs (and with them all policies) and namespace")
+    parser.add_argument("--caches-options", help="operator-up: the caches_* variables of the playbooks, as JSON")
     parser.add_argument("--tools-image", help="operator-up: the extraction Jobs' image (default: sim.py tools-image's)")
     args = parser.parse_args()
     commands[args.command](args)
