@@ -12,6 +12,9 @@
     sim.py webhook-up    run the collection's webhook server as a local process (url endpoint mode)
     sim.py webhook-down  stop it
     sim.py tools-image   build (or reuse) the tools image, push it to the registry, record it as "tools_image"
+    sim.py operator-up   build (or reuse) ansible-operator and run the collection's operator here (out of cluster,
+                         operator_plan.py), after applying the GKM CRDs
+    sim.py operator-down stop it
     sim.py kyverno-up    build (or reuse) Kyverno, apply its CRDs and run its admission controller here (out of
                          cluster, kyverno_plan.py); prints its version and webhook address as JSON
     sim.py kyverno-down  stop it (its webhook configurations stay: with failurePolicy Fail, writes they match fail);
@@ -52,6 +55,7 @@ sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, HERE)
 
 import kyverno_plan  # noqa: E402
+import operator_plan  # noqa: E402
 import real_nodes  # noqa: E402
 import real_nodes_plan  # noqa: E402
 
@@ -613,6 +617,45 @@ def cmd_webhook_down(_args):
     print(json.dumps({"changed": running}))
 
 
+def operator_dir():
+    result = subprocess.run([os.path.join(ROOT, "tools", "ansible-operator", "build.sh")], check=True,
+                            stdout=subprocess.PIPE, text=True)
+    return result.stdout.strip().splitlines()[-1]
+
+
+def cmd_operator_up(args):
+    """Run ansible-operator with the collection's watches here; print the process name and health address as JSON."""
+    state = load_state()
+    pki = ensure_pki(state)
+    ports = {kind: port(state, "operator-" + kind) for kind in ("metrics", "health")}
+    running = is_running(state["processes"].get("operator"))
+    if not running:
+        binary = os.path.join(operator_dir(), "bin", "ansible-operator")
+        subprocess.run(["rm", "-rf", "--one-file-system", operator_plan.RUNNER_DIR], check=True)
+        apply_crds(state, pki, os.path.join(ROOT, "roles", "gkm", "files", "crds"))
+        create_if_missing(state, pki, "/api/v1/namespaces",
+                          {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": operator_plan.NAMESPACE}})
+        directory = os.path.join(SIM_DIR, "operator")
+        os.makedirs(directory, exist_ok=True)
+        vars_file = os.path.join(directory, "vars.json")
+        tools_image = args.tools_image or state.get("tools_image") or "%s/gkm-cluster/tools:sim" % state["registry"]
+        with open(vars_file, "w") as handle:
+            json.dump(operator_plan.extra_vars(tools_image, json.loads(args.caches_options or "{}")), handle)
+        start_process(state, "operator", operator_plan.argv(binary, ROOT, vars_file, ports),
+                      operator_plan.environment(os.environ, ROOT, os.path.dirname(sys.executable), KUBECONFIG))
+    wait_for("the operator", lambda: _http_ok("http://127.0.0.1:%d/readyz" % ports["health"]), 60, ["operator"], state)
+    print(json.dumps({"changed": not running, "health": "127.0.0.1:%d" % ports["health"]}))
+
+
+def cmd_operator_down(_args):
+    state = load_state()
+    record = state["processes"].pop("operator", None)
+    running = is_running(record)
+    stop_process("operator", record)
+    save_state(state)
+    print(json.dumps({"changed": running}))
+
+
 def apply_crds(state, pki, directory):
     """Server-side apply of every CRD in directory (a newer Kyverno's CRDs replace older ones); wait until served."""
     names = []
@@ -720,7 +763,7 @@ def cmd_down(_args):
         if is_running(state["processes"].get("kube-apiserver")):
             real_nodes.drain(run)
         real_nodes.stop(run)
-    for name in ["kyverno", "webhook", *reversed([*CONTROL_PLANE, "registry"])]:
+    for name in ["operator", "kyverno", "webhook", *reversed([*CONTROL_PLANE, "registry"])]:
         # The API server's shutdown can hang for good with nothing left to serve; its data is about to go.
         stop_process(name, state["processes"].get(name), 5 if name == "kube-apiserver" else 15)
     if os.path.isdir(SIM_DIR):
@@ -732,7 +775,7 @@ def cmd_down(_args):
 def cmd_status(_args):
     state = load_state()
     real = [prefix + node["name"] for node in state.get("real_nodes") or [] for prefix in ("containerd-", "kubelet-")]
-    for name in [*CONTROL_PLANE, "registry", "webhook", "kyverno", *real]:
+    for name in [*CONTROL_PLANE, "registry", "webhook", "kyverno", "operator", *real]:
         record = state["processes"].get(name)
         print("%-24s %s" % (name, "running pid %d" % record["pid"] if is_running(record) else "stopped"))
     print("ports: %s" % json.dumps(state.get("ports", {}), sort_keys=True))
@@ -763,11 +806,14 @@ def main():
     commands = {"up": cmd_up, "registry-up": cmd_registry_up, "down": cmd_down, "status": cmd_status,
                 "nodes": cmd_nodes, "apply-nodes": cmd_apply_nodes,
                 "webhook-up": cmd_webhook_up, "webhook-down": cmd_webhook_down, "tools-image": cmd_tools_image,
-                "kyverno-up": cmd_kyverno_up, "kyverno-down": cmd_kyverno_down}
+                "kyverno-up": cmd_kyverno_up, "kyverno-down": cmd_kyverno_down,
+                "operator-up": cmd_operator_up, "operator-down": cmd_operator_down}
     parser.add_argument("command", choices=sorted(commands))
     parser.add_argument("--dry-run", action="store_true", help="webhook-up: say what would be started, start nothing")
     parser.add_argument("--purge", action="store_true", help="kyverno-down: also remove Kyverno's webhook "
                         "configurations, CRDs (and with them all policies) and namespace")
+    parser.add_argument("--caches-options", help="operator-up: the caches_* variables of the playbooks, as JSON")
+    parser.add_argument("--tools-image", help="operator-up: the extraction Jobs' image (default: sim.py tools-image's)")
     args = parser.parse_args()
     commands[args.command](args)
 

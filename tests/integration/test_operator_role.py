@@ -1,0 +1,36 @@
+"""The gkm role's operator mode on the simulated cluster: gkm_reconcile=operator runs the operator here, undeploy
+(gkm_state=absent) stops it, and without a local operator the role refuses before writing anything."""
+
+import pytest
+
+from tests.helpers.roles import run_role
+from tests.helpers.sim import SIM_SCRIPT, sim_control
+
+pytestmark = [pytest.mark.cluster]
+
+
+def operator_running():
+    return sim_control.is_running(sim_control.load_state()["processes"].get("operator"))
+
+
+def role_vars(sim, **extra):
+    return dict(gkm_kubeconfig=sim.kubeconfig, gkm_webhook_endpoint="url", gkm_webhook_local=True,
+                gkm_sim_script=SIM_SCRIPT, gkm_tools_image="%s/gkm-cluster/tools:sim" % sim.registry,
+                gkm_reconcile="operator", **extra)
+
+
+def test_operator_mode_without_a_local_operator_is_refused_before_any_write(sim, tmp_path):
+    run = run_role("gkm", tmp_path, role_vars(sim, gkm_operator_local=False))
+    assert not run.ok
+    assert any("in-cluster Deployment is not available yet" in message for message in run.failures()), run.failures()
+    assert "Install the GKMCache and ClusterGKMCache CRDs" not in [name for name, _ in run.tasks]
+
+
+def test_the_role_starts_the_operator_and_undeploy_stops_it(sim, crds, tmp_path):
+    installed = run_role("gkm", tmp_path, role_vars(sim))
+    assert installed.ok, installed.failures()
+    assert operator_running()
+    removed = run_role("gkm", tmp_path, role_vars(sim, gkm_state="absent"))
+    assert removed.ok, removed.failures()
+    assert removed.result("Stop the local operator")["changed"]
+    assert not operator_running()

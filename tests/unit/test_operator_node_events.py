@@ -1,0 +1,68 @@
+"""Which caches a Node event re-reconciles (module_utils/operator/node_events.py), pure."""
+
+from ansible_collections.gkm.cluster.plugins.module_utils.operator.node_events import affected_caches
+
+GPU_LABELS = {"gkm.io/gpu-backend": "hip", "gkm.io/gpu-arch": "gfx90a", "gkm.io/gpu-warp-size": "64"}
+
+
+def node(name="gpu-1", labels=None, taints=None, unschedulable=False):
+    return {"metadata": {"name": name, "labels": dict(GPU_LABELS) if labels is None else labels},
+            "spec": {"taints": taints or [], "unschedulable": unschedulable}}
+
+
+def cache(name="vector-add", namespace="team-a", pod_spec=None, excluded=None):
+    resource = {"kind": "GKMCache", "metadata": {"name": name, "namespace": namespace},
+                "spec": {"image": "registry.example/vector-add:v1", "podTemplate": {"spec": pod_spec or {}}}}
+    if excluded:
+        resource["status"] = {"excludedNodes": [{"reason": "GPU does not match", "nodes": excluded}]}
+    return resource
+
+
+def pvc_on_node(cache_name="vector-add", cache_namespace="team-a"):
+    return {"metadata": {"labels": {"gkm.io/cache": cache_name, "gkm.io/cache-namespace": cache_namespace,
+                                    "gkm.io/node": "gpu-1"}}}
+
+
+def names(resources):
+    return [r["metadata"]["name"] for r in resources]
+
+
+def test_a_joining_gpu_node_affects_the_caches_it_is_placed_for_and_no_other():
+    caches = [cache("anywhere"), cache("elsewhere", pod_spec={"nodeSelector": {"pool": "b"}})]
+    assert names(affected_caches(node(), caches, [])) == ["anywhere"]
+
+
+def test_a_node_that_holds_the_cache_and_is_still_placed_affects_nothing():
+    # A heartbeat of a node already served must not start a reconcile.
+    assert affected_caches(node(), [cache()], [pvc_on_node()]) == []
+
+
+def test_a_node_whose_taint_or_cordon_puts_it_out_of_placement_affects_the_caches_it_holds():
+    tainted = node(taints=[{"key": "maintenance", "effect": "NoSchedule"}])
+    assert names(affected_caches(tainted, [cache()], [pvc_on_node()])) == ["vector-add"]
+    assert names(affected_caches(node(unschedulable=True), [cache()], [pvc_on_node()])) == ["vector-add"]
+
+
+def test_a_toleration_keeps_a_tainted_node_placed():
+    tainted = node(taints=[{"key": "gpu", "value": "amd", "effect": "NoSchedule"}])
+    tolerant = cache(pod_spec={"tolerations": [{"key": "gpu", "operator": "Exists"}]})
+    assert names(affected_caches(tainted, [tolerant], [])) == ["vector-add"]
+
+
+def test_a_node_that_lost_its_gpu_labels_affects_the_caches_it_holds_unless_compatibility_is_ignore():
+    plain = node(labels={})
+    assert names(affected_caches(plain, [cache()], [pvc_on_node()])) == ["vector-add"]
+    assert affected_caches(plain, [cache()], [pvc_on_node()], compatibility="ignore") == []
+
+
+def test_a_node_the_status_already_excludes_is_not_reconciled_again():
+    # A GPU node whose GPUs the image cannot run: placed, holds nothing, and the last status said why.
+    assert affected_caches(node(), [cache(excluded=["gpu-1"])], []) == []
+
+
+def test_objects_of_a_cache_of_another_namespace_or_kind_do_not_count_as_held():
+    cluster_cache = {"kind": "ClusterGKMCache", "metadata": {"name": "vector-add"},
+                     "spec": {"image": "registry.example/vector-add:v1", "workloadNamespaces": ["team-a"]}}
+    held = [pvc_on_node(cache_namespace="team-a")]
+    assert names(affected_caches(node(), [cache(namespace="team-b"), cluster_cache], held)) == [
+        "vector-add", "vector-add"]

@@ -1,0 +1,77 @@
+"""How the simulated cluster runs the collection's operator: ansible-operator's command line and environment, pure.
+
+The operator runs here as a local process against the kubeconfig (out of cluster), like the local webhook. Every
+server it starts binds loopback. Its runs reach the API server through its proxy at the port the engine hard-codes in
+their kubeconfig (v1.42.2 ignores --proxy-port there), and its event server always takes localhost:5050: one process
+per network namespace, so a second replica cannot run beside it on this machine (in a cluster each pod has its own).
+ansible-operator starts ansible-runner per event, which runs the role gkm.cluster.operator_events with this
+checkout's collection and the venv's Python.
+"""
+
+import os
+
+# The Lease the replicas compete for, in the namespace of the collection's bookkeeping objects.
+LEADER_ELECTION_ID = "gkm-cluster-operator"
+NAMESPACE = "gkm-system"
+PROXY_PORT = 8888
+# The engine's work directory for ansible-runner (fixed in v1.42.2). A run of an earlier process can leave a
+# `latest` link to a rotated-away run, on which ansible-runner's artifact rotation fails: a new process starts clean.
+RUNNER_DIR = "/tmp/ansible-operator/runner"
+# Runs per kind at once. A cache run mostly waits for its extraction Jobs, so several may overlap. Node events come
+# with every node heartbeat (the engine cannot filter status-only updates) and most change nothing: one at a time
+# bounds their cost to one run (about 2 s of CPU) at once, and the first run of a burst of joins reconciles every node
+# that joined by then.
+CACHE_CONCURRENCY = 4
+NODE_CONCURRENCY = 1
+
+
+def watches_file(root):
+    return os.path.join(root, "roles", "gkm", "files", "operator", "watches.yaml")
+
+
+def extra_vars(tools_image, caches_options=None):
+    """The caches role's options for every run (given to ansible-playbook with -e @file).
+
+    caches_options: the caches_* variables the playbooks run with (the gkm role passes the inventory's), so the
+    operator distributes exactly as they do and neither undoes the other's objects.
+    """
+    return dict({
+        "caches_extract_image": tools_image,
+        "caches_registry_plain_http": True,
+        "caches_wait": True,
+        "caches_wait_timeout": 120,
+    }, **(caches_options or {}))
+
+
+def environment(base, root, venv_bin, kubeconfig):
+    """The cluster (controller-runtime reads KUBECONFIG); ansible-runner and ansible-playbook from the venv, the
+    checkout's collection, no fact gathering."""
+    environment = dict(base)
+    environment.update({
+        "KUBECONFIG": kubeconfig,
+        "PATH": venv_bin + os.pathsep + base.get("PATH", ""),
+        "ANSIBLE_COLLECTIONS_PATH": os.path.join(root, ".cache", "collections"),
+        "ANSIBLE_GATHERING": "explicit",
+        "ANSIBLE_PYTHON_INTERPRETER": os.path.join(venv_bin, "python"),
+        # The engine's per-GVK concurrency (its environment variable names).
+        "MAX_CONCURRENT_RECONCILES_GKMCACHE_GKM_IO": str(CACHE_CONCURRENCY),
+        "MAX_CONCURRENT_RECONCILES_CLUSTERGKMCACHE_GKM_IO": str(CACHE_CONCURRENCY),
+    })
+    return environment
+
+
+def argv(binary, root, vars_file, ports):
+    """ports: metrics and health ports of this process."""
+    return [
+        binary, "run",
+        "--watches-file", watches_file(root),
+        "--leader-elect", "--leader-election-id", LEADER_ELECTION_ID,
+        "--leader-election-namespace", NAMESPACE,
+        # Our reconcile sets its own owner references (never on PVs, which must wait for the scrub).
+        "--inject-owner-ref=false",
+        "--max-concurrent-reconciles", str(NODE_CONCURRENCY),
+        "--proxy-port", str(PROXY_PORT),
+        "--metrics-bind-address", "127.0.0.1:%d" % ports["metrics"],
+        "--health-probe-bind-address", "127.0.0.1:%d" % ports["health"],
+        "--ansible-args", "-e @%s" % vars_file,
+    ]
