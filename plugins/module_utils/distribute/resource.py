@@ -13,6 +13,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status_summary
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
 
 GROUP = "gkm.io"
@@ -31,6 +32,8 @@ COUNT_NAMES = (
 )
 # Fields of a status that say when it was written rather than what it says.
 _TIMESTAMP_FIELDS = ("lastReconcileTime",)
+# The Ready message names a few nodes per reason; distinct reasons could still make it long.
+MAX_CONDITION_MESSAGE = 1024
 _ENTRY_FIELDS = ("namespace", "node", "pvc", "job", "digest", "phase", "reason", "message", "fix")
 
 
@@ -86,7 +89,29 @@ def distribute_params(resource, defaults):
 
 
 def resource_status(result, now):
-    """The status subresource for a distribution result (now: an RFC 3339 timestamp)."""
+    """The status subresource for a distribution result (now: an RFC 3339 timestamp), with an entry per slot."""
+    body = _status_head(result, now)
+    status = result["status"]
+    body.update(nodes=[_node_entry(entry) for entry in status.get("entries") or []],
+                excludedNodes=excluded_nodes(result.get("excluded_nodes") or {}))
+    return body
+
+
+def summary_status(result, now):
+    """The status subresource whose size does not grow with the cluster: the per-slot entries and excluded node
+    lists of resource_status become counts, the worst problems and one line per exclusion reason; the per-node
+    state belongs to the per-node objects (node_objects.py)."""
+    body = _status_head(result, now)
+    for condition in body["conditions"]:
+        condition["message"] = condition["message"][:MAX_CONDITION_MESSAGE]
+    status = result["status"]
+    incompatible = [entry["node"] for entry in status.get("entries") or [] if entry["phase"] == "Incompatible"]
+    body.update(status_summary.bounded_fields(status, result.get("excluded_nodes") or {}, incompatible))
+    return body
+
+
+def _status_head(result, now):
+    """Phase, digest, time, the Ready condition and GKM's counts."""
     status = result["status"]
     counts = status.get("counts") or {}
     phase = status.get("phase") or "Pending"
@@ -103,8 +128,6 @@ def resource_status(result, now):
         "resolvedDigest": result["cache"].get("digest") or "",
         "lastReconcileTime": now,
         "conditions": conditions,
-        "nodes": [_node_entry(entry) for entry in status.get("entries") or []],
-        "excludedNodes": excluded_nodes(result.get("excluded_nodes") or {}),
     }
     body.update({crd_name: int(counts.get(name, 0)) for name, crd_name in COUNT_NAMES})
     return body
