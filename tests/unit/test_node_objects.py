@@ -4,8 +4,10 @@ import copy
 import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_objects
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_objects, node_status, scheduling
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import CacheSpec
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
+from tests.unit.test_status_summary import large_cluster_result
 
 T0, T1, T2 = "2026-11-24T10:00:00Z", "2026-11-24T11:00:00Z", "2026-11-24T12:00:00Z"
 DIGEST = "sha256:" + "c" * 64
@@ -158,3 +160,20 @@ def test_a_node_object_with_twenty_caches_stays_small():
     size = len(json.dumps(obj, separators=(",", ":")))
     assert len(obj["status"]["caches"]) == 20
     assert size < 48 * 1024, size
+
+
+def test_5000_nodes_by_3_namespaces_converge_in_one_write_pair_per_node_and_rerun_with_none():
+    result = large_cluster_result()
+    names = sorted({entry["node"] for entry in result["status"]["entries"] if entry["phase"] != "Incompatible"})
+    nodes = [gpu_nodes.render_node(name, {"vendor": "nvidia", "gpus": 8}) for name in names]
+    eligibility = scheduling.Eligibility()
+    eligibility.eligible = nodes
+    spec = CacheSpec(name="llama-70b-kernels", digest=result["cache"]["digest"],
+                     targets=[{"backend": "cuda", "arch": "90", "warp_size": 32}])
+    states = node_status.node_cache_states(spec, eligibility, result["status"]["entries"], nodes, [])
+    server = Server()
+    writes = node_objects.plan_node_objects("ClusterGKMCache", None, spec.name, states, nodes, server.list(), T0)
+    assert len(writes) == 2 * 5000
+    server.write(writes)
+    assert max(len(json.dumps(obj, separators=(",", ":"))) for obj in server.objects.values()) < 4096
+    assert node_objects.plan_node_objects("ClusterGKMCache", None, spec.name, states, nodes, server.list(), T1) == []
