@@ -93,3 +93,15 @@ def test_worst_problems_come_first_and_the_rest_is_counted():
         {"namespace": "a", "node": "n2", "phase": "Pending", "reason": "Unschedulable", "message": "taint",
          "fix": ["spec.podTemplate.spec.tolerations"]},
     ]
+
+
+def test_each_distinct_reason_is_a_line_most_nodes_first_and_the_lines_are_bounded():
+    excluded = {"gpu-%02d" % n: ["untolerated taint team=%d:NoSchedule (add a toleration to %s)" % (
+        n % 20, "pod_template.spec.tolerations")] for n in range(40)}
+    excluded.update({"gpu-9%d" % n: [TAINT] for n in range(5)})
+    lines = status_summary.excluded_reasons(excluded)
+    assert len(lines) == status_summary.MAX_REASON_LINES
+    assert (lines[0]["nodeCnt"], lines[0]["nodes"]) == (5, ["gpu-90", "gpu-91", "gpu-92"])
+    assert "nvidia.com/gpu=present:NoSchedule" in lines[0]["message"]
+    assert lines[-1]["reason"] == "Other" and lines[-1]["message"] == "6 more reasons"
+    assert sum(line["nodeCnt"] for line in lines) == 45

@@ -4,8 +4,8 @@
 
 One entry per namespace and node made a ClusterGKMCache over 3 namespaces pass etcd's 1.5 MiB request
 limit near 1,800 nodes. Per-node state lives in the per-node objects (node_objects.py); the resource
-keeps counts, at most MAX_PROBLEMS of the worst slots with the total, and one line per reason that
-nodes do not get the cache (count and a few names), so its size no longer grows with the cluster.
+keeps counts, at most MAX_PROBLEMS of the worst slots with the total, and at most MAX_REASON_LINES lines of
+why nodes do not get the cache (count and a few names), so its size no longer grows with the cluster.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,6 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
 
 MAX_PROBLEMS = 10
 MAX_EXAMPLE_NODES = 3
+MAX_REASON_LINES = 16
 MAX_MESSAGE = 512
 # Worst first: a failed extraction, then one that is stuck (a Pending slot with a reason), then old content kept.
 _SEVERITY = {ERROR: 0, PENDING: 1, OUTDATED: 2}
@@ -48,18 +49,27 @@ def worst_problems(entries, limit=MAX_PROBLEMS):
 
 
 def excluded_reasons(excluded):
-    """One line per reason code of the nodes that do not get the cache: count, a few nodes, one node's reasons."""
-    by_code = {}
+    """One line per distinct reason nodes do not get the cache (so each untolerated taint and each GPU kind is
+    named), most nodes first: its code, the message, the node count and a few nodes. Past MAX_REASON_LINES the
+    rest is one line with reason Other."""
+    lines = {}
     for node in sorted(excluded):
-        code = exclusion_code(excluded[node])
-        line = by_code.get(code)
+        message = resource_message("; ".join(excluded[node]))[:MAX_MESSAGE]
+        key = (exclusion_code(excluded[node]), message)
+        line = lines.get(key)
         if line is None:
-            by_code[code] = line = {"reason": code, "nodeCnt": 0, "nodes": [],
-                                    "message": resource_message("; ".join(excluded[node]))[:MAX_MESSAGE]}
+            lines[key] = line = {"reason": key[0], "message": message, "nodeCnt": 0, "nodes": []}
         line["nodeCnt"] += 1
         if len(line["nodes"]) < MAX_EXAMPLE_NODES:
             line["nodes"].append(node)
-    return [by_code[code] for code in sorted(by_code)]
+    ordered = sorted(lines.values(), key=lambda line: (-line["nodeCnt"], line["reason"], line["message"]))
+    if len(ordered) <= MAX_REASON_LINES:
+        return ordered
+    kept, rest = ordered[:MAX_REASON_LINES - 1], ordered[MAX_REASON_LINES - 1:]
+    other = {"reason": "Other", "message": "%d more reasons" % len(rest),
+             "nodeCnt": sum(line["nodeCnt"] for line in rest),
+             "nodes": [node for line in rest for node in line["nodes"]][:MAX_EXAMPLE_NODES]}
+    return [*kept, other]
 
 
 def bounded_fields(status, excluded, incompatible):
