@@ -21,6 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import c
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import sync_for_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
     SpecError,
@@ -354,10 +355,16 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         if params.get("wait") and spec.state == "present" and not check_mode:
             facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub)
         status = _status(spec, plan, facts)
+        node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff)
     except KubeError as error:
         raise DistributeError(str(error), writes=kube.writes) from error
+    if node_objects is not None:
+        if "diff" in node_objects:
+            result["diff"].append(node_objects.pop("diff"))
+        result["node_objects"] = node_objects
+    planned_node_writes = sum((node_objects or {}).get(key, 0) for key in ("created", "patched", "deleted"))
     result.update(
-        changed=bool(plan.actions) if check_mode else kube.writes > 0,
+        changed=bool(plan.actions or planned_node_writes) if check_mode else kube.writes > 0,
         cache={"name": spec.name, "namespace": spec.cache_namespace, "scope": spec.scope, "image": spec.image,
                "digest": spec.digest, "size": spec.size, "access_modes": spec.access_modes, "state": spec.state},
         status=status,
