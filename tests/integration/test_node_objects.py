@@ -128,6 +128,12 @@ def test_per_node_objects_say_why_and_a_rerun_writes_nothing(sim, kube, crds, re
         assert cpu in reasons["NoGPU"]["nodes"] and tainted in reasons["UntoleratedTaint"]["nodes"]
         assert status["nodeExcludedCnt"] >= BULK + 2
 
+        info = run_module("cache_info", sim.kubeconfig, name=name)
+        entries = {(e["namespace"], e["node"]): e for e in info["caches"][0]["status"]["entries"]}
+        assert entries[("", tainted)]["reason"] == "UntoleratedTaint"
+        assert {entries[(ns, worker)]["phase"] for ns in (namespace, second_namespace) for worker in WORKERS} == {
+            "Extracted"}
+
         audit = AuditWrites()
         again = reconcile(sim, name, wait=True, wait_timeout=60)
         assert not again.get("failed"), again.get("msg")

@@ -1,7 +1,6 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Write one cache's part of the per-node objects (GKMCacheNode / ClusterGKMCacheNode): the I/O around
-node_objects.py.
+"""Read and write the per-node objects (GKMCacheNode / ClusterGKMCacheNode): the I/O around node_objects.py.
 
 One paged, label-selected LIST of the objects of the cache's kind (and namespace), the writes
 node_objects.plan_node_objects plans (nothing when nothing changed), node by node in the bounded pool.
@@ -42,6 +41,25 @@ class NodeObjectsError(KubeError):
 def list_node_objects(kube, cache_kind, namespace):
     """The live per-node objects of a cache kind (and namespace) written by the collection."""
     return kube.list_pages(node_object_path(cache_kind, namespace), label_selector=managed_selector())
+
+
+def node_objects_by_cache(kube, name=None, namespace=None):
+    """{(cache, cache namespace or ''): [per-node objects listing it]}: one cache's (name, and namespace for a
+    GKMCache) or every cache's, for reports (cache_info)."""
+    kinds = [("GKMCache" if namespace else "ClusterGKMCache", namespace)] if name else [
+        ("GKMCache", None), ("ClusterGKMCache", None)]
+    listings = kube.map(lambda kind: list_node_objects(kube, *kind), kinds)
+    failures = [listing for listing in listings if isinstance(listing, Exception)]
+    if failures:
+        raise NodeObjectsError("reading the per-node objects failed: %s" % failures[0])
+    by_cache = {}
+    for (kind, _namespace), objects in zip(kinds, listings):
+        for obj in objects:
+            cache_namespace = obj["metadata"].get("namespace") or "" if NODE_KINDS[kind][2] else ""
+            for cache in (obj.get("status") or {}).get("caches") or {}:
+                if name is None or cache == name:
+                    by_cache.setdefault((cache, cache_namespace), []).append(obj)
+    return by_cache
 
 
 def _write_node(kube, cache_kind, namespace, writes):
