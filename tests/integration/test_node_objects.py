@@ -146,3 +146,36 @@ def test_per_node_objects_say_why_and_a_rerun_writes_nothing(sim, kube, crds, re
     assert not removed.get("failed"), removed.get("msg")
     assert removed["node_objects"]["deleted"] >= BULK
     assert objects_listing(crds, name) == {}
+
+
+def test_a_write_that_meets_another_caches_change_is_read_and_planned_again(kube, crds, monkeypatch):
+    """Two caches share a node's object: a write planned from a read that another cache's write overtook gets 409
+    from the API server, and only that node is read again and written again, keeping both caches."""
+    from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_writer
+
+    raw = Kube(kube)
+    nodes = [raw.get("Node", name) for name in WORKERS[:2]]
+    first, second = "pn-a-%s" % uuid.uuid4().hex[:5], "pn-b-%s" % uuid.uuid4().hex[:5]
+
+    def states(phase):
+        return {name: {"sha256:" + "a" * 64: {"state": phase}} for name in WORKERS[:2]}
+
+    try:
+        node_writer.sync_node_objects(raw, "ClusterGKMCache", None, first, states("Pending"), nodes)
+        stale = node_writer.list_node_objects(raw, "ClusterGKMCache", None)
+        node_writer.sync_node_objects(raw, "ClusterGKMCache", None, second, states("Extracted"), nodes)
+        # The first cache's next run read before the second cache wrote.
+        monkeypatch.setattr(node_writer, "list_node_objects", lambda *args: stale)
+        result = node_writer.sync_node_objects(raw, "ClusterGKMCache", None, first, states("Extracted"), nodes)
+        assert (result["conflicts"], result["patched"]) == (2, 2), result
+        monkeypatch.undo()
+        for cache in (first, second):
+            assert {node: set(digests) for node, digests in objects_listing(crds, cache).items()} == {
+                name: {"sha256:" + "a" * 64} for name in WORKERS[:2]}
+            assert {d["sha256:" + "a" * 64]["state"] for d in objects_listing(crds, cache).values()} == {"Extracted"}
+    finally:
+        monkeypatch.undo()
+        for cache in (first, second):
+            node_writer.sync_node_objects(raw, "ClusterGKMCache", None, cache, {}, nodes)
+    assert objects_listing(crds, first) == objects_listing(crds, second) == {}
