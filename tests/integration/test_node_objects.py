@@ -110,6 +110,12 @@ def test_per_node_objects_say_why_and_a_rerun_writes_nothing(sim, kube, crds, re
         assert first["node_objects"]["created"] == len(gpu_nodes_now) and first["node_objects"]["conflicts"] == 0
         states = objects_listing(crds, name)
         assert set(states) == gpu_nodes_now and cpu not in states
+        # Read in pages of 50, the objects are those of one LIST.
+        from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+
+        paged = Kube(kube).list_pages("/apis/%s/%s/%s" % (GROUP, VERSION, PLURAL), page_size=50)
+        assert len(paged) > 50 and sorted(o["metadata"]["name"] for o in paged) == sorted(
+            o["metadata"]["name"] for o in crds.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"])
         for worker in WORKERS:
             state = states[worker][image.digest]
             assert state["state"] == "Extracted" and set(state["pvcStatus"]) == {namespace, second_namespace}

@@ -177,3 +177,20 @@ def test_5000_nodes_by_3_namespaces_converge_in_one_write_pair_per_node_and_reru
     server.write(writes)
     assert max(len(json.dumps(obj, separators=(",", ":"))) for obj in server.objects.values()) < 4096
     assert node_objects.plan_node_objects("ClusterGKMCache", None, spec.name, states, nodes, server.list(), T1) == []
+
+
+def test_the_diff_shows_the_changed_entries_of_at_most_20_nodes_without_timestamps():
+    from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import MANAGED_BY_LABEL, MANAGER
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import MAX_DIFF_NODES, node_diff
+
+    names = ["gpu-%02d" % number for number in range(25)]
+    before = {name: {DIGEST: {"state": "Pending"}} for name in names}
+    existing = [{"metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGER}}, "status": {"caches": {"llama": {
+        DIGEST: {"state": "Pending", "lastUpdated": T0}}}}} for name in names]
+    after = {name: {DIGEST: {"state": "Extracted"}} for name in names}
+    writes = node_objects.plan_node_objects("ClusterGKMCache", None, "llama", after, [], existing, T1)
+    diff = node_diff("ClusterGKMCache", "llama", after, existing, writes)
+    assert diff["before_header"] == "ClusterGKMCacheNode objects of llama (25 node(s) change, first 20 shown)"
+    assert len(diff["before"]) == len(diff["after"]) == MAX_DIFF_NODES
+    assert diff["before"]["gpu-00"] == before["gpu-00"] and diff["after"]["gpu-00"] == after["gpu-00"]
+    assert node_diff("ClusterGKMCache", "llama", {}, existing, [])["before"] == {}
