@@ -30,4 +30,3 @@ def merge_patch(before, after):
         elif key not in before or old != value:
             patch[key] = value
     return patch
-
