@@ -158,13 +158,14 @@ def sync_for_spec(kube, spec, eligibility, status, facts, check_mode=False, want
 def sync_node_objects(kube, cache_kind, namespace, cache, states, nodes, check_mode=False, want_diff=False):
     """Make the per-node objects say `states` ({node: {digest: state}}; {} removes the cache everywhere).
 
-    Returns {created, patched, deleted, conflicts} (planned counts in check mode) and, with want_diff, `diff`.
+    Returns {created, patched, deleted, conflicts} (planned counts in check mode) and, with want_diff and something
+    to write, `diff`.
     """
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     existing = list_node_objects(kube, cache_kind, namespace)
     writes = plan_node_objects(cache_kind, namespace, cache, states, nodes, existing, now)
     summary = {"created": 0, "patched": 0, "deleted": 0, "conflicts": 0}
-    if want_diff:
+    if want_diff and writes:
         summary["diff"] = node_diff(cache_kind, cache, states, existing, writes)
     del existing  # the largest list of the run: not kept past planning
     if check_mode:
