@@ -25,7 +25,7 @@ LOWEST_ENV  := PATH=$(abspath $(VENV_LOWEST))/bin:$$PATH ANSIBLE_COLLECTIONS_PAT
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno ansible-operator test pytest test-lowest lint ruff ansible-lint changelog-lint sanity venv-lowest unit integration molecule build \
-        bench-extract bench-distribute bench-webhook bench-deploy bench-real-nodes images image-tools image-pause
+        bench-extract bench-distribute bench-scale bench-webhook bench-deploy bench-real-nodes images image-tools image-pause
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -156,6 +156,9 @@ bench-extract: setup sim-up ## Extraction benchmark -> bench/results/extract.jso
 
 bench-distribute: setup sim-up ## Distribution benchmark -> bench/results/distribute.json
 	$(PY) bench/distribute.py
+
+bench-scale: setup sim-up ## Scale: one ClusterGKMCache x 3 namespaces at 500/2,000/5,000 kwok GPU nodes -> bench/results/scale.json, scale.png
+	$(PY) bench/scale.py $(BENCH_SCALE_ARGS)
 
 bench-webhook: setup sim-up ## Webhook benchmark -> bench/results/webhook.json
 	$(PY) bench/webhook.py

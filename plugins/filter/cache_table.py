@@ -12,7 +12,8 @@ description:
   - Turns the C(caches) list returned by M(gkm.cluster.cache_info), or a list of M(gkm.cluster.cache_reconcile)
     or M(gkm.cluster.cache_distribute) results, into aligned text lines with GKM's columns (STATUS, NODES,
     NODE-IN-USE, NODE-NOT-IN-USE, NODE-ERROR, POD-RUNNING, POD-OUTDATED).
-  - With O(nodes=true), one indented line per namespace and node follows each cache (PVC, phase, message).
+  - With O(nodes=true), one indented line per namespace and node follows each cache (PVC, phase, message), and
+    one per GPU node that does not get it (phase C(Excluded) or C(Incompatible), the reason and the message).
 positional: nodes
 options:
   _input:
@@ -70,6 +71,8 @@ def cache_table(caches, nodes=False):
             detail = "    {0} {1} pvc={2} phase={3}".format(
                 entry.get("namespace", ""), entry.get("node") or "(shared)",
                 entry.get("pvc", ""), entry.get("phase", ""))
+            if entry.get("reason"):
+                detail += " reason=%s" % entry["reason"]
             if entry.get("message"):
                 detail += " (%s)" % entry["message"]
             out.append(detail)

@@ -14,6 +14,9 @@ version_added: "0.1.0"
 description:
   - Reads the PVCs and extraction Jobs that M(gkm.cluster.cache_distribute) manages (one label-selected LIST per
     kind, plus the pods of their namespaces) and returns, per cache, the same status as cache_distribute.
+  - The entries of a cache reconciled from a C(GKMCache) or C(ClusterGKMCache) come from its per-node objects
+    (C(GKMCacheNode), C(ClusterGKMCacheNode); paged LISTs), and include one entry per GPU node that does not get
+    the cache, with phase C(Excluded) or C(Incompatible), the C(reason) and the message.
   - Without the cache's options this module cannot know which nodes are eligible, so C(nodes) counts the nodes
     holding a per-node PVC of the newest digest (0 for ReadOnlyMany caches), and PVCs of older digests are
     reported C(Outdated).
@@ -61,7 +64,8 @@ caches:
       description: namespaced or cluster.
       type: str
     status:
-      description: phase, counts (GKM's columns), entries per namespace and node, unschedulable Jobs.
+      description: phase, counts (GKM's columns), entries per namespace and node (and per excluded GPU node),
+        unschedulable Jobs.
       type: dict
 api_requests:
   description: API requests made.

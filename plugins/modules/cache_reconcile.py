@@ -17,9 +17,21 @@ description:
     C(storageClassName), C(podTemplate), C(workloadNamespaces)) and this module's distribution options, and
     writes the outcome to the resource's status subresource, so C(kubectl get gkmcache) shows GKM's columns.
   - One module call reconciles one cache, whatever the number of nodes and namespaces.
-  - The status is written only when it says something new, so a run that changes nothing writes nothing.
+  - The per-node state goes to one C(GKMCacheNode) (in the cache's namespace) or C(ClusterGKMCacheNode) per node,
+    named as the node - GKM's kinds - which caches share; a run writes only its own cache's entry, as merge
+    patches of what changed guarded by the resourceVersion read (a concurrent change is read and planned again).
+    Every GPU node that does not get the cache has an entry with C(reason) (C(NotSelected), C(NoGPU),
+    C(GPULabelsUnusable), C(Incompatible), C(UntoleratedTaint)), the message and the untolerated taints.
+  - The resource's own status keeps GKM's counts, the phase, the conditions, the ten worst problems with their
+    total (C(problems), C(problemCnt)) and one line per reason nodes do not get the cache (C(excludedReasons),
+    C(nodeExcludedCnt)), so its size does not grow with the cluster.
+  - The status and the per-node objects are written only when they say something new, so a run that changes
+    nothing writes nothing.
   - With O(state=absent) the cache's distributed objects are removed; the resource itself is left to the caller.
-  - Check mode is a server-side dry run and reports the plan; no status is written.
+  - Check mode is a server-side dry run and reports the plan; no status and no per-node object is written (their
+    planned writes are counted in RV(node_objects); with C(--diff), the changed per-node entries are shown, at most
+    20 nodes).
+  - With O(state=absent) the cache's entries leave the per-node objects (an object left empty is deleted).
 author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
@@ -52,7 +64,7 @@ requirements:
 notes:
   - The objects are those of M(gkm.cluster.cache_distribute) - the extraction Jobs meet Pod Security C(restricted),
     or C(baseline) with the permission step (O(set_volume_owner)), and registry credentials and CA reach them in a
-    Secret - and the status's C(nodes) entries carry the same reason, message and fix per node.
+    Secret - and the per-node objects' conditions carry the same reason and message per namespace and node.
   - The objects are labelled C(gkm.io/cache-kind) with the resource's kind, and those the garbage collector may
     remove carry an owner reference to the resource - PVCs, Jobs and Secrets; never PVs (a GKMCache, namespaced,
     cannot own cluster-scoped objects, and a ClusterGKMCache's collected PV would go before the scrub removed its
@@ -66,10 +78,11 @@ notes:
     registry, missing workload namespace, an invalid C(podTemplate), an object the API server refuses in its dry run,
     any other refusal) writes phase C(Error), a C(Ready=False) condition and GKM's C(Error) (or C(NoNamespace))
     condition whose message names the resource's own field (for example C(spec.podTemplate.spec.tolerations[0].value))
-    and the fix, zeroes the counts and clears C(nodes), so nothing of an earlier run stays; the task still fails.
+    and the fix, zeroes the counts and clears C(problems) and C(excludedReasons), so nothing of an earlier run
+    stays; the task still fails.
   - A cache no node can hold yet is C(Pending), with the reasons and fixes in the C(Ready) condition, and the task
-    does not fail. C(status.excludedNodes) lists the nodes that do not get the cache grouped by reason; the
-    webhook's denials quote it.
+    does not fail. C(status.excludedReasons) says why nodes do not get the cache; the webhook's denials quote the
+    reason in the node's per-node object.
   - C(kubectl get gkmcache -o wide) shows the C(Ready) condition's message in the MESSAGE column.
   - A resource labelled C(gkm.io/signature-format) (V(cosign-v2) or V(cosign-v3)) gets the condition
     C(SignatureVerified). With O(signature_public_key) its extraction Jobs verify the signature in that format -
@@ -146,6 +159,23 @@ excluded_nodes:
   description: Every other node with the reasons.
   returned: success
   type: dict
+node_objects:
+  description: Writes to the per-node objects (planned ones in check mode).
+  returned: success
+  type: dict
+  contains:
+    created:
+      description: Objects created (a create and a status patch each).
+      type: int
+    patched:
+      description: Status patches.
+      type: int
+    deleted:
+      description: Objects deleted because no cache is left on them.
+      type: int
+    conflicts:
+      description: Writes refused because the object changed meanwhile, then read and planned again.
+      type: int
 scrub:
   description: The node disks scrubbed before hostPath PVs were deleted (see O(host_path_root)).
   returned: success
@@ -162,7 +192,7 @@ api_requests:
   returned: success
   type: int
 api_writes:
-  description: Writes made by the distribution (the status write is not counted).
+  description: Writes made by the distribution and to the per-node objects (the status write is not counted).
   returned: success
   type: int
 """

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -19,18 +20,29 @@ ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
 
 def run_module(module, kubeconfig, check=False, diff=False, **args):
     """The module's result for localhost (a dict with changed/failed/msg and the module's return values)."""
+    return run_module_measured(module, kubeconfig, check, diff, **args)[0]
+
+
+def run_module_measured(module, kubeconfig, check=False, diff=False, **args):
+    """(the module's result, the peak resident set size in bytes of the `ansible` process tree, module included)."""
     command = [ANSIBLE, "localhost", "-m", "gkm.cluster.%s" % module,
                "-a", json.dumps(dict(args, kubeconfig=kubeconfig))]
     command += (["--check"] if check else []) + (["--diff"] if diff else [])
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="json",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_LOCALHOST_WARNING="0",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=err, text=True)
+        # wait4 reports the largest RSS of the process and of every descendant it waited for (the module).
+        _pid, wait_status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(wait_status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     try:
-        return json.loads(completed.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+        return json.loads(stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"], usage.ru_maxrss * 1024
     except (ValueError, KeyError, IndexError) as error:
-        raise AssertionError("ansible gave no JSON result: %s %s" % (
-            completed.stdout[-2000:], completed.stderr[-2000:])) from error
+        raise AssertionError("ansible gave no JSON result: %s %s" % (stdout[-2000:], stderr[-2000:])) from error
 
 
 def ansible_cli_floor():

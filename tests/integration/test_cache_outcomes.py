@@ -97,7 +97,7 @@ def test_a_failed_run_replaces_an_extracted_status_with_the_error(sim, kube, crd
         refused = reconcile(sim, name, namespace)
         assert refused["failed"] and "cannot resolve its digest" in refused["msg"]
         status = live_status(crds, namespace, name)
-        assert status["phase"] == "Error" and status["resolvedDigest"] == "" and status["nodes"] == []
+        assert status["phase"] == "Error" and status["resolvedDigest"] == "" and status["problems"] == []
         assert (ready(status)["status"], ready(status)["reason"]) == ("False", "ImageUnresolvable")
         assert missing_tag in ready(status)["message"]
         assert {c["type"] for c in status["conditions"]} == {"Ready", "Error"}

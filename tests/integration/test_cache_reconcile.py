@@ -107,7 +107,8 @@ def test_caches_role_mirrors_the_extraction_image_and_fails_at_once_when_it_cann
             mirrored}
         live = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", name)
         assert live["status"]["phase"] == "Error"
-        assert live["status"]["nodes"][0]["reason"] == "ToolsImageNotPullable"
+        assert live["status"]["problems"][0]["reason"] == "ToolsImageNotPullable"
+        assert live["status"]["problemCnt"] == 1
     finally:
         result = run_module("cache_distribute", sim.kubeconfig, name=name, namespace=namespace, state="absent",
                             force=True)

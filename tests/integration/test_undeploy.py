@@ -27,9 +27,10 @@ from tests.helpers.roles import run_sim_playbook
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANAGED = "app.kubernetes.io/managed-by=gkm.cluster"
-# What deploy.yml writes with inventories/sim: the webhook's namespace and configuration, and per cache the
-# PVCs, hostPath PVs and extraction Jobs (whose pods carry the Job's labels).
-DEPLOYED_KINDS = {"Namespace", "MutatingWebhookConfiguration", "PersistentVolumeClaim", "PersistentVolume", "Job"}
+# What deploy.yml writes with inventories/sim: the webhook's namespace and configuration, per cache the
+# PVCs, hostPath PVs and extraction Jobs (whose pods carry the Job's labels), and the per-node status objects.
+DEPLOYED_KINDS = {"Namespace", "MutatingWebhookConfiguration", "PersistentVolumeClaim", "PersistentVolume", "Job",
+                  "GKMCacheNode", "ClusterGKMCacheNode"}
 WORKLOAD_NAMESPACE = "gkm-demo"
 GHOST_CACHE = "ghost-cache"
 plain_node = platform.plain_node

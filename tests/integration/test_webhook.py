@@ -284,7 +284,8 @@ def test_certificate_rotation_under_load_fails_no_admission(kube, namespace, web
 
 @pytest.mark.registry
 def test_a_node_the_cache_excludes_is_denied_with_the_reason_not_yet(sim, kube, crds, registry, namespace, webhook):
-    """The reconcile's status.excludedNodes reaches the denial: the gpu taint keeps the cache off every GPU node."""
+    """The reason in the node's per-node object (GKMCacheNode) reaches the denial: the gpu taint keeps the cache off
+    every GPU node."""
     from tests.helpers import kcache_images
     from tests.helpers.modules import NODE_DISK, run_module
 

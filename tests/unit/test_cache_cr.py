@@ -59,18 +59,18 @@ RESULT = {
 
 
 def test_status_uses_gkm_names_and_ready_condition():
-    status = cache_cr.resource_status(RESULT, "2026-11-23T09:00:00Z")
+    status = cache_cr.summary_status(RESULT, "2026-11-23T09:00:00Z")
     assert (status["phase"], status["nodeCnt"], status["nodeInUseCnt"], status["nodeNotInUseCnt"]) == (
         "Extracted", 3, 1, 2)
     assert status["resolvedDigest"] == "sha256:abc"
     assert status["conditions"][0]["type"] == "Ready" and status["conditions"][0]["status"] == "True"
-    assert status["nodes"][0]["pvc"] == "p" and "mounted_by" not in status["nodes"][0]
+    assert "nodes" not in status and (status["problems"], status["problemCnt"]) == ([], 0)
 
 
 def test_unschedulable_jobs_explain_the_fix():
     result = {"cache": {"digest": "d"}, "status": dict(RESULT["status"], phase="Pending", unschedulable=[
         {"message": "3 node(s) had untolerated taint {gpu: true}", "fix": "pod_template.spec.tolerations"}])}
-    condition = cache_cr.resource_status(result, "t")["conditions"][0]
+    condition = cache_cr.summary_status(result, "t")["conditions"][0]
     assert condition["status"] == "False"
     # The fix names the field the resource's author wrote, not the module option.
     assert "untolerated taint {gpu: true}" in condition["message"]
@@ -78,10 +78,10 @@ def test_unschedulable_jobs_explain_the_fix():
 
 
 def test_timestamps_alone_do_not_make_a_write():
-    first = cache_cr.resource_status(RESULT, "2026-11-23T09:00:00Z")
-    second = cache_cr.resource_status(RESULT, "2026-11-23T10:00:00Z")
+    first = cache_cr.summary_status(RESULT, "2026-11-23T09:00:00Z")
+    second = cache_cr.summary_status(RESULT, "2026-11-23T10:00:00Z")
     assert not cache_cr.status_differs(first, second)
-    changed = cache_cr.resource_status(dict(RESULT, cache={"digest": "sha256:new"}), "2026-11-23T10:00:00Z")
+    changed = cache_cr.summary_status(dict(RESULT, cache={"digest": "sha256:new"}), "2026-11-23T10:00:00Z")
     assert cache_cr.status_differs(first, changed)
     kept = cache_cr.carry_transition_times(first, changed)
     assert kept["conditions"][0]["lastTransitionTime"] == "2026-11-23T09:00:00Z"

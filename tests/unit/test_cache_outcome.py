@@ -14,14 +14,14 @@ COUNTS = [crd_name for _name, crd_name in cache_cr.COUNT_NAMES]
 
 def test_error_status_replaces_every_field_of_the_last_run():
     status = outcome.error_status("ImageUnresolvable", "image x: tag v9 not found", "t", COUNTS)
-    assert status["phase"] == "Error" and status["resolvedDigest"] == "" and status["nodes"] == []
+    assert status["phase"] == "Error" and status["resolvedDigest"] == "" and status["problems"] == []
     assert all(status[name] == 0 for name in COUNTS)
     ready, gkm = status["conditions"]
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "ImageUnresolvable")
     assert (gkm["type"], gkm["status"]) == ("Error", "True")
     assert ready["message"] == gkm["message"] == "image x: tag v9 not found"
-    # A merge patch of it leaves nothing of an Extracted status behind.
-    extracted = cache_cr.resource_status({"cache": {"digest": "sha256:a"}, "status": {
+    # Computed against an Extracted status, the merge patch of it leaves nothing of that status behind.
+    extracted = cache_cr.summary_status({"cache": {"digest": "sha256:a"}, "status": {
         "phase": "Extracted", "counts": {"nodes": 3}, "entries": [{"node": "n", "phase": "Extracted"}]}}, "t")
     assert set(extracted) <= set(status)
 
@@ -77,7 +77,7 @@ def test_an_unplaced_cache_is_pending_with_the_reason_and_the_fix():
         "phase": "Pending", "counts": {}, "entries": [],
         "unplaced": "no node is eligible for the cache yet: w-1, w-2: untolerated taint gpu=true:NoSchedule "
                     "(add a toleration to pod_template.spec.tolerations)"}}
-    ready = cache_cr.resource_status(result, "t")["conditions"][0]
+    ready = cache_cr.summary_status(result, "t")["conditions"][0]
     assert (ready["status"], ready["reason"]) == ("False", "Pending")
     assert ready["message"] == ("Pending: no node is eligible for the cache yet: w-1, w-2: untolerated taint "
                                 "gpu=true:NoSchedule (add a toleration to spec.podTemplate.spec.tolerations)")

@@ -23,6 +23,14 @@ def test_node_detail_lines():
     assert len(lines) == 4
 
 
+def test_an_excluded_gpu_node_says_why():
+    excluded = {"namespace": "", "node": "gpu-9", "digest": "abc", "phase": "Excluded", "reason": "UntoleratedTaint",
+                "message": "untolerated taint team=ml:NoSchedule"}
+    cache = dict(CACHES[0], status=dict(CACHES[0]["status"], entries=[excluded]))
+    assert cache_table([cache], nodes=True)[2] == (
+        "     gpu-9 pvc= phase=Excluded reason=UntoleratedTaint (untolerated taint team=ml:NoSchedule)")
+
+
 def test_module_results_render_like_cache_info():
     result = {"cache": {"name": "vector-add", "namespace": "team-a"}, "status": CACHES[0]["status"]}
     assert cache_table([result]) == cache_table(CACHES[:1])

@@ -96,5 +96,5 @@ def test_entries_and_the_resource_status_carry_the_reason():
     entry = result["entries"][0]
     assert (entry["phase"], entry["reason"]) == ("Error", "ToolsImageNotPullable")
     assert result["phase"] == "Error" and result["counts"]["node_error"] == 1 and result["unschedulable"] == []
-    crd_status = resource.resource_status({"status": result, "cache": {"digest": "sha256:x"}}, "now")
-    assert crd_status["nodes"][0]["reason"] == "ToolsImageNotPullable"
+    crd_status = resource.summary_status({"status": result, "cache": {"digest": "sha256:x"}}, "now")
+    assert crd_status["problems"][0]["reason"] == "ToolsImageNotPullable"

@@ -88,7 +88,8 @@ def test_rbac_is_list_and_watch_of_what_the_view_syncs():
     role = objects.cluster_role(validate(params()))
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "watch"]},
-        {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches", "gkmcachenodes",
+                                                "clustergkmcachenodes"], "verbs": ["list", "watch"]},
     ]
 
 

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot, label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import (
     ALLOWED,
     DENIED,
@@ -354,18 +355,30 @@ def test_deny_message_names_the_pod(view):
     assert '"apps/ds-<generated>"' in decision.body["response"]["status"]["message"]
 
 
-def test_denials_say_why_a_node_never_gets_the_cache_and_not_yet_only_when_it_is_so():
-    """The reconcile's status.excludedNodes (here from the planner's own reasons) reaches the denial."""
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.resource import excluded_nodes
+def _node_objects(cache_kind, namespace, cache, reasons):
+    """Per-node objects as a reconcile writes them, each node excluded with its planner reasons."""
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_objects import plan_node_objects
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import exclusion_code
 
+    states = {node: {DIGEST_A: {"state": "Excluded", "reason": exclusion_code(why),
+                                "message": resource_message("; ".join(why))}} for node, why in reasons.items()}
+    objects = {}
+    for write in plan_node_objects(cache_kind, namespace, cache, states, [], [], "now"):
+        obj = objects.setdefault(write.name, {"metadata": {"name": write.name, "namespace": namespace}})
+        obj.update(write.body if write.verb == "patch_status" else {})
+    return list(objects.values())
+
+
+def test_denials_say_why_a_node_never_gets_the_cache_and_not_yet_only_when_it_is_so():
+    """Why the reconcile left a GPU node out, from its per-node object (here the planner's own reasons), reaches
+    the denial; a node without a GPU has no per-node entry and is denied without a reason."""
     cache = cache_object("vector-add", "apps")
-    cache["status"] = {"excludedNodes": excluded_nodes({
-        "nv-1": ["GPU cuda/90/32 does not match the image's targets (hip/gfx90a/64)"],
-        "cpu-1": ["no gkm.io/gpu-* labels: not a GPU node (use compatibility: ignore to include it)"],
-        "tainted-1": ["untolerated taint team=ml:NoSchedule (add a toleration to pod_template.spec.tolerations)"],
-    })}
     view = CacheView()
     view.replace_caches(NAMESPACED_KIND, [cache])
+    view.replace_node_objects(NAMESPACED_KIND, _node_objects("GKMCache", "apps", "vector-add", {
+        "nv-1": ["GPU cuda/90/32 does not match the image's targets (hip/gfx90a/64)"],
+        "tainted-1": ["untolerated taint team=ml:NoSchedule (add a toleration to pod_template.spec.tolerations)"],
+    }))
     view.replace_pvcs([pvc(Slot("vector-add", "apps", "apps", "worker-1", DIGEST_A))])
 
     def denial(node):
@@ -374,11 +387,12 @@ def test_denials_say_why_a_node_never_gets_the_cache_and_not_yet_only_when_it_is
         return decision.body["response"]["status"]["message"]
 
     assert 'GKMCache "apps/vector-add" is not for node "nv-1": GPU cuda/90/32 does not match' in denial("nv-1")
-    assert 'is not for node "cpu-1": no gkm.io/gpu-* labels: not a GPU node' in denial("cpu-1")
     tainted = denial("tainted-1")
     assert "untolerated taint team=ml:NoSchedule (add a toleration to spec.podTemplate.spec.tolerations)" in tainted
-    for message in (denial("nv-1"), denial("cpu-1"), tainted):
+    for message in (denial("nv-1"), tainted):
         assert "yet" not in message and "cache_distribute" not in message
     not_yet = denial("worker-2")
     assert 'is not extracted for node "worker-2" (digest %s) yet' % short_digest(DIGEST_A) in not_yet
     assert "gkm.cluster.cache_distribute" in not_yet
+    view.apply_node_object_event(NAMESPACED_KIND, "DELETED", {"metadata": {"name": "nv-1", "namespace": "apps"}})
+    assert "yet" in denial("nv-1")

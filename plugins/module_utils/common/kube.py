@@ -38,6 +38,7 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 RETRY_STATUS = (409, 429, 500, 502, 503, 504)
 MAX_ATTEMPTS = 6
 DEFAULT_WORKERS = 16
+LIST_PAGE_SIZE = 500
 # Seconds (connect, read) for a watch: the read outlasts the server's own timeoutSeconds.
 WATCH_REQUEST_TIMEOUT = (10, 360)
 
@@ -111,8 +112,12 @@ class Kube:
             if write:
                 self.writes += 1
 
-    def request(self, method, path, query=None, body=None, content_type="application/json", what=None):
-        """(status, decoded JSON or None); retries 409/429/5xx with backoff, raises KubeError otherwise."""
+    def request(self, method, path, query=None, body=None, content_type="application/json", what=None,
+                retry_conflicts=True):
+        """(status, decoded JSON or None); retries 409/429/5xx with backoff, raises KubeError otherwise.
+
+        retry_conflicts=False raises a 409 at once: a write guarded by a resourceVersion must be planned again.
+        """
         write = method in ("POST", "PUT", "PATCH", "DELETE")
         query = list(query or [])
         if write and self.dry_run:
@@ -125,7 +130,7 @@ class Kube:
                 if error.status == 404:
                     return 404, None
                 final = error.status not in RETRY_STATUS or attempt == MAX_ATTEMPTS - 1
-                if final or (error.status == 409 and not write):
+                if final or (error.status == 409 and not (write and retry_conflicts)):
                     message = "%s %s failed: HTTP %s %s" % (
                         method, what or path, error.status, _server_message(error.body))
                     raise KubeError(message, error.status) from error
@@ -187,6 +192,23 @@ class Kube:
         for item in items:
             item["kind"] = kind
         return items
+
+    def list_pages(self, path, label_selector=None, page_size=LIST_PAGE_SIZE):
+        """Every item of a collection path, read `page_size` at a time (a large list never arrives in one response)."""
+        items, token = [], None
+        while True:
+            query = [("limit", str(page_size))]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if token:
+                query.append(("continue", token))
+            status, data = self.request("GET", path, query, what="list %s" % path)
+            if status == 404:
+                return []
+            items.extend(data.get("items") or [])
+            token = (data.get("metadata") or {}).get("continue")
+            if not token:
+                return items
 
     def get(self, kind, name, namespace=None):
         status, data = self.request("GET", resource_path(kind, namespace, name), what="%s %s" % (kind, name))

@@ -52,8 +52,11 @@ def error_status(reason, message, now, counts_names):
             {"type": condition_type, "status": "True", "reason": reason, "message": message,
              "lastTransitionTime": now},
         ],
-        "nodes": [],
-        "excludedNodes": [],
+        "problems": [],
+        "problemCnt": 0,
+        "nodeExcludedCnt": 0,
+        "nodeIncompatibleCnt": 0,
+        "excludedReasons": [],
     }
     status.update({name: 0 for name in counts_names})
     return status

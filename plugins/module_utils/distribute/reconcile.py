@@ -9,6 +9,7 @@ __metaclass__ = type
 import datetime
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import outcome, signature_check, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import resource_owner
@@ -44,9 +45,10 @@ def _write_status(kube, kind, name, path, current, desired):
     """Patch the status when it says something new; True when it did."""
     if not cache_cr.status_differs(current, desired):
         return False
-    # A merge patch replaces lists whole, so per-node entries of the last run never linger.
-    kube.request("PATCH", path + "/status", body={"status": desired}, content_type=MERGE_PATCH,
-                 what="%s %s status" % (kind, name))
+    # The patch of what changed: lists are replaced whole and fields the status no longer has (the per-slot
+    # lists of earlier versions) are removed, so nothing of the last run lingers.
+    kube.request("PATCH", path + "/status", body={"status": merge_patch(current or {}, desired)},
+                 content_type=MERGE_PATCH, what="%s %s status" % (kind, name))
     return True
 
 
@@ -102,7 +104,7 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
         result = distribute(kube, params, check_mode, want_diff)
     except GkmError as error:
         raise _refused(kube, error, kind, name, namespace, path, current, found) from error
-    status = cache_cr.resource_status(result, _now())
+    status = cache_cr.summary_status(result, _now())
     signature = signature_check.signature_condition(declared, _now(), result["status"]["entries"],
                                                     bool(result["cache"]["signature_check"]))
     if signature:

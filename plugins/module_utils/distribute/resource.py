@@ -3,7 +3,7 @@
 """GKMCache and ClusterGKMCache custom resources: spec to distribution options, status back.
 
 Pure functions: the cache_reconcile module reads a resource, turns its spec into cache_distribute
-options with `distribute_params`, and writes `resource_status` of the result to its status subresource.
+options with `distribute_params`, and writes `summary_status` of the result to its status subresource.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -13,6 +13,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status_summary
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
 
 GROUP = "gkm.io"
@@ -31,7 +32,8 @@ COUNT_NAMES = (
 )
 # Fields of a status that say when it was written rather than what it says.
 _TIMESTAMP_FIELDS = ("lastReconcileTime",)
-_ENTRY_FIELDS = ("namespace", "node", "pvc", "job", "digest", "phase", "reason", "message", "fix")
+# The Ready message names a few nodes per reason; distinct reasons could still make it long.
+MAX_CONDITION_MESSAGE = 1024
 
 
 class ResourceError(GkmError, ValueError):
@@ -85,8 +87,21 @@ def distribute_params(resource, defaults):
     return params
 
 
-def resource_status(result, now):
-    """The status subresource for a distribution result (now: an RFC 3339 timestamp)."""
+def summary_status(result, now):
+    """The status subresource for a distribution result (now: an RFC 3339 timestamp), whose size does not grow
+    with the cluster: counts, the worst problems and one line per exclusion reason; the per-node state belongs
+    to the per-node objects (node_objects.py)."""
+    body = _status_head(result, now)
+    for condition in body["conditions"]:
+        condition["message"] = condition["message"][:MAX_CONDITION_MESSAGE]
+    status = result["status"]
+    incompatible = [entry["node"] for entry in status.get("entries") or [] if entry["phase"] == "Incompatible"]
+    body.update(status_summary.bounded_fields(status, result.get("excluded_nodes") or {}, incompatible))
+    return body
+
+
+def _status_head(result, now):
+    """Phase, digest, time, the Ready condition and GKM's counts."""
     status = result["status"]
     counts = status.get("counts") or {}
     phase = status.get("phase") or "Pending"
@@ -103,28 +118,9 @@ def resource_status(result, now):
         "resolvedDigest": result["cache"].get("digest") or "",
         "lastReconcileTime": now,
         "conditions": conditions,
-        "nodes": [_node_entry(entry) for entry in status.get("entries") or []],
-        "excludedNodes": excluded_nodes(result.get("excluded_nodes") or {}),
     }
     body.update({crd_name: int(counts.get(name, 0)) for name, crd_name in COUNT_NAMES})
     return body
-
-
-def excluded_nodes(excluded):
-    """{node: [reasons]} as status entries, one per distinct reason, in the resource's field names."""
-    by_reason = {}
-    for node, reasons in sorted(excluded.items()):
-        by_reason.setdefault(resource_message("; ".join(reasons)), []).append(node)
-    return [{"reason": reason, "nodes": nodes} for reason, nodes in sorted(by_reason.items())]
-
-
-def _node_entry(entry):
-    """A status entry with the resource's field names in its message and fix."""
-    node = {key: entry.get(key) or "" for key in _ENTRY_FIELDS}
-    node["message"] = resource_message(node["message"])
-    node["fix"] = resource_message(node["fix"]) if isinstance(node["fix"], str) else [
-        resource_message(fix) for fix in node["fix"]]
-    return node
 
 
 def _ready_message(phase, counts, unschedulable, unplaced):

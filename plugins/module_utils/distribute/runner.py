@@ -21,6 +21,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import c
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, registry_secret, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_entries import cache_entries
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import (
+    node_objects_by_cache,
+    sync_for_spec,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
     SpecError,
@@ -360,10 +365,16 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         if params.get("wait") and spec.state == "present" and not check_mode:
             facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub)
         status = _status(spec, plan, facts)
+        node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff)
     except KubeError as error:
         raise DistributeError(str(error), writes=kube.writes) from error
+    if node_objects is not None:
+        if "diff" in node_objects:
+            result["diff"].append(node_objects.pop("diff"))
+        result["node_objects"] = node_objects
+    planned_node_writes = sum((node_objects or {}).get(key, 0) for key in ("created", "patched", "deleted"))
     result.update(
-        changed=bool(plan.actions) if check_mode else kube.writes > 0,
+        changed=bool(plan.actions or planned_node_writes) if check_mode else kube.writes > 0,
         cache={"name": spec.name, "namespace": spec.cache_namespace, "scope": spec.scope, "image": spec.image,
                "digest": spec.digest, "size": spec.size, "access_modes": spec.access_modes, "state": spec.state,
                "signature_check": verification.identity(spec.verification)},
@@ -426,7 +437,8 @@ def _plan_result(plan):
 
 
 def describe(kube, name=None, namespace=None):
-    """Status of one cache (name, and namespace for a namespaced one) or of every managed cache."""
+    """Status of one cache (name, and namespace for a namespaced one) or of every managed cache: counts from its
+    live PVCs and Jobs, per-node entries from its per-node objects when it has them."""
     selector = cache_selector(name, namespace or "") if name else managed_selector()
     results = kube.map(lambda kind: kube.list(kind, label_selector=selector), ("PersistentVolumeClaim", "Job"))
     failures = [r for r in results if isinstance(r, Exception)]
@@ -434,10 +446,16 @@ def describe(kube, name=None, namespace=None):
         raise DistributeError("reading the cluster failed: %s" % failures[0])
     live = {"PersistentVolumeClaim": results[0], "Job": results[1]}
     pods = list_pods(kube, None, live)
+    # A resource-backed cache's entries come from its per-node objects, which also say why GPU nodes lack it.
+    node_objects = node_objects_by_cache(kube, name, namespace)
+    groups = group_by_cache(live)
     caches = []
-    for (cache, cache_namespace), objects in sorted(group_by_cache(live).items()):
+    for cache, cache_namespace in sorted(set(groups) | set(node_objects)):
+        objects = groups.get((cache, cache_namespace), {})
         slots, nodes = slots_from_live(objects)
         status = cache_status(slots, nodes, [], {}, objects, pods)
+        if (cache, cache_namespace) in node_objects:
+            status["entries"] = cache_entries(node_objects[(cache, cache_namespace)], cache)
         caches.append({"name": cache, "namespace": cache_namespace, "scope": "namespaced" if cache_namespace
                        else "cluster", "status": status})
     return {"changed": False, "caches": caches, "api_requests": kube.requests}

@@ -30,7 +30,8 @@ INJECT_CA_ANNOTATION = "cert-manager.io/inject-ca-from"
 # in its view, cluster-wide. The module's documentation lists the same set.
 SERVER_RULES = (
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches", "gkmcachenodes", "clustergkmcachenodes"],
+     "verbs": ["list", "watch"]},
 )
 CERT_MANAGER_API = "cert-manager.io/v1"
 

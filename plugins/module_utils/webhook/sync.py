@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Keeps the webhook's CacheView current: one list+watch thread per source, events handed to the event loop.
 
-Sources: the managed PVCs and the GKMCache / ClusterGKMCache objects (absent CRDs count as "none yet"
-and are looked for again). The view itself is only ever touched by the loop thread.
+Sources: the managed PVCs, the GKMCache / ClusterGKMCache objects and their per-node objects (why a
+node gets no PVC); absent CRDs count as "none yet" and are looked for again. The view itself is only
+ever touched by the loop thread.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,6 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
     GKM_VERSION,
     MANAGED_PVC_SELECTOR,
     NAMESPACED_KIND,
+    NODE_KINDS,
 )
 
 LOG = logging.getLogger("gkm.webhook")
@@ -63,11 +65,24 @@ class ViewSync:
                 optional=True,
             )
 
+        def node_object_source(kind):
+            plural = NODE_KINDS[kind].lower() + "s"
+            return _Source(
+                plural,
+                "/apis/%s/%s/%s" % (GKM_GROUP, GKM_VERSION, plural),
+                None,
+                lambda event_type, obj: view.apply_node_object_event(kind, event_type, obj),
+                lambda items: view.replace_node_objects(kind, items),
+                optional=True,
+            )
+
         self.sources = [
             _Source("persistentvolumeclaims", resource_path("PersistentVolumeClaim"), MANAGED_PVC_SELECTOR,
                     view.apply_pvc_event, view.replace_pvcs, optional=False),
             cache_source(NAMESPACED_KIND, "gkmcaches"),
             cache_source(CLUSTER_KIND, "clustergkmcaches"),
+            node_object_source(NAMESPACED_KIND),
+            node_object_source(CLUSTER_KIND),
         ]
         for source in self.sources:
             self.synced[source.name] = False

@@ -11,6 +11,8 @@ Three sources make a cache visible from a namespace:
 - a ClusterGKMCache whose spec.workloadNamespaces lists the namespace;
 - PVCs of the namespace labelled by cache_distribute (the collection can distribute without the CRDs).
 A namespaced cache shadows a cluster cache of the same name.
+Why a node gets no PVC comes from the per-node objects the reconcile writes (GKMCacheNode,
+ClusterGKMCacheNode; distribute/node_objects.py): the reason of each cache excluded on the node.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -32,6 +34,8 @@ GKM_GROUP = "gkm.io"
 GKM_VERSION = "v1alpha1"
 NAMESPACED_KIND = "GKMCache"
 CLUSTER_KIND = "ClusterGKMCache"
+# cache kind -> the kind of its per-node objects
+NODE_KINDS = {NAMESPACED_KIND: "GKMCacheNode", CLUSTER_KIND: "ClusterGKMCacheNode"}
 READ_ONLY_MANY = "ReadOnlyMany"
 
 # Selector for the only PVCs the webhook needs to see.
@@ -55,7 +59,7 @@ class CacheClaim:
         self.digest = digest
         self._node_pvcs = node_pvcs
         self.read_only = read_only
-        self._excluded = excluded or {}
+        self._excluded = excluded or (lambda node: None)
 
     def pvc_for(self, node):
         """Name of the PVC holding the current digest on node, or None."""
@@ -64,7 +68,7 @@ class CacheClaim:
 
     def excluded_reason(self, node):
         """Why the last reconcile gave node no PVC (incompatible GPU, no GPU, an untolerated taint, ...), or None."""
-        return self._excluded.get(node)
+        return self._excluded(node)
 
     def describe(self):
         if self.scope == "cluster":
@@ -73,13 +77,12 @@ class CacheClaim:
 
 
 class _DeclaredCache:
-    __slots__ = ("digest", "excluded", "read_only", "workload_namespaces")
+    __slots__ = ("digest", "read_only", "workload_namespaces")
 
-    def __init__(self, digest, read_only, workload_namespaces, excluded):
+    def __init__(self, digest, read_only, workload_namespaces):
         self.digest = digest
         self.read_only = read_only
         self.workload_namespaces = workload_namespaces
-        self.excluded = excluded
 
 
 class _PvcRecord:
@@ -103,14 +106,16 @@ def _pinned_digest(image):
         return None
 
 
-def _excluded_nodes(status):
-    """{node: reason} from the status.excludedNodes the reconcile writes (see distribute/resource.py)."""
-    excluded = {}
-    groups = status.get("excludedNodes") if isinstance(status, dict) else None
-    for group in groups if isinstance(groups, list) else ():
-        if isinstance(group, dict) and isinstance(group.get("reason"), str) and isinstance(group.get("nodes"), list):
-            excluded.update((node, group["reason"]) for node in group["nodes"] if isinstance(node, str))
-    return excluded
+def _node_exclusions(obj):
+    """{cache: why it is not on the node} from a per-node object's status (see distribute/node_objects.py)."""
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    caches = status.get("caches") if isinstance(status.get("caches"), dict) else {}
+    exclusions = {}
+    for cache, digests in caches.items():
+        for state in (digests or {}).values() if isinstance(digests, dict) else ():
+            if isinstance(state, dict) and state.get("reason"):
+                exclusions[cache] = state.get("message") or state["reason"]
+    return exclusions
 
 
 def _declared_cache(obj, kind):
@@ -124,7 +129,6 @@ def _declared_cache(obj, kind):
         digest=_pinned_digest(spec.get("image")),
         read_only=isinstance(access_modes, list) and READ_ONLY_MANY in access_modes,
         workload_namespaces=workload_namespaces,
-        excluded=_excluded_nodes(obj.get("status")),
     )
 
 
@@ -207,6 +211,8 @@ class CacheView:
         self._pvc_group_of = {}  # (namespace, pvc name) -> group key, to move or drop a PVC
         self._caches = {NAMESPACED_KIND: {}, CLUSTER_KIND: {}}  # kind -> {(namespace, name): _DeclaredCache}
         self._cluster_caches_by_name = {}
+        # cache kind -> {(namespace or '', node): {cache: reason}}, only nodes with an exclusion
+        self._exclusions = {NAMESPACED_KIND: {}, CLUSTER_KIND: {}}
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -248,6 +254,21 @@ class CacheView:
         self._caches[kind] = {_key(obj): _declared_cache(obj, kind) for obj in items}
         self._caches_changed(kind)
 
+    def apply_node_object_event(self, kind, event_type, obj):
+        """Apply one watch event of a per-node object (kind: the cache kind it belongs to)."""
+        key = _key(obj)
+        exclusions = {} if event_type == "DELETED" else _node_exclusions(obj)
+        if exclusions:
+            self._exclusions[kind][key] = exclusions
+        else:
+            self._exclusions[kind].pop(key, None)
+
+    def replace_node_objects(self, kind, items):
+        """Replace the per-node objects of one cache kind with a fresh LIST (empty when the CRD is absent)."""
+        self._exclusions[kind] = {}
+        for obj in items:
+            self.apply_node_object_event(kind, "ADDED", obj)
+
     def _caches_changed(self, kind):
         if kind == CLUSTER_KIND:
             self._cluster_caches_by_name = {name: cache for (_namespace, name), cache in self._caches[kind].items()}
@@ -276,17 +297,24 @@ class CacheView:
         declared = self._caches[NAMESPACED_KIND].get((namespace, claim_name))
         group = self._pvc_groups.get((namespace, claim_name, namespace))
         if declared is not None or group is not None:
-            return self._claim(claim_name, namespace, "namespaced", declared, group)
+            return self._claim(claim_name, namespace, "namespaced", declared, group, self._excluded(
+                NAMESPACED_KIND, namespace, claim_name))
         declared = self._cluster_caches_by_name.get(claim_name)
         if declared is not None and namespace not in declared.workload_namespaces:
             declared = None
         group = self._pvc_groups.get((namespace, claim_name, ""))
         if declared is not None or group is not None:
-            return self._claim(claim_name, namespace, "cluster", declared, group)
+            return self._claim(claim_name, namespace, "cluster", declared, group, self._excluded(
+                CLUSTER_KIND, "", claim_name))
         return None
 
+    def _excluded(self, kind, namespace, cache):
+        """node -> why the cache is not on it, read from the per-node objects when asked."""
+        by_node = self._exclusions[kind]
+        return lambda node: by_node.get((namespace, node), {}).get(cache)
+
     @staticmethod
-    def _claim(name, namespace, scope, declared, group):
+    def _claim(name, namespace, scope, declared, group, excluded):
         group = group or _NO_PVCS
         digest = declared.digest if declared is not None else None
         if digest is None:
@@ -295,5 +323,4 @@ class CacheView:
             # and keeps the old ones only while pods still mount them.
             digest = group.newest_digest()
         read_only = (declared is not None and declared.read_only) or group.read_only()
-        excluded = declared.excluded if declared is not None else None
         return CacheClaim(name, namespace, scope, digest, group.node_pvcs(digest), read_only, excluded)

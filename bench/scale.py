@@ -1,0 +1,299 @@
+"""Scale benchmark: one ClusterGKMCache, ReadWriteOnce, over 3 namespaces, at growing numbers of kwok GPU nodes.
+
+For each size, on the local simulated cluster, measured side by side in one run:
+- cold: gkm.cluster.cache_reconcile (the `ansible` CLI, start-up included) with no object of the cache present,
+  wait=false: time, API requests and writes, the per-node objects it writes;
+- no-op: the same run once the extraction Jobs finished and their results were recorded: time, requests, writes
+  (must be 0), and the `ansible -m ping` floor measured right after it;
+- peak RSS of the `ansible` process tree of a run (the module included), the largest object the collection writes
+  (the cache resource, a per-node object, a PVC, PV or Job), and `kubectl apply --server-side` of the same PVCs, PVs
+  and Jobs (the per-node objects' status cannot be applied by kubectl; their creates are in ours).
+Nodes tolerate every taint, so the not-ready taints of nodes kwok has not made Ready yet do not matter and the
+run does not wait for thousands of heartbeats. Writes bench/results/scale.json (a list `points`, one per size)
+and bench/results/scale.png (when matplotlib is installed), with the least-squares cost per node-namespace.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
+sys.path.insert(0, ROOT)
+
+import yaml  # noqa: E402
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import (  # noqa: E402
+    list_node_objects,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import resource_owner  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import (  # noqa: E402
+    build_spec,
+    gather_facts,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
+from tests.helpers import kcache_images  # noqa: E402
+from tests.helpers.modules import ansible_cli_floor, run_module, run_module_measured  # noqa: E402
+
+BENCH_LABEL = "gkm.io/bench"
+GROUP = "gkm-bench-scale"
+RESULTS = os.path.join(ROOT, "bench", "results", "scale.json")
+PLOT = os.path.join(ROOT, "bench", "results", "scale.png")
+NAMESPACES = ["bench-scale-a", "bench-scale-b", "bench-scale-c"]
+OPTIONS = dict(registry_plain_http=True, extract_image="gkm-cluster-tools:bench", concurrency=16)
+
+
+def log(message):
+    print("bench-scale: %s" % message, file=sys.stderr, flush=True)
+
+
+def state():
+    with open(os.path.join(ROOT, ".sim", "state.json")) as handle:
+        return json.load(handle)
+
+
+def install_crds(raw):
+    for name in sorted(os.listdir(os.path.join(ROOT, "roles", "gkm", "files", "crds"))):
+        with open(os.path.join(ROOT, "roles", "gkm", "files", "crds", name)) as handle:
+            raw.apply(yaml.safe_load(handle))
+    time.sleep(2)  # Established within a second on the local API server
+
+
+def resize_nodes(raw, count):
+    """Exactly `count` bench GPU nodes: create the missing ones, delete those past the count."""
+    wanted = gpu_nodes.render_nodes([{"name": GROUP, "count": count, "vendor": "amd",
+                                      "labels": {BENCH_LABEL: GROUP}}]) if count else []
+    names = {node["metadata"]["name"] for node in wanted}
+    existing = {n["metadata"]["name"] for n in raw.list("Node", label_selector="%s=%s" % (BENCH_LABEL, GROUP))}
+    missing = [node for node in wanted if node["metadata"]["name"] not in existing]
+    raw.map(lambda node: raw.request("POST", "/api/v1/nodes", body=node), missing)
+    raw.map(lambda name: raw.delete("Node", name), sorted(existing - names))
+
+
+def cache_manifest(name, image):
+    template = {"spec": {"tolerations": [{"operator": "Exists"}], "nodeSelector": {BENCH_LABEL: GROUP}}}
+    return {"apiVersion": "%s/%s" % (cache_cr.GROUP, cache_cr.VERSION), "kind": "ClusterGKMCache",
+            "metadata": {"name": name},
+            "spec": {"image": image, "podTemplate": template, "workloadNamespaces": NAMESPACES}}
+
+
+def reconcile(kubeconfig, name, **args):
+    started = time.monotonic()
+    result, peak_rss = run_module_measured("cache_reconcile", kubeconfig, kind="ClusterGKMCache", name=name,
+                                           wait=False, **dict(OPTIONS, **args))
+    elapsed = time.monotonic() - started
+    assert not result.get("failed"), result.get("msg")
+    return result, elapsed, peak_rss
+
+
+def wait_jobs_done(raw, cache, expected, timeout):
+    """Let the Job controller, scheduler and kwok finish, so the next measurement starts on a quiet cluster."""
+    deadline = time.monotonic() + timeout
+    done = []
+    while time.monotonic() < deadline:
+        jobs = raw.list("Job", label_selector="gkm.io/cache=%s" % cache)
+        done = [job for job in jobs if planner.job_condition(job, "Complete")]
+        if len(done) >= expected:
+            return
+        time.sleep(2)
+    log("warning: only %d of %d Jobs completed" % (len(done), expected))
+
+
+def wait_gone(raw, cache, timeout):
+    selector = "gkm.io/cache=%s" % cache
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(raw.list(kind, label_selector=selector) for kind in ("PersistentVolumeClaim", "PersistentVolume",
+                                                                         "Job", "Pod")):
+            return
+        time.sleep(1)
+    raise TimeoutError("objects of %s still present" % cache)
+
+
+def remove(kubeconfig, raw, name, timeout):
+    result = run_module("cache_reconcile", kubeconfig, kind="ClusterGKMCache", name=name, state="absent", force=True)
+    assert not result.get("failed"), result.get("msg")
+    wait_gone(raw, name, timeout)
+
+
+def rendered_objects(raw, name, image):
+    """The PVCs, PVs and Jobs the planner renders for the cache on this cluster (what kubectl applies)."""
+    resource = cache_manifest(name, image)
+    defaults = {key: option.get("default") for key, option in DISTRIBUTION_ARG_SPEC.items()}
+    params = cache_cr.distribute_params(resource, dict(defaults, **OPTIONS))
+    params["owner"] = resource_owner(dict(resource, metadata=dict(resource["metadata"], uid="", creationTimestamp="")))
+    spec = build_spec(params)
+    return planner.plan(spec, gather_facts(raw, spec)).desired
+
+
+def largest_object(raw, name, desired):
+    status, resource = raw.request("GET", cache_cr.resource_path("ClusterGKMCache", name))
+    sizes = [len(json.dumps(resource, separators=(",", ":")))] if status == 200 else []
+    sizes += [len(json.dumps(obj, separators=(",", ":"))) for obj in list_node_objects(raw, "ClusterGKMCache", None)]
+    sizes += [len(json.dumps(obj, separators=(",", ":"))) for obj in desired]
+    return max(sizes)
+
+
+def measure(kubeconfig, raw, image, nodes, repeat):
+    resize_nodes(raw, nodes)
+    slots = nodes * len(NAMESPACES)
+    timeout = 120 + slots // 5
+    cold, cold_requests, cold_writes, noop, noop_requests, noop_writes, floor, rss, ssa = ([] for _ in range(9))
+    module_noop, node_writes, max_bytes = [], [], 0
+    for round_number in range(repeat):
+        name = "bench-scale-%s" % uuid.uuid4().hex[:5]
+        raw.request("POST", cache_cr.resource_path("ClusterGKMCache"), body=cache_manifest(name, image))
+        result, elapsed, peak = reconcile(kubeconfig, name)
+        cold.append(elapsed)
+        cold_requests.append(result["api_requests"])
+        cold_writes.append(result["api_writes"])
+        node_writes.append(result["node_objects"])
+        rss.append(peak)
+        wait_jobs_done(raw, name, slots, timeout)
+        _recorded, _elapsed, peak = reconcile(kubeconfig, name)  # records the finished extractions on the PVCs
+        rss.append(peak)
+        for _ in range(3):
+            again, elapsed, peak = reconcile(kubeconfig, name)
+            noop.append(elapsed)
+            module_noop.append(again["duration_seconds"])
+            noop_requests.append(again["api_requests"])
+            noop_writes.append(again["api_writes"] + int(again.get("status_changed", False)))
+            rss.append(peak)
+            floor.append(ansible_cli_floor())
+        desired = rendered_objects(raw, name, image)
+        max_bytes = max(max_bytes, largest_object(raw, name, desired))
+        remove(kubeconfig, raw, name, timeout)
+        raw.request("DELETE", cache_cr.resource_path("ClusterGKMCache", name))
+
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as manifest:
+            json.dump({"apiVersion": "v1", "kind": "List", "items": desired}, manifest)
+        started = time.monotonic()
+        # The server validates; kubectl's own schema check is older than the API server and refuses fields it
+        # defaults (a podFailurePolicy condition's status).
+        subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "apply", "--server-side", "--validate=false",
+                        "--field-manager", "bench-kubectl", "-f", manifest.name], check=True, stdout=subprocess.DEVNULL)
+        ssa.append(time.monotonic() - started)
+        os.unlink(manifest.name)
+        wait_jobs_done(raw, name, slots, timeout)
+        remove(kubeconfig, raw, name, timeout)
+        log("%d nodes, round %d: cold %.1fs (%d requests), no-op %.2fs (%d requests, %d writes), kubectl %.1fs" % (
+            nodes, round_number + 1, cold[-1], cold_requests[-1], noop[-1], noop_requests[-1], noop_writes[-1],
+            ssa[-1]))
+    return {
+        "nodes": nodes,
+        "namespaces": len(NAMESPACES),
+        "node_namespaces": slots,
+        "repeat": repeat,
+        "cold_s": round(statistics.median(cold), 3),
+        "cold_requests": int(statistics.median(cold_requests)),
+        "cold_writes": int(statistics.median(cold_writes)),
+        "cold_node_object_writes": node_writes[-1],
+        "kubectl_ssa_s": round(statistics.median(ssa), 3),
+        "ratio_cold_vs_kubectl_ssa": round(statistics.median(cold) / statistics.median(ssa), 3),
+        "noop_s": round(statistics.median(noop), 3),
+        "noop_module_s": round(statistics.median(module_noop), 3),
+        "noop_requests": int(statistics.median(noop_requests)),
+        "noop_writes": max(noop_writes),
+        "ansible_floor_s": round(statistics.median(floor), 3),
+        "ratio_noop_vs_floor": round(statistics.median(noop) / statistics.median(floor), 3),
+        "max_object_bytes": max_bytes,
+        "peak_rss_bytes": max(rss),
+    }
+
+
+def linear_fit(points):
+    """(seconds per node-namespace, intercept, r squared) of cold_s over node_namespaces."""
+    xs = [p["node_namespaces"] for p in points]
+    ys = [p["cold_s"] for p in points]
+    if len(points) < 2:
+        return (ys[0] / xs[0] if xs and xs[0] else None), 0.0, None
+    mean_x, mean_y = statistics.mean(xs), statistics.mean(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+    intercept = mean_y - slope * mean_x
+    total = sum((y - mean_y) ** 2 for y in ys)
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys))
+    return slope, intercept, (1 - residual / total) if total else None
+
+
+def plot(points, fit):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+    except ImportError:
+        log("matplotlib is not installed: no plot")
+        return False
+    xs = [p["node_namespaces"] for p in points]
+    figure, axes = pyplot.subplots(figsize=(7, 4.5))
+    for key, label in (("cold_s", "cold converge (ours)"), ("kubectl_ssa_s", "kubectl apply --server-side"),
+                       ("noop_s", "no-op rerun"), ("ansible_floor_s", "ansible -m ping floor")):
+        axes.plot(xs, [p[key] for p in points], marker="o", label=label)
+    if fit[0] is not None:
+        axes.plot(xs, [fit[1] + fit[0] * x for x in xs], linestyle="--", color="grey",
+                  label="fit: %.2f ms per node-namespace" % (fit[0] * 1000))
+    axes.set_xlabel("node-namespaces (GPU nodes x 3 workload namespaces)")
+    axes.set_ylabel("seconds")
+    axes.set_title("ClusterGKMCache, ReadWriteOnce, 3 namespaces")
+    axes.legend()
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(PLOT, dpi=100)
+    return True
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="500,2000,5000", help="numbers of kwok GPU nodes, comma-separated")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--keep-nodes", action="store_true", help="leave the bench nodes for the next run")
+    options = parser.parse_args()
+    st = state()
+    kubeconfig = st["kubeconfig"]
+    raw = kube.Kube(api_client_from_auth({"kubeconfig": kubeconfig}), workers=16)
+    install_crds(raw)
+    for namespace in NAMESPACES:
+        raw.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    image = kcache_images.build_image(st["registry"], "bench/scale", "v1", kcache_images.CacheSpec(backend="hip"))
+    points = []
+    try:
+        for nodes in sorted(int(size) for size in options.sizes.split(",")):
+            log("measuring at %d kwok GPU nodes" % nodes)
+            points.append(measure(kubeconfig, raw, image.ref, nodes, options.repeat))
+    finally:
+        if not options.keep_nodes:  # the cluster is shared: other tests should not see the bench nodes
+            resize_nodes(raw, 0)
+    fit = linear_fit(points)
+    results = {
+        "points": points,
+        "cold_s_per_node_namespace": round(fit[0], 6) if fit[0] is not None else None,
+        "cold_fit_intercept_s": round(fit[1], 3),
+        "cold_fit_r_squared": round(fit[2], 4) if fit[2] is not None else None,
+        "plot": os.path.relpath(PLOT, ROOT) if plot(points, fit) else None,
+        "notes": "times are medians over --repeat rounds and include ansible start-up; cold = no object of the "
+                 "cache exists, wait=false; noop_writes counts the status write too; peak_rss_bytes is the largest "
+                 "RSS of an `ansible` process tree running the module (wait4); kubectl_ssa_s applies the same PVCs, "
+                 "PVs and Jobs (not the per-node objects, whose status kubectl cannot apply) with --validate=false "
+                 "(the server validates)",
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+    }
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as handle:
+        json.dump(results, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    print(json.dumps(results, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
