@@ -11,8 +11,8 @@ version_added: 0.1.0
 description:
   - Returns the GKMCache and ClusterGKMCache resources whose reconcile a change of the node calls for - those that
     hold objects on the node (PVCs or PVs labelled C(gkm.io/node)) although their pod template's placement no
-    longer selects it, and those whose placement selects it although they hold nothing there and their last
-    status did not exclude it (a node that joined).
+    longer selects it, and those whose placement selects it although they hold nothing there and the node's
+    per-node status object does not say they left it out (a node that joined).
   - The placement is the pod template's C(nodeSelector), required node affinity and tolerations, and (unless
     O(compatibility=ignore)) GPU labels; GPU compatibility with the image is left to the reconcile.
 options:
@@ -27,6 +27,11 @@ options:
     required: true
   node_objects:
     description: The PVCs and PVs labelled C(gkm.io/node) with the node's name.
+    type: list
+    elements: dict
+    default: []
+  node_statuses:
+    description: The node's per-node status objects (GKMCacheNode in any namespace, ClusterGKMCacheNode).
     type: list
     elements: dict
     default: []
@@ -52,8 +57,8 @@ _value:
 from ansible_collections.gkm.cluster.plugins.module_utils.operator.node_events import affected_caches  # noqa: E402
 
 
-def caches_for_node(resources, node, node_objects=None, compatibility="skip"):
-    return affected_caches(node, resources, node_objects or [], compatibility)
+def caches_for_node(resources, node, node_objects=None, compatibility="skip", node_statuses=None):
+    return affected_caches(node, resources, node_objects or [], compatibility, node_statuses or [])
 
 
 class FilterModule(object):

@@ -10,12 +10,15 @@ def node(name="gpu-1", labels=None, taints=None, unschedulable=False):
             "spec": {"taints": taints or [], "unschedulable": unschedulable}}
 
 
-def cache(name="vector-add", namespace="team-a", pod_spec=None, excluded=None):
-    resource = {"kind": "GKMCache", "metadata": {"name": name, "namespace": namespace},
-                "spec": {"image": "registry.example/vector-add:v1", "podTemplate": {"spec": pod_spec or {}}}}
-    if excluded:
-        resource["status"] = {"excludedNodes": [{"reason": "GPU does not match", "nodes": excluded}]}
-    return resource
+def cache(name="vector-add", namespace="team-a", pod_spec=None):
+    return {"kind": "GKMCache", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"image": "registry.example/vector-add:v1", "podTemplate": {"spec": pod_spec or {}}}}
+
+
+def node_status(state, kind="GKMCacheNode", namespace="team-a", cache_name="vector-add"):
+    """The per-node status object of gpu-1 with one cache's state on it."""
+    return {"kind": kind, "metadata": {"name": "gpu-1", "namespace": namespace},
+            "status": {"caches": {cache_name: {"sha256:" + "a" * 64: {"state": state}}}}}
 
 
 def pvc_on_node(cache_name="vector-add", cache_namespace="team-a"):
@@ -55,9 +58,17 @@ def test_a_node_that_lost_its_gpu_labels_affects_the_caches_it_holds_unless_comp
     assert affected_caches(plain, [cache()], [pvc_on_node()], compatibility="ignore") == []
 
 
-def test_a_node_the_status_already_excludes_is_not_reconciled_again():
-    # A GPU node whose GPUs the image cannot run: placed, holds nothing, and the last status said why.
-    assert affected_caches(node(), [cache(excluded=["gpu-1"])], []) == []
+def test_a_node_its_per_node_object_says_the_cache_left_out_is_not_reconciled_again():
+    # A GPU node whose GPUs the image cannot run: placed, holds nothing, and its per-node object says why.
+    assert affected_caches(node(), [cache()], [], node_statuses=[node_status("Incompatible")]) == []
+    assert affected_caches(node(), [cache()], [], node_statuses=[node_status("Excluded")]) == []
+
+
+def test_another_namespace_or_kind_leaving_the_node_out_does_not_hide_a_joining_node():
+    others = [node_status("Incompatible", namespace="team-b"), node_status("Excluded", kind="ClusterGKMCacheNode",
+                                                                              namespace="")]
+    assert names(affected_caches(node(), [cache()], [], node_statuses=others)) == ["vector-add"]
+    assert names(affected_caches(node(), [cache()], [], node_statuses=[node_status("Extracting")])) == ["vector-add"]
 
 
 def test_objects_of_a_cache_of_another_namespace_or_kind_do_not_count_as_held():

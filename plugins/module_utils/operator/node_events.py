@@ -5,10 +5,11 @@
 A cache is affected when what its placement says about the node disagrees with what the cache holds there:
 - the node holds objects of the cache (PVCs or PVs labelled with the node) but the placement no longer selects it
   (labels, taints, cordon or its GPU labels changed): the reconcile removes them;
-- the placement selects the node, the cache holds nothing there, and the cache's last status did not already
-  exclude it (a node that joined, or became placeable): the reconcile distributes to it.
-A GPU node the placement selects whose GPUs the image cannot run stays excluded in the status, so its
-heartbeats reconcile nothing. GPU compatibility itself needs the image's targets (a registry read): the
+- the placement selects the node, the cache holds nothing there, and the node's per-node status object
+  (GKMCacheNode / ClusterGKMCacheNode) does not already say the cache left it out (a node that joined, or
+  became placeable): the reconcile distributes to it.
+A GPU node the placement selects whose GPUs the image cannot run stays excluded in its per-node object, so
+its heartbeats reconcile nothing. GPU compatibility itself needs the image's targets (a registry read): the
 reconcile judges it, not this filter.
 """
 
@@ -20,15 +21,21 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_objects import NODE_KINDS
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import EXCLUDED
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import (
     required_affinity_matches,
     selector_mismatches,
     untolerated_taints,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import INCOMPATIBLE
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
     gpus_from_node_labels,
 )
+
+# States of a cache on a node that its reconcile chose; a heartbeat does not change them.
+LEFT_OUT = (EXCLUDED, INCOMPATIBLE)
 
 
 def _cache_key(resource):
@@ -58,9 +65,18 @@ def placement_selects(resource, node, compatibility="skip"):
     return compatibility == "ignore" or _is_gpu_node(labels)
 
 
-def _excluded_in_status(resource, node_name):
-    excluded = ((resource.get("status") or {}).get("excludedNodes")) or []
-    return any(node_name in (entry.get("nodes") or []) for entry in excluded)
+def _left_out_on_node(resource, node_statuses):
+    """Whether the node's per-node status object says the cache's last reconcile left the node out."""
+    name, namespace = _cache_key(resource)
+    node_kind = NODE_KINDS[resource.get("kind")][0]
+    for status_object in node_statuses:
+        metadata = status_object.get("metadata") or {}
+        if status_object.get("kind") != node_kind or (metadata.get("namespace") or "") != namespace:
+            continue
+        digests = ((status_object.get("status") or {}).get("caches") or {}).get(name) or {}
+        if any(state.get("state") in LEFT_OUT for state in digests.values()):
+            return True
+    return False
 
 
 def holders(node_objects):
@@ -73,16 +89,18 @@ def holders(node_objects):
     return keys
 
 
-def affected_caches(node, resources, node_objects, compatibility="skip"):
-    """The resources (GKMCache / ClusterGKMCache) whose reconcile the node's event calls for, in input order."""
-    name = node["metadata"]["name"]
+def affected_caches(node, resources, node_objects, compatibility="skip", node_statuses=()):
+    """The resources (GKMCache / ClusterGKMCache) whose reconcile the node's event calls for, in input order.
+
+    node_objects: the PVCs and PVs labelled with the node; node_statuses: its per-node status objects.
+    """
     held = holders(node_objects)
     affected = []
     for resource in resources:
         selected = placement_selects(resource, node, compatibility)
         holds = _cache_key(resource) in held
         leaving = holds and not selected
-        joining = selected and not holds and not _excluded_in_status(resource, name)
+        joining = selected and not holds and not _left_out_on_node(resource, node_statuses)
         if leaving or joining:
             affected.append(resource)
     return affected
