@@ -18,6 +18,7 @@ DISTRIBUTION_ARG_SPEC = dict(
     create_pvs=dict(type="str", choices=["auto", "always", "never"], default="auto"),
     host_path_root=dict(type="str", default="/var/lib/gkm-cluster/caches"),
     set_volume_owner=dict(type="str", choices=["auto", "always", "never"], default="auto"),
+    serving_pvc=dict(type="bool", default=True),
     extract_image=dict(type="str"),
     job_limits=dict(type="dict", options=dict(
         backoff_limit=dict(type="int", default=2),

@@ -18,7 +18,7 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import conflicts, dry_run, registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
@@ -161,10 +161,10 @@ def gather_facts(kube, spec):
 
 
 def conflict_facts(kube, spec):
-    """(cache resources of the cache's name, live PVCs of its name): what conflicts.py checks a ReadOnlyMany
-    cache against; only such a cache names an object after itself. Resources are read for resource-backed
+    """(cache resources of the cache's name, live PVCs of its name): what conflicts.py checks a cache that names
+    a PVC after itself against (ReadOnlyMany, or a serving PVC). Resources are read for resource-backed
     caches only (a cache_distribute run is checked against the live PVCs)."""
-    if spec.per_node:
+    if not conflicts.spec_claims(spec):
         return [], []
     by_name = "metadata.name=%s" % spec.name
     # Every kind's collection across namespaces: /apis/<group>/<version>/<plural>.

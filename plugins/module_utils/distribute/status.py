@@ -28,6 +28,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
     pod_mounts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING, is_serving
 
 PENDING, EXTRACTING, EXTRACTED, ERROR, INCOMPATIBLE, OUTDATED = (
     "Pending", "Extracting", "Extracted", "Error", "Incompatible", "Outdated")
@@ -144,6 +145,10 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
             if slot.pvc:
                 outdated_claims.add((slot.namespace, slot.pvc))
             continue
+        if slot.outcome == SERVING:
+            # Not a slot of its own: its pods run on the nodes' slots, so they count as running pods.
+            current_claims.add((slot.namespace, slot.pvc))
+            continue
         if slot.outcome == "current":
             current_claims.add((slot.namespace, slot.pvc))
         job_key = (slot.namespace, slot.job)
@@ -242,6 +247,8 @@ def slots_from_live(objects):
     for pvc in sorted(pvcs, key=lambda o: (o["metadata"].get("namespace"), o["metadata"]["name"])):
         namespace, node, digest = _slot_key(pvc)
         outcome = "current" if digest == current else "outdated"
+        if outcome == "current" and is_serving(pvc):
+            outcome = SERVING
         slots.append(SlotState(outcome, namespace, node, digest, pvc["metadata"]["name"],
                                jobs_by_slot.get((namespace, node, digest)),
                                reason=None if outcome == "current" else "digest %s is not the newest" % digest))
