@@ -315,7 +315,8 @@ def test_a_real_node_leaving_is_pruned_and_its_disk_named(sim, kube, tools_image
         # No node is eligible any more: with wait the run would refuse (nothing to wait for); without, it prunes.
         left = distribute(sim, tools_image, wait=False, **args)
         assert not left.get("failed"), left.get("msg")
-        assert left["plan"]["summary"].get("delete") == {"PersistentVolume": 1, "PersistentVolumeClaim": 1, "Job": 1}
+        # The slot's PV, PVC and Job, and the serving PV and PVC (no eligible node is left to serve).
+        assert left["plan"]["summary"].get("delete") == {"PersistentVolume": 2, "PersistentVolumeClaim": 2, "Job": 1}
         assert AMD_NODE not in {e["node"] for e in left["status"]["entries"]}
         assert any(AMD_NODE in warning and slot in warning for warning in left["warnings"]), left["warnings"]
         assert os.path.isdir(slot)  # a node that is gone cannot be scrubbed: the warning names what stays
