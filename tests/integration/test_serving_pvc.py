@@ -37,6 +37,13 @@ def serving_pvc(kube, namespace, name):
     return client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(name, namespace)
 
 
+def readiness(kube, namespace, name):
+    """{node: value} of the cache's readiness label on the test's workers."""
+    key = "cache.gkm.io/%s.%s" % (namespace, name)
+    core = client.CoreV1Api(kube)
+    return {node: (core.read_node(node).metadata.labels or {}).get(key) for node in WORKERS}
+
+
 def bound(kube, namespace, name):
     return serving_pvc(kube, namespace, name).status.phase == "Bound"
 
@@ -62,10 +69,14 @@ def test_serving_pvc_binds_serves_any_pod_survives_a_digest_change_while_mounted
         assert {p.spec.host_path.path for p in slot_pvs} == {pv.spec.host_path.path[:-len("/cache")]}
         assert len(slot_pvs) == len(WORKERS)
 
+        # Every worker's slot is Extracted: each is labelled ready at the digest, written once.
+        assert readiness(kube, namespace, name) == {node: old_hex[:12] for node in WORKERS}
+        assert sorted(change["node"] for change in first["node_labels"]) == WORKERS
+
         audit = AuditWrites()
         again = distribute(sim, **args)
         assert again["changed"] is False and again["api_writes"] == 0, again["plan"]
-        assert audit.since(name) == []
+        assert audit.since(name) == [] and again["node_labels"] == []
 
         reader = workload_pod(kube, namespace, name, WORKERS[0])
         running = distribute(sim, **args)
@@ -78,6 +89,7 @@ def test_serving_pvc_binds_serves_any_pod_survives_a_digest_change_while_mounted
         outdated = [e for e in changed["status"]["entries"] if e["phase"] == "Outdated"]
         assert sorted(e["node"] for e in outdated) == ["", WORKERS[0]]
         assert changed["status"]["counts"]["pod_outdated"] == 1 and changed["status"]["phase"] == "Outdated"
+        assert readiness(kube, namespace, name) == {node: new_hex[:12] for node in WORKERS}
 
         core.delete_namespaced_pod(reader, namespace, grace_period_seconds=0)
         wait_until("reader gone", lambda: not core.list_namespaced_pod(
@@ -93,6 +105,7 @@ def test_serving_pvc_binds_serves_any_pod_survives_a_digest_change_while_mounted
                     if old_hex in p.spec.host_path.path]
     finally:
         distribute(sim, name=name, namespace=namespace, state="absent", force=True)
+    assert readiness(kube, namespace, name) == {node: None for node in WORKERS}
     assert not [p for p in core.list_persistent_volume(label_selector="gkm.io/cache=%s" % name).items
                 if not p.metadata.deletion_timestamp]
 

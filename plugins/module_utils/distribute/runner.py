@@ -18,7 +18,12 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import conflicts, dry_run, registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
+    conflicts,
+    dry_run,
+    node_readiness_runner,
+    registry_secret,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
@@ -354,6 +359,7 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         if params.get("wait") and spec.state == "present" and not check_mode:
             facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub)
         status = _status(spec, plan, facts)
+        node_labels = node_readiness_runner.label_nodes(kube, spec, status["entries"], facts.nodes)
     except KubeError as error:
         raise DistributeError(str(error), writes=kube.writes) from error
     result.update(
@@ -364,6 +370,7 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         eligible_nodes=[n["metadata"]["name"] for n in plan.eligibility.eligible],
         excluded_nodes=plan.eligibility.excluded,
         scrub=scrub.report(),
+        node_labels=node_labels,
         warnings=scrub.warnings,
         api_requests=kube.requests + dry_runs,
         api_dry_runs=dry_runs,
