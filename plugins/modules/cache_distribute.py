@@ -169,6 +169,13 @@ status:
       description: Jobs whose pod the scheduler cannot place, with its message and the option that would fix it.
       type: list
       elements: dict
+    serving:
+      description:
+        - The serving PVCs of a ReadWriteOnce cache at the current digest, one per namespace - namespace, pvc (the
+          cache's name), pv, digest and mounted_by (the pods using it). See O(serving_pvc).
+      type: list
+      elements: dict
+      returned: when the cache has serving PVCs
     unplaced:
       description:
         - Present when no node is eligible for the cache yet - the nodes grouped by reason, each with the option that

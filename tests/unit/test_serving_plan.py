@@ -93,6 +93,8 @@ def test_pods_of_the_current_serving_pvc_count_as_running_on_their_nodes():
     result = status.cache_status(second.slots, WORKERS, [], {}, live, readers)
     assert result["counts"]["pod_running"] == 2 and result["counts"]["node_in_use"] == 2
     assert result["phase"] == status.RUNNING
+    served, = result["serving"]
+    assert served["pvc"] == "vector-add" and sorted(served["mounted_by"]) == ["team-a/r0", "team-a/r1"]
     assert all(entry["node"] for entry in result["entries"])
 
 

@@ -137,7 +137,7 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
     job_pods = _index_job_pods(pods)
     # Who mounts each PVC, so every entry says it (undeploy lists these pods before it removes anything).
     mounts = pod_mounts(pods)
-    entries, unschedulable = [], []
+    entries, unschedulable, serving = [], [], []
     current_claims, outdated_claims = set(), set()
     for slot in slots:
         if slot.outcome == "outdated":
@@ -148,6 +148,9 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
         if slot.outcome == SERVING:
             # Not a slot of its own: its pods run on the nodes' slots, so they count as running pods.
             current_claims.add((slot.namespace, slot.pvc))
+            users = mounts.get((slot.namespace, slot.pvc)) or []
+            serving.append({"namespace": slot.namespace, "pvc": slot.pvc, "pv": slot.pv, "digest": slot.digest,
+                            "mounted_by": ["%s/%s" % (u["namespace"], u["name"]) for u in users]})
             continue
         if slot.outcome == "current":
             current_claims.add((slot.namespace, slot.pvc))
@@ -192,12 +195,15 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
         "pod_running": pod_running,
         "pod_outdated": pod_outdated,
     }
-    return {
+    result = {
         "phase": _overall_phase(entries, counts),
         "counts": counts,
         "entries": entries,
         "unschedulable": unschedulable,
     }
+    if serving:
+        result["serving"] = serving
+    return result
 
 
 def _overall_phase(entries, counts):
