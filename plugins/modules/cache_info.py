@@ -61,7 +61,7 @@ caches:
       description: namespaced or cluster.
       type: str
     status:
-      description: phase, counts (GKM's columns), entries per namespace and node, unschedulable Jobs, serving PVCs (serving).
+      description: phase, counts (GKM's columns), entries per namespace and node, unschedulable Jobs, serving PVCs.
       type: dict
 api_requests:
   description: API requests made.
