@@ -46,6 +46,18 @@ options:
         and the path left. Check mode creates no scrub Job; RV(scrub) says what would be removed.
     type: str
     default: /var/lib/gkm-cluster/caches
+  serving_pvc:
+    description:
+      - For a ReadWriteOnce cache whose PVs this collection creates (see O(create_pvs)), also create in each namespace
+        a PVC named exactly as the cache, bound to a hostPath PV without node affinity at the directory every node's
+        extraction publishes (C(<host_path_root>/<cache namespace or _cluster>/<cache>/<namespace>/<digest>/cache)).
+        Any pod that names the cache in C(claimName) then mounts its own node's copy; on a node without the cache the
+        kubelet refuses the mount (hostPath type C(Directory)) until it is extracted.
+      - A new digest replaces that PVC at once while no pod mounts it; a mounted one is kept, reported Outdated, and
+        replaced by the first run that finds it unused. A slot a pod reads through it is never pruned under the pod.
+      - Set C(false) to leave it out (only the per-node PVCs, for the C(gkm.io/pvc-mutation) webhook).
+    type: bool
+    default: true
   set_volume_owner:
     description:
       - The extraction Jobs' permission step, an init container of O(extract_image) running as uid 0 with every

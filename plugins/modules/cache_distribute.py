@@ -171,6 +171,13 @@ status:
       description: Jobs whose pod the scheduler cannot place, with its message and the option that would fix it.
       type: list
       elements: dict
+    serving:
+      description:
+        - The serving PVCs of a ReadWriteOnce cache at the current digest, one per namespace - namespace, pvc (the
+          cache's name), pv, digest and mounted_by (the pods using it). See O(serving_pvc).
+      type: list
+      elements: dict
+      returned: when the cache has serving PVCs
     unplaced:
       description:
         - Present when no node is eligible for the cache yet - the nodes grouped by reason, each with the option that
@@ -187,6 +194,15 @@ excluded_nodes:
   description: Every other node with the reasons (node_selector, taints, affinity, GPU compatibility).
   returned: success
   type: dict
+node_labels:
+  description:
+    - The node readiness labels this run wrote, C(node) and C(value) (null when removed). A ReadWriteOnce cache
+      labels each node whose current slots are all Extracted with C(cache.gkm.io/<cache namespace>.<cache>)
+      (C(cache.gkm.io/<cache>) for a cluster cache; hashed past 63 characters) set to the short digest, and removes
+      it when that no longer holds. Empty when every label already matched.
+  returned: success
+  type: list
+  elements: dict
 scrub:
   description: The node disks scrubbed before hostPath PVs were deleted (see O(host_path_root)).
   returned: success

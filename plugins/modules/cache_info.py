@@ -65,7 +65,7 @@ caches:
       type: str
     status:
       description: phase, counts (GKM's columns), entries per namespace and node (and per excluded GPU node),
-        unschedulable Jobs.
+        unschedulable Jobs, serving PVCs.
       type: dict
 api_requests:
   description: API requests made.

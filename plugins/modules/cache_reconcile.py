@@ -176,6 +176,15 @@ node_objects:
     conflicts:
       description: Writes refused because the object changed meanwhile, then read and planned again.
       type: int
+node_labels:
+  description:
+    - The node readiness labels this run wrote, C(node) and C(value) (null when removed). A ReadWriteOnce cache
+      labels each node whose current slots are all Extracted with C(cache.gkm.io/<cache namespace>.<cache>)
+      (C(cache.gkm.io/<cache>) for a cluster cache; hashed past 63 characters) set to the short digest, and removes
+      it when that no longer holds. Empty when every label already matched.
+  returned: success
+  type: list
+  elements: dict
 scrub:
   description: The node disks scrubbed before hostPath PVs were deleted (see O(host_path_root)).
   returned: success

@@ -33,6 +33,8 @@ def distribute(sim, check=False, diff=False, **args):
     args.setdefault("registry_plain_http", True)
     args.setdefault("extract_image", EXTRACT_IMAGE)
     args.setdefault("host_path_root", NODE_DISK)
+    # These tests count the slots' objects; test_serving_pvc.py covers the serving PVC.
+    args.setdefault("serving_pvc", False)
     return run_module("cache_distribute", sim.kubeconfig, check=check, diff=diff, **args)
 
 

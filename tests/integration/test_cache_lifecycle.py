@@ -99,7 +99,8 @@ def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(
 
         left = wait_until("the garbage collector to remove the PVC and Job of %s" % deleted, only_the_pv_left,
                           timeout=60)
-        assert len(left["PersistentVolume"]) == 1
+        # The node's slot PV and the serving PV (docs/modes/serving-pvc.md).
+        assert len(left["PersistentVolume"]) == 2
         run = run_role("caches", tmp_path, role_vars(sim, []))
         assert run.ok, run.failures()
         wait_until("the objects of %s and %s gone" % (deleted, declared),

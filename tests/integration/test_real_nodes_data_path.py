@@ -183,6 +183,66 @@ def test_rox_and_cluster_caches_over_two_namespaces_land_on_the_real_node(sim, k
         assert not os.path.exists(path)
 
 
+def test_a_deployment_naming_the_cache_in_claim_name_reads_the_kernels_on_both_real_nodes(
+        sim, kube, tools_image, image, job_namespace):
+    """The serving PVC: two replicas of a plain Deployment, kept to ready nodes by the readiness label."""
+    pushed, spec = image
+    name = unique("serve")
+    core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
+    entries = kcache_images.cache_entries(spec)[0]
+    kernel = next(e.name for e in entries if e.name.endswith(".llir"))
+    manifest = "io.triton.manifest/manifest.json"
+    expected = layer_files(sim.registry, "real/vector-add", pushed.digest, {kernel, manifest})
+    ready = {"cache.gkm.io/%s.%s" % (job_namespace, name): pushed.digest.split(":")[1][:12]}
+    try:
+        # compatibility ignore: the hip cache goes to the NVIDIA node too, so both real nodes hold it.
+        result = distribute(sim, tools_image, name=name, namespace=job_namespace, image=pushed.ref,
+                            compatibility="ignore")
+        assert not result.get("failed"), result.get("msg")
+        assert {entry(result, node)["phase"] for node in (AMD_NODE, NVIDIA_NODE)} == {"Extracted"}
+        script = "sha256sum /kernels/%s /kernels/%s && sleep 3600" % (manifest, kernel)
+        apps.create_namespaced_deployment(job_namespace, {
+            "metadata": {"name": "serving-reader"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "serving-reader"}}, "template": {
+                "metadata": {"labels": {"app": "serving-reader"}},
+                "spec": {
+                    "nodeSelector": ready,
+                    "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "affinity": dict(real_pod_template()["spec"]["affinity"], podAntiAffinity={
+                        "requiredDuringSchedulingIgnoredDuringExecution": [{
+                            "labelSelector": {"matchLabels": {"app": "serving-reader"}},
+                            "topologyKey": "kubernetes.io/hostname"}]}),
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 4321, "runAsGroup": 4321,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{"name": "app", "image": tools_image, "command": ["sh", "-c", script],
+                                    "securityContext": {"allowPrivilegeEscalation": False,
+                                                        "capabilities": {"drop": ["ALL"]}},
+                                    "volumeMounts": [{"name": "kernels", "mountPath": "/kernels", "readOnly": True}]}],
+                    "volumes": [{"name": "kernels", "persistentVolumeClaim": {"claimName": name}}]}}}})
+        pods = wait_until("both replicas running", lambda: (
+            lambda found: found if len(found) == 2 else None)(running_pods(core, job_namespace, "app=serving-reader")),
+            timeout=180)
+        assert sorted(pod.spec.node_name for pod in pods) == sorted([AMD_NODE, NVIDIA_NODE])
+        for pod in pods:
+            log = wait_until("%s's checksums" % pod.metadata.name, lambda pod=pod: (
+                lambda text: text if manifest in text else None)(pod_logs(core, job_namespace, pod.metadata.name)),
+                timeout=60)
+            sums = {line.split()[1].replace("/kernels/", ""): line.split()[0] for line in log.splitlines()
+                    if "  /kernels/" in line}
+            assert sums == expected, log
+        counts = distribute(sim, tools_image, name=name, namespace=job_namespace, image=pushed.ref,
+                            compatibility="ignore")["status"]["counts"]
+        assert counts["pod_running"] == 2 and counts["node_in_use"] == 2
+    finally:
+        apps.delete_collection_namespaced_deployment(job_namespace)
+        core.delete_collection_namespaced_pod(job_namespace, label_selector="app=serving-reader",
+                                              grace_period_seconds=0)
+        wait_until("the readers gone", lambda: not core.list_namespaced_pod(
+            job_namespace, label_selector="app=serving-reader").items, timeout=120)
+        remove(sim, tools_image, name=name, namespace=job_namespace)
+    assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest, job_namespace))
+
+
 # ---------------------------------------------------------------- refusals and the permission step
 
 
@@ -382,7 +442,8 @@ def test_a_real_node_leaving_is_pruned_and_its_disk_named(sim, kube, tools_image
         # No node is eligible any more: with wait the run would refuse (nothing to wait for); without, it prunes.
         left = distribute(sim, tools_image, wait=False, **args)
         assert not left.get("failed"), left.get("msg")
-        assert left["plan"]["summary"].get("delete") == {"PersistentVolume": 1, "PersistentVolumeClaim": 1, "Job": 1}
+        # The slot's PV, PVC and Job, and the serving PV and PVC (no eligible node is left to serve).
+        assert left["plan"]["summary"].get("delete") == {"PersistentVolume": 2, "PersistentVolumeClaim": 2, "Job": 1}
         assert AMD_NODE not in {e["node"] for e in left["status"]["entries"]}
         assert any(AMD_NODE in warning and slot in warning for warning in left["warnings"]), left["warnings"]
         assert os.path.isdir(slot)  # a node that is gone cannot be scrubbed: the warning names what stays

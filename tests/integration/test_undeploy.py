@@ -154,7 +154,7 @@ def deployed(sim, kube):
     run = playbook("deploy.yml", sim_dir)
     assert run.returncode == 0, run.failures()
     pvcs = client.CoreV1Api(kube).list_namespaced_persistent_volume_claim(
-        WORKLOAD_NAMESPACE, label_selector=MANAGED + ",gkm.io/cache=vector-add").items
+        WORKLOAD_NAMESPACE, label_selector=MANAGED + ",gkm.io/cache=vector-add,gkm.io/node").items
     assert pvcs, "deploy.yml made no PVC of vector-add in %s" % WORKLOAD_NAMESPACE
     pvc = pvcs[0]
     node = pvc.metadata.labels["gkm.io/node"]

@@ -172,12 +172,23 @@ def test_a_tie_in_creation_time_goes_to_the_cluster_cache_by_kind():
 
 
 def test_caches_whose_pvc_names_cannot_meet_are_no_conflict():
-    read_write_once = [resource("ClusterGKMCache", "vector-add", access_modes=("ReadWriteOnce",))]
     elsewhere = [resource("ClusterGKMCache", "vector-add", workload=("team-z",))]
-    for rivals in (read_write_once, elsewhere):
-        assert planner.plan(rox_spec(LATE), facts_with(rivals)).actions
-    # A ReadWriteOnce cache names its PVCs after node and slot hash: nothing to check.
-    assert planner.plan(make_spec(owner=owner()), facts_with([resource("ClusterGKMCache", "vector-add")])).actions
+    assert planner.plan(rox_spec(LATE), facts_with(elsewhere)).actions
+    # A ReadWriteOnce cache without a serving PVC names its PVCs after node and slot hash: nothing to check.
+    assert planner.plan(make_spec(owner=owner(), serving_pvc=False),
+                        facts_with([resource("ClusterGKMCache", "vector-add")])).actions
+
+
+def test_a_serving_pvc_is_named_as_the_cache_so_it_meets_an_earlier_rival_of_any_access_mode():
+    read_write_once = [resource("ClusterGKMCache", "vector-add", access_modes=("ReadWriteOnce",))]
+    for spec in (rox_spec(LATE), make_spec(owner=owner(), serving_pvc=True)):
+        with pytest.raises(conflicts.CacheConflictError) as refused:
+            planner.plan(spec, facts_with(read_write_once))
+        assert "PVC team-a/vector-add is wanted by GKMCache team-a/vector-add" in str(refused.value)
+    foreign = live_pvc("team-a", "vector-add", {"app": "mine"})
+    with pytest.raises(conflicts.CacheConflictError) as refused:
+        planner.plan(make_spec(owner=owner(), serving_pvc=True), facts_with([], [foreign]))
+    assert "belongs to no cache (gkm.cluster did not make it)" in str(refused.value)
 
 
 def live_pvc(namespace, name, labels):

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot, label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import serving
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import (
     ALLOWED,
@@ -20,6 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
     NAMESPACED_KIND,
     CacheView,
 )
+from tests.unit.test_plan import make_spec
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -396,3 +398,12 @@ def test_denials_say_why_a_node_never_gets_the_cache_and_not_yet_only_when_it_is
     assert "gkm.cluster.cache_distribute" in not_yet
     view.apply_node_object_event(NAMESPACED_KIND, "DELETED", {"metadata": {"name": "nv-1", "namespace": "apps"}})
     assert "yet" in denial("nv-1")
+
+
+def test_a_serving_pvc_named_as_the_cache_leaves_daemonset_pods_on_their_node_pvc(view):
+    """The serving PVC (distribute/serving.py) is no node's PVC: it must not turn the cache into a shared one."""
+    served = serving.render(make_spec(digest=DIGEST_A, namespace="apps"), "apps")[1]
+    view.apply_pvc_event("ADDED", served)
+    assert view.counts()["pvcs"] == 2
+    decision = admit(review(pod(affinity=daemonset_affinity("worker-2"))), view)
+    assert patch_of(decision)[0]["value"] == Slot("vector-add", "apps", "apps", "worker-2", DIGEST_A).pvc_name()

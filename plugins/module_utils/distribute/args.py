@@ -18,6 +18,7 @@ DISTRIBUTION_ARG_SPEC = dict(
     create_pvs=dict(type="str", choices=["auto", "always", "never"], default="auto"),
     host_path_root=dict(type="str", default="/var/lib/gkm-cluster/caches"),
     set_volume_owner=dict(type="str", choices=["auto", "always", "never"], default="auto"),
+    serving_pvc=dict(type="bool", default=True),
     extract_image=dict(type="str"),
     # Public, but a PEM block in every logged invocation is noise.
     signature_public_key=dict(type="str", no_log=True),

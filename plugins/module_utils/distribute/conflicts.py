@@ -4,9 +4,10 @@
 
 Every object name but one hashes the whole slot (cache, cache namespace, namespace, node, digest; see
 common/naming.py), so two caches never share it. The exception is what workloads name: a ReadOnlyMany cache's
-PVC is named as the cache, in each of its namespaces, so a GKMCache and a ClusterGKMCache of one name, both
-ReadOnlyMany, whose namespaces meet want one PVC. Of two such resources the one that came first
-(creationTimestamp, then kind and name) keeps the PVC; the other is refused before anything is written, so it
+PVC and a ReadWriteOnce cache's serving PVC (serving.py) are named as the cache, in each of its namespaces, so a
+GKMCache and a ClusterGKMCache of one name whose namespaces meet want one PVC (a resource does not say whether
+its serving PVC is turned off, so every resource is taken to want it). Of two such resources the one that came
+first (creationTimestamp, then kind and name) keeps the PVC; the other is refused before anything is written, so it
 never deletes or overwrites what the first owns. A live PVC of that name that belongs to no rival resource (a
 cache distributed without a resource, or an object not made by the collection) refuses the cache too.
 """
@@ -24,7 +25,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import PlanError
 
-READ_ONLY_MANY = "ReadOnlyMany"
 # Sorts after every RFC 3339 timestamp: a manifest not applied yet (check mode) comes after what exists.
 NOT_CREATED = "~"
 
@@ -41,11 +41,9 @@ def describe(kind, namespace, name):
 
 
 def resource_claims(resource):
-    """{(namespace, PVC name)} a GKMCache or ClusterGKMCache resource would name after itself (ReadOnlyMany)."""
+    """{(namespace, PVC name)} a GKMCache or ClusterGKMCache resource would name after itself."""
     spec = resource.get("spec") or {}
     metadata = resource.get("metadata") or {}
-    if READ_ONLY_MANY not in (spec.get("accessModes") or []):
-        return set()
     namespaces = [metadata.get("namespace")] if resource.get("kind") == "GKMCache" else spec.get(
         "workloadNamespaces") or []
     return {(namespace, metadata["name"]) for namespace in namespaces if namespace}
@@ -53,7 +51,7 @@ def resource_claims(resource):
 
 def spec_claims(spec):
     """{(namespace, PVC name)} the cache being planned names after itself."""
-    if spec.per_node:
+    if spec.per_node and not spec.serving_pvc:
         return set()
     return {(namespace, spec.name) for namespace in spec.namespaces}
 
@@ -82,8 +80,8 @@ def _self_name(spec):
 
 
 def _fix(spec):
-    return ("rename one of the two, make one ReadWriteOnce (per-node PVCs never collide), or keep their namespaces "
-            "apart; %s is refused until then, the other is unaffected" % _self_name(spec))
+    return ("rename one of the two, keep their namespaces apart, or make one ReadWriteOnce with serving_pvc: false "
+            "(per-node PVCs never collide); %s is refused until then, the other is unaffected" % _self_name(spec))
 
 
 def _earlier_rival(spec, rivals, wanted):

@@ -28,7 +28,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     Slot,
     short_digest,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import conflicts, ownership, registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
+    conflicts,
+    ownership,
+    registry_secret,
+    serving,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
     EXTRACTED_ANNOTATION,
     SPEC_HASH_ANNOTATION,
@@ -216,11 +221,14 @@ class _Planner:
                 obj = dict(obj, kind=kind)
                 self.live[object_ref(obj)] = obj
         self.mounts = pod_mounts(facts.pods)
+        self.serving_users = serving.users_by_slot(self.live.values(), self.mounts)
         self.claimed = set()
         self.plan = None
 
     def users(self, pvc):
-        return self.mounts.get((pvc["metadata"].get("namespace") or "", pvc["metadata"]["name"]), [])
+        """Pods that mount the PVC, and for a node's slot the pods reading it through the serving PVC."""
+        own = self.mounts.get((pvc["metadata"].get("namespace") or "", pvc["metadata"]["name"]), [])
+        return own + self.serving_users.get(serving.slot_key(pvc), [])
 
     def run(self):
         spec = self.spec
@@ -240,6 +248,8 @@ class _Planner:
                 else:
                     slot = Slot(spec.name, spec.cache_namespace, namespace, "", spec.digest)
                     self._slot(slot, None, *storage)
+                if serving.wanted(spec, storage[1]) and self.plan.eligibility.eligible:
+                    self._serving(namespace)
         self._stale()
         return self.plan
 
@@ -323,6 +333,28 @@ class _Planner:
                 plan.add("replace", job, "pod template changed before extraction finished")
         elif _metadata_outdated(job_live, job):
             plan.add("update", job, "labels or annotations differ")
+
+    def _serving(self, namespace):
+        """The namespace's serving PV and PVC (serving.py). One mounted at another digest is left to the stale
+        pass, which keeps it as outdated until it is unused."""
+        spec = self.spec
+        pv, pvc = (ownership.mark(obj, spec.owner) for obj in serving.render(spec, namespace))
+        pvc_live = self.live.get(object_ref(pvc))
+        if pvc_live is not None and _differs(pvc_live, pvc) and self.users(pvc_live) and not spec.force:
+            return
+        self.plan.slots.append(SlotState(serving.SERVING, namespace, "", short_digest(spec.digest), spec.name, None,
+                                         pv["metadata"]["name"]))
+        self.plan.desired.extend((pv, pvc))
+        for desired in (pv, pvc):
+            live = self.live.get(object_ref(desired))
+            if live is None:
+                self.plan.add("create", desired, "missing")
+                continue
+            self.claimed.add(object_ref(live))
+            if _differs(live, desired):
+                self.plan.add("replace", desired, "holds another digest or spec")
+            elif _metadata_outdated(live, desired):
+                self.plan.add("update", desired, "labels or annotations differ")
 
     def _stale(self):
         """Group unclaimed live objects by slot; delete each group unless a pod still mounts its PVC."""

@@ -18,7 +18,13 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, registry_secret, verification
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
+    conflicts,
+    dry_run,
+    node_readiness_runner,
+    registry_secret,
+    verification,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_entries import cache_entries
@@ -172,10 +178,10 @@ def gather_facts(kube, spec):
 
 
 def conflict_facts(kube, spec):
-    """(cache resources of the cache's name, live PVCs of its name): what conflicts.py checks a ReadOnlyMany
-    cache against; only such a cache names an object after itself. Resources are read for resource-backed
+    """(cache resources of the cache's name, live PVCs of its name): what conflicts.py checks a cache that names
+    a PVC after itself against (ReadOnlyMany, or a serving PVC). Resources are read for resource-backed
     caches only (a cache_distribute run is checked against the live PVCs)."""
-    if spec.per_node:
+    if not conflicts.spec_claims(spec):
         return [], []
     by_name = "metadata.name=%s" % spec.name
     # Every kind's collection across namespaces: /apis/<group>/<version>/<plural>.
@@ -366,6 +372,7 @@ def distribute(kube, params, check_mode=False, want_diff=False):
             facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub)
         status = _status(spec, plan, facts)
         node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff)
+        node_labels = node_readiness_runner.label_nodes(kube, spec, status["entries"], facts.nodes)
     except KubeError as error:
         raise DistributeError(str(error), writes=kube.writes) from error
     if node_objects is not None:
@@ -374,7 +381,7 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         result["node_objects"] = node_objects
     planned_node_writes = sum((node_objects or {}).get(key, 0) for key in ("created", "patched", "deleted"))
     result.update(
-        changed=bool(plan.actions or planned_node_writes) if check_mode else kube.writes > 0,
+        changed=bool(plan.actions or planned_node_writes or node_labels) if check_mode else kube.writes > 0,
         cache={"name": spec.name, "namespace": spec.cache_namespace, "scope": spec.scope, "image": spec.image,
                "digest": spec.digest, "size": spec.size, "access_modes": spec.access_modes, "state": spec.state,
                "signature_check": verification.identity(spec.verification)},
@@ -382,6 +389,7 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         eligible_nodes=[n["metadata"]["name"] for n in plan.eligibility.eligible],
         excluded_nodes=plan.eligibility.excluded,
         scrub=scrub.report(),
+        node_labels=node_labels,
         warnings=scrub.warnings,
         api_requests=kube.requests + dry_runs,
         api_dry_runs=dry_runs,

@@ -25,6 +25,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     label_value,
     stable_hash,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING_LABEL
 
 SCRUB_LABEL = "gkm.io/scrub"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -71,9 +72,10 @@ class ScrubTarget:
 
 
 def is_slot_pv(pv):
-    """A cache slot's hostPath PV (not a scrub Job's own)."""
+    """A cache slot's hostPath PV (not a scrub Job's own, nor a serving PV, which only points into the slots)."""
     labels = pv["metadata"].get("labels") or {}
     return (labels.get(MANAGED_BY_LABEL) == MANAGER and CACHE_LABEL in labels and SCRUB_LABEL not in labels
+            and SERVING_LABEL not in labels
             and bool(((pv.get("spec") or {}).get("hostPath") or {}).get("path")))
 
 

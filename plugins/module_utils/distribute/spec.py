@@ -71,6 +71,8 @@ class CacheSpec:
         self.prune = fields.get("prune", True)
         self.force = fields.get("force", False)
         self.create_namespaces = fields.get("create_namespaces", False)
+        # A ReadWriteOnce cache also gets a PVC named as the cache in each namespace (distribute/serving.py).
+        self.serving_pvc = fields.get("serving_pvc", True)
         # The cache resource the objects belong to (ownership.resource_owner), None for cache_distribute.
         self.owner = fields.get("owner")
 
@@ -176,7 +178,7 @@ def cache_spec_from_params(params):
         raise SpecError("extract_image is required: the tools image whose cache_extract command fills the PVCs")
     optional = {key: params[key] for key in ("size", "compatibility", "create_pvs", "host_path_root", "prune",
                                              "force", "create_namespaces", "state", "extract_args",
-                                             "set_volume_owner", "owner", "verification")
+                                             "set_volume_owner", "owner", "verification", "serving_pvc")
                 if params.get(key) is not None}
     return CacheSpec(
         name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,

@@ -28,6 +28,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
     pod_mounts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING, is_serving
 
 PENDING, EXTRACTING, EXTRACTED, ERROR, INCOMPATIBLE, OUTDATED = (
     "Pending", "Extracting", "Extracted", "Error", "Incompatible", "Outdated")
@@ -136,13 +137,20 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
     job_pods = _index_job_pods(pods)
     # Who mounts each PVC, so every entry says it (undeploy lists these pods before it removes anything).
     mounts = pod_mounts(pods)
-    entries, unschedulable = [], []
+    entries, unschedulable, serving = [], [], []
     current_claims, outdated_claims = set(), set()
     for slot in slots:
         if slot.outcome == "outdated":
             entries.append(_entry(slot, OUTDATED, slot.reason, users=mounts.get((slot.namespace, slot.pvc))))
             if slot.pvc:
                 outdated_claims.add((slot.namespace, slot.pvc))
+            continue
+        if slot.outcome == SERVING:
+            # Not a slot of its own: its pods run on the nodes' slots, so they count as running pods.
+            current_claims.add((slot.namespace, slot.pvc))
+            users = mounts.get((slot.namespace, slot.pvc)) or []
+            serving.append({"namespace": slot.namespace, "pvc": slot.pvc, "pv": slot.pv, "digest": slot.digest,
+                            "mounted_by": ["%s/%s" % (u["namespace"], u["name"]) for u in users]})
             continue
         if slot.outcome == "current":
             current_claims.add((slot.namespace, slot.pvc))
@@ -187,12 +195,15 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
         "pod_running": pod_running,
         "pod_outdated": pod_outdated,
     }
-    return {
+    result = {
         "phase": _overall_phase(entries, counts),
         "counts": counts,
         "entries": entries,
         "unschedulable": unschedulable,
     }
+    if serving:
+        result["serving"] = serving
+    return result
 
 
 def _overall_phase(entries, counts):
@@ -242,6 +253,8 @@ def slots_from_live(objects):
     for pvc in sorted(pvcs, key=lambda o: (o["metadata"].get("namespace"), o["metadata"]["name"])):
         namespace, node, digest = _slot_key(pvc)
         outcome = "current" if digest == current else "outdated"
+        if outcome == "current" and is_serving(pvc):
+            outcome = SERVING
         slots.append(SlotState(outcome, namespace, node, digest, pvc["metadata"]["name"],
                                jobs_by_slot.get((namespace, node, digest)),
                                reason=None if outcome == "current" else "digest %s is not the newest" % digest))

@@ -29,6 +29,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     label_value,
     short_digest,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING_LABEL
 
 GKM_GROUP = "gkm.io"
 GKM_VERSION = "v1alpha1"
@@ -136,7 +137,8 @@ def _pvc_record(obj):
     """A _PvcRecord for a PVC written by cache_distribute, or None for anything else."""
     metadata = obj.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    if labels.get(MANAGED_BY_LABEL) != MANAGER or not labels.get(CACHE_LABEL):
+    if labels.get(MANAGED_BY_LABEL) != MANAGER or not labels.get(CACHE_LABEL) or labels.get(SERVING_LABEL):
+        # A serving PVC (distribute/serving.py) is no node's PVC: pods mount it by the cache's name as it is.
         return None
     return _PvcRecord(
         cache=labels[CACHE_LABEL],

@@ -1,0 +1,113 @@
+"""The serving PVC of a ReadWriteOnce cache (distribute/serving.py) through the planner, the status and the scrub
+plan, without a cluster."""
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import scrub, serving, status
+from tests.unit.test_plan import CSI_CLASS, DIGEST_A, DIGEST_B, WORKERS, as_live, by_kind, facts, make_spec, pod, verbs
+
+HOST_ROOT = "/var/lib/gkm-cluster/caches"
+
+
+def serving_spec(digest=DIGEST_A, **params):
+    return make_spec(digest, serving_pvc=True, **params)
+
+
+def serving_objects(objects):
+    return [obj for obj in objects if serving.is_serving(obj)]
+
+
+def live_after(result, **marks):
+    return as_live(result.desired, **marks)
+
+
+def test_one_serving_pvc_named_as_the_cache_bound_to_an_unpinned_pv_at_the_published_directory():
+    result = planner.plan(serving_spec(), facts())
+    pv, pvc = serving_objects(result.desired)
+    assert pvc["metadata"]["name"] == "vector-add" and pvc["metadata"]["namespace"] == "team-a"
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pvc["spec"]["storageClassName"] == ""
+    assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": "vector-add"}
+    assert "nodeAffinity" not in pv["spec"]
+    assert pv["spec"]["hostPath"] == {"path": "%s/team-a/vector-add/team-a/%s/cache" % (HOST_ROOT, "a" * 64),
+                                      "type": "Directory"}
+    # Every node's slot PV is that directory's parent: the extraction's swap publishes exactly there.
+    slot_paths = {p["spec"]["hostPath"]["path"] for p in by_kind(result.desired, "PersistentVolume")
+                  if not serving.is_serving(p)}
+    assert slot_paths == {pv["spec"]["hostPath"]["path"].rsplit("/", 1)[0]}
+    assert len(by_kind(result.desired, "Job")) == len(WORKERS)
+    assert pv["metadata"]["labels"][serving.SERVING_LABEL] == "true"
+    assert [(s.outcome, s.pvc) for s in result.slots if s.outcome == serving.SERVING] == [
+        (serving.SERVING, "vector-add")]
+
+
+def test_off_rox_no_eligible_node_and_a_provisioner_class_get_no_serving_pvc():
+    assert not serving_objects(planner.plan(make_spec(), facts()).desired)
+    assert not serving_objects(planner.plan(serving_spec(access_modes=["ReadOnlyMany"]), facts()).desired)
+    assert not serving_objects(planner.plan(serving_spec(pod_template={}), facts()).desired)
+    assert not serving_objects(planner.plan(serving_spec(), facts(storage_class=CSI_CLASS)).desired)
+
+
+def test_rerun_writes_nothing():
+    spec = serving_spec()
+    first = planner.plan(spec, facts())
+    assert planner.plan(spec, facts(objects=live_after(first))).actions == []
+
+
+def test_new_digest_replaces_an_unused_serving_pvc_and_deletes_the_old_pv_without_scrubbing():
+    first = planner.plan(serving_spec(), facts())
+    live = live_after(first, complete_jobs=True, marked=True)
+    second = planner.plan(serving_spec(DIGEST_B), facts(objects=live))
+    old_pv, = [p["metadata"]["name"] for p in serving_objects(first.desired) if p["kind"] == "PersistentVolume"]
+    new_pv, = [p["metadata"]["name"] for p in serving_objects(second.desired) if p["kind"] == "PersistentVolume"]
+    assert old_pv != new_pv
+    serving_actions = [a for a in verbs(second) if a[2] in (old_pv, new_pv, "vector-add")]
+    assert serving_actions == [("create", "PersistentVolume", new_pv), ("delete", "PersistentVolume", old_pv),
+                               ("replace", "PersistentVolumeClaim", "vector-add")]
+    # The scrub removes slot directories only: the serving PV merely points into them.
+    deleted_pvs = [a.body for a in second.actions if a.verb == "delete" and a.kind == "PersistentVolume"]
+    assert sum(scrub.is_slot_pv(p) for p in deleted_pvs) == len(WORKERS)
+    assert not any(scrub.is_slot_pv(p) for p in deleted_pvs if p["metadata"]["name"] == old_pv)
+
+
+def test_a_mounted_serving_pvc_keeps_its_digest_and_the_slots_its_pods_read_until_unused():
+    first = planner.plan(serving_spec(), facts())
+    live = live_after(first, complete_jobs=True, marked=True)
+    reader = pod("reader", "team-a", "vector-add", node=WORKERS[0])
+    second = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=[reader]))
+    deleted = {(a.kind, a.name) for a in second.actions if a.verb == "delete"}
+    assert not any(name == "vector-add" or "serving" in name for _kind, name in deleted)
+    assert not any(a.name == "vector-add" for a in second.actions)
+    outdated = [(s.node, s.pvc) for s in second.slots if s.outcome == "outdated"]
+    # The old serving PVC, and the old slot of the reader's node, stay; the other nodes' old slots go.
+    assert ("", "vector-add") in outdated
+    assert [node for node, _pvc in outdated if node] == [WORKERS[0]]
+    assert {name for kind, name in deleted if kind == "Job"}.isdisjoint({s.job for s in second.slots if s.node})
+    counts = status.cache_status(second.slots, WORKERS, [], {}, live, [reader])["counts"]
+    assert counts["pod_outdated"] == 1 and counts["pod_running"] == 0
+
+
+def test_pods_of_the_current_serving_pvc_count_as_running_on_their_nodes():
+    first = planner.plan(serving_spec(), facts())
+    live = live_after(first, complete_jobs=True, marked=True)
+    readers = [pod("r%d" % index, "team-a", "vector-add", node=node) for index, node in enumerate(WORKERS[:2])]
+    second = planner.plan(serving_spec(), facts(objects=live, pods=readers))
+    result = status.cache_status(second.slots, WORKERS, [], {}, live, readers)
+    assert result["counts"]["pod_running"] == 2 and result["counts"]["node_in_use"] == 2
+    assert result["phase"] == status.RUNNING
+    served, = result["serving"]
+    assert served["pvc"] == "vector-add" and sorted(served["mounted_by"]) == ["team-a/r0", "team-a/r1"]
+    assert all(entry["node"] for entry in result["entries"])
+
+
+def test_cache_info_tells_the_serving_pvc_from_a_slot():
+    first = planner.plan(serving_spec(), facts())
+    live = live_after(first, complete_jobs=True, marked=True)
+    slots, nodes = status.slots_from_live(live)
+    assert nodes == sorted(WORKERS)
+    assert [s.pvc for s in slots if s.outcome == serving.SERVING] == ["vector-add"]
+    assert status.cache_status(slots, nodes, [], {}, live, [])["phase"] == status.EXTRACTED
+
+
+def test_pv_name_fits_a_dns_label_for_the_longest_cache_name():
+    spec = serving_spec(name="c" * 63)
+    name = serving.pv_name(spec, "team-a")
+    assert len(name) <= 63 and name.startswith("gkm-ccc") and "-serving-" in name
