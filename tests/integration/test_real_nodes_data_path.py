@@ -344,13 +344,17 @@ def test_the_jobs_verify_a_labelled_cache_s_signature_with_the_key(sim, crds, re
 
             status = crds.get_namespaced_custom_object_status("gkm.io", "v1alpha1", job_namespace, "gkmcaches",
                                                               refused)["status"]
-            node = next(n for n in status["nodes"] if n["node"] == AMD_NODE)
-            assert (status["phase"], node["phase"], node["reason"]) == ("Error", "Error", "SignatureNotVerified"), (
-                status)
-            assert "none verifies with the given public key for digest %s" % pushed.digest in node["message"], node
+            # The node's state of the cache lives in its GKMCacheNode (the cache's own status holds the counts).
+            node_state = crds.get_namespaced_custom_object("gkm.io", "v1alpha1", job_namespace, "gkmcachenodes",
+                                                           AMD_NODE)["status"]["caches"][refused][pushed.digest]
+            node = node_state["pvcStatus"][job_namespace]["conditions"][0]
+            assert (status["phase"], node_state["state"], node["reason"]) == (
+                "Error", "Error", "SignatureNotVerified"), (status, node_state)
+            refusal = "none verifies with the given public key for digest %s" % pushed.digest
+            assert refusal in node["message"], node
             condition = next(c for c in status["conditions"] if c["type"] == "SignatureVerified")
             assert (condition["status"], condition["reason"]) == ("False", "VerificationFailed"), condition
-            assert node["message"] in condition["message"]
+            assert refusal in condition["message"], condition
             assert not os.path.exists(os.path.join(slot_dir(job_namespace, refused, pushed.digest, job_namespace),
                                                    "cache"))
         finally:
