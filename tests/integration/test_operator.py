@@ -103,8 +103,8 @@ def cache_objects(kube, namespace, name):
     }
 
 
-def test_kubectl_apply_then_nodes_join_then_delete_without_a_playbook(operator, sim, crds, kube, namespace, image,
-                                                                       sim_nodes, record_property):
+def test_kubectl_apply_then_nodes_join_then_delete_without_a_playbook(
+        operator, sim, crds, kube, namespace, image, sim_nodes, record_property):
     pool = "op-%s" % uuid.uuid4().hex[:4]
     first = pool_nodes(sim_nodes, pool, 3)
     name = "op-cache"

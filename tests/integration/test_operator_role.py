@@ -23,7 +23,7 @@ def test_operator_mode_without_a_local_operator_is_refused_before_any_write(sim,
     run = run_role("gkm", tmp_path, role_vars(sim, gkm_operator_local=False))
     assert not run.ok
     assert any("in-cluster Deployment is not available yet" in message for message in run.failures()), run.failures()
-    assert "Install the GKMCache and ClusterGKMCache CRDs" not in [name for name, _ in run.tasks]
+    assert "Install the GKMCache and ClusterGKMCache CRDs" not in [task[0] for task in run.tasks]
 
 
 def test_the_role_starts_the_operator_and_undeploy_stops_it(sim, crds, tmp_path):

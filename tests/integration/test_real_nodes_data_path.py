@@ -83,6 +83,11 @@ def slot_dir(namespace, cache, digest, cache_namespace=None):
     return os.path.join(NODE_DISK, cache_namespace or "_cluster", cache, namespace, digest.split(":")[1])
 
 
+def _containing(text, wanted):
+    """The text when it contains `wanted`, else None (a wait_until condition)."""
+    return text if wanted in text else None
+
+
 def files_under(path):
     return [name for name in node_disk_files(path) if os.path.isfile(name)]
 
@@ -219,14 +224,16 @@ def test_a_deployment_naming_the_cache_in_claim_name_reads_the_kernels_on_both_r
                                                         "capabilities": {"drop": ["ALL"]}},
                                     "volumeMounts": [{"name": "kernels", "mountPath": "/kernels", "readOnly": True}]}],
                     "volumes": [{"name": "kernels", "persistentVolumeClaim": {"claimName": name}}]}}}})
-        pods = wait_until("both replicas running", lambda: (
-            lambda found: found if len(found) == 2 else None)(running_pods(core, job_namespace, "app=serving-reader")),
-            timeout=180)
+
+        def both_running():
+            found = running_pods(core, job_namespace, "app=serving-reader")
+            return found if len(found) == 2 else None
+
+        pods = wait_until("both replicas running", both_running, timeout=180)
         assert sorted(pod.spec.node_name for pod in pods) == sorted([AMD_NODE, NVIDIA_NODE])
         for pod in pods:
-            log = wait_until("%s's checksums" % pod.metadata.name, lambda pod=pod: (
-                lambda text: text if manifest in text else None)(pod_logs(core, job_namespace, pod.metadata.name)),
-                timeout=60)
+            log = wait_until("%s's checksums" % pod.metadata.name, lambda pod=pod: _containing(
+                pod_logs(core, job_namespace, pod.metadata.name), manifest), timeout=60)
             sums = {line.split()[1].replace("/kernels/", ""): line.split()[0] for line in log.splitlines()
                     if "  /kernels/" in line}
             assert sums == expected, log

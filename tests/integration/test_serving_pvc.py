@@ -65,7 +65,7 @@ def test_serving_pvc_binds_serves_any_pod_survives_a_digest_change_while_mounted
         assert pv.spec.host_path.type == "Directory"
         assert pv.spec.host_path.path == "%s/%s/%s/%s/%s/cache" % (NODE_DISK, namespace, name, namespace, old_hex)
         # Each node's slot PV is that directory's parent: the path is the same on every node.
-        slot_pvs = [p for p in core.list_persistent_volume(label_selector="gkm.io/cache=%s,gkm.io/node" % name).items]
+        slot_pvs = core.list_persistent_volume(label_selector="gkm.io/cache=%s,gkm.io/node" % name).items
         assert {p.spec.host_path.path for p in slot_pvs} == {pv.spec.host_path.path[:-len("/cache")]}
         assert len(slot_pvs) == len(WORKERS)
 

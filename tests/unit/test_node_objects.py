@@ -103,8 +103,8 @@ def test_a_change_on_one_node_patches_that_node_only_and_keeps_unchanged_transit
     server.write(plan(server, "llm", states, T0))
     version = server.objects[NAMES[1]]["metadata"]["resourceVersion"]
     changed = copy.deepcopy(states)
-    changed[NAMES[1]][DIGEST]["pvcStatus"]["b"]["conditions"] = [{"type": "Error", "status": "True",
-                                                                   "reason": "ToolsImageNotPullable", "message": "m"}]
+    changed[NAMES[1]][DIGEST]["pvcStatus"]["b"]["conditions"] = [
+        {"type": "Error", "status": "True", "reason": "ToolsImageNotPullable", "message": "m"}]
     changed[NAMES[1]][DIGEST]["state"] = "Error"
     writes = plan(server, "llm", changed, T1)
     assert [(w.verb, w.name, w.resource_version) for w in writes] == [("patch_status", NAMES[1], version)]

@@ -43,9 +43,9 @@ def test_gpus_come_from_labels_and_capacity():
     nodes = {n["metadata"]["name"]: n for n in mixed_nodes()}
     assert node_status.node_gpus(nodes["nv-1"]) == [{"gpuType": "cuda 90", "ids": list(range(8))}]
     assert node_status.node_gpus(nodes["cpu-1"]) == []
-    named = dict(nodes["nv-1"], metadata=dict(nodes["nv-1"]["metadata"], labels=dict(
-        nodes["nv-1"]["metadata"]["labels"], **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-                                                 "nvidia.com/cuda.driver-version.full": "570.124.06"})))
+    labels = dict(nodes["nv-1"]["metadata"]["labels"], **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                                                          "nvidia.com/cuda.driver-version.full": "570.124.06"})
+    named = dict(nodes["nv-1"], metadata=dict(nodes["nv-1"]["metadata"], labels=labels))
     assert node_status.node_gpus(named) == [{"gpuType": "NVIDIA-H100-80GB-HBM3", "driverVersion": "570.124.06",
                                              "ids": list(range(8))}]
 

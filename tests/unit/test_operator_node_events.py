@@ -65,8 +65,8 @@ def test_a_node_its_per_node_object_says_the_cache_left_out_is_not_reconciled_ag
 
 
 def test_another_namespace_or_kind_leaving_the_node_out_does_not_hide_a_joining_node():
-    others = [node_status("Incompatible", namespace="team-b"), node_status("Excluded", kind="ClusterGKMCacheNode",
-                                                                              namespace="")]
+    others = [node_status("Incompatible", namespace="team-b"),
+              node_status("Excluded", kind="ClusterGKMCacheNode", namespace="")]
     assert names(affected_caches(node(), [cache()], [], node_statuses=others)) == ["vector-add"]
     assert names(affected_caches(node(), [cache()], [], node_statuses=[node_status("Extracting")])) == ["vector-add"]
 
