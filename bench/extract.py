@@ -9,8 +9,10 @@ registry, then measures every contender as a fresh process, in alternating order
   skopeo_tar   skopeo copy to a dir: layout + tar -xzf of the layer (with --skopeo)
 Page cache: the same for every contender. The registry serves the blob from its storage and tar_floor reads
 its copy, both on the filesystem of the destinations, both warm after one untimed warm-up round of every
-contender; nothing is dropped. Before each timed run the previous destination is removed and `sync` runs
-(untimed), so no contender pays for another's writeback.
+contender; nothing is dropped. Every run extracts into a new directory and nothing is deleted until all
+timed runs are over: on ext4 without a journal, creating files right after others were deleted costs many
+times more system time (the allocator skips inodes freed in the last minute), so a deletion would bill the next
+run for the last one's tree. `sync` runs (untimed) before each run, so no contender pays for another's writeback.
 Per contender: median, min and max of wall and CPU seconds (user + system of the process and all its
 children, from RUSAGE_CHILDREN around each command), and the instruction count from `perf stat -e
 instructions` where the machine has the counter (the JSON says why not otherwise).
@@ -48,19 +50,18 @@ JOB_MAIN = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_mai
 DEFAULT_MAX_LOAD = 1.5
 GROWTH_RUNS = 10
 # Ten extractions in one interpreter: what a long-lived caller (the module under a persistent runner,
-# a test process) does. Each run starts like a timed contender's (previous tree removed, sync); prints the
+# a test process) does. Each run starts like a timed contender's (a new directory, sync); prints the
 # user, system and wall seconds of each.
 GROWTH_SCRIPT = """
-import contextlib, io, json, os, resource, shutil, sys, time
+import contextlib, io, json, os, resource, sys, time
 from %s import main
 image, dest, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 samples = []
-for _ in range(runs):
-    shutil.rmtree(dest, ignore_errors=True)
+for run in range(runs):
     os.sync()
     before, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["--image", image, "--dest", dest, "--plain-http"]) == 0
+        assert main(["--image", image, "--dest", "%%s-%%d" %% (dest, run), "--plain-http"]) == 0
     after = resource.getrusage(resource.RUSAGE_SELF)
     samples.append((after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime, time.perf_counter() - wall))
 print(json.dumps(samples))
@@ -129,10 +130,21 @@ def _run(command, env=None):
     return subprocess.run(command, check=True, capture_output=True, text=True, env=env)
 
 
-def fresh(*paths):
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
-    subprocess.run(["sync"], check=False)
+class NewDirectories:
+    """A new directory per run under one root, none deleted before the root at the end (see the docstring)."""
+
+    def __init__(self, root):
+        self.root = root
+        self.count = 0
+        os.makedirs(root)
+
+    def new(self, create=True):
+        self.count += 1
+        path = os.path.join(self.root, "run-%d" % self.count)
+        if create:
+            os.makedirs(path)
+        subprocess.run(["sync"], check=False)
+        return path
 
 
 def summary(values):
@@ -146,9 +158,7 @@ def measure_interleaved(runner, contenders, runs):
     for round_index in range(runs + 1):  # round 0 warms the page cache and is not kept
         order = names[round_index % len(names):] + names[:round_index % len(names)]
         for name in order:
-            prepare, commands = contenders[name]
-            prepare()
-            sample = runner.measure(commands)
+            sample = runner.measure(contenders[name]())
             if round_index:
                 samples[name].append(sample)
         print("round %d/%d done, load %.2f" % (round_index, runs, os.getloadavg()[0]), flush=True)
@@ -166,19 +176,17 @@ def contender_table(samples):
     return table
 
 
-def growth_in_one_process(runner, env, image_ref, dest, ours_command):
+def growth_in_one_process(runner, env, image_ref, directories, ours_command):
     """10 extractions in one process, and as a control the same sequence in 10 fresh processes.
 
     Growth that the control shows too comes from the machine (the file system's writeback of the earlier
     trees), not from state the process accumulates.
     """
-    out = _run([sys.executable, "-c", GROWTH_SCRIPT, image_ref, dest, str(GROWTH_RUNS)], env).stdout
+    out = _run([sys.executable, "-c", GROWTH_SCRIPT, image_ref, os.path.join(directories.new(), "c"),
+                str(GROWTH_RUNS)], env).stdout
     one_process = [{"user_s": user, "sys_s": system, "cpu_s": user + system, "wall_s": wall}
                    for user, system, wall in json.loads(out)]
-    fresh_processes = []
-    for _ in range(GROWTH_RUNS):
-        fresh(dest)
-        fresh_processes.append(runner.measure([ours_command]))
+    fresh_processes = [runner.measure(ours_command(directories.new(create=False))) for _ in range(GROWTH_RUNS)]
 
     def growth(samples):
         return {key: samples[-1][key] / samples[0][key] for key in ("user_s", "cpu_s", "wall_s")}
@@ -241,47 +249,46 @@ def main():
         image, blob_path, raw_bytes, file_count = kcache_images.build_large_image(
             registry, "bench/triton-large", "v1", work, args.bytes, args.files)
         blob_size = os.path.getsize(blob_path)
-        ours_dest = os.path.join(work, "ours", "cache")
-        tar_out = os.path.join(work, "tar-out")
+        directories = NewDirectories(os.path.join(work, "runs"))
+
+        def ours(dest):
+            return [[sys.executable, "-m", JOB_MAIN, "--image", image.ref, "--dest", dest, "--plain-http"]]
+
         contenders = {
-            "ours": (lambda: fresh(ours_dest),
-                     [[sys.executable, "-m", JOB_MAIN, "--image", image.ref, "--dest", ours_dest, "--plain-http"]]),
-            "tar_floor": (lambda: (fresh(tar_out), os.makedirs(tar_out)),
-                          [["tar", "-xzf", blob_path, "-C", tar_out]]),
+            "ours": lambda: ours(directories.new(create=False)),
+            "tar_floor": lambda: [["tar", "-xzf", blob_path, "-C", directories.new()]],
         }
         results = {"runs": args.runs, "entry_point": "python -m %s (the extraction Job's command)" % JOB_MAIN}
         if os.access(oras, os.X_OK):
-            oras_dir = os.path.join(work, "oras")
-            layer_file = os.path.join(oras_dir, "layer.tgz")
-            contenders["oras_tar"] = (
-                lambda: (fresh(oras_dir), os.makedirs(os.path.join(oras_dir, "out"))),
-                [[oras, "manifest", "fetch", "--plain-http", image.ref],
-                 [oras, "blob", "fetch", "--plain-http", "--output", layer_file,
-                  "%s/%s@%s" % (registry, image.repository, image.layer_digest)],
-                 ["tar", "-xzf", layer_file, "-C", os.path.join(oras_dir, "out")]])
+            def oras_tar(directory):
+                layer_file = os.path.join(directory, "layer.tgz")
+                os.makedirs(os.path.join(directory, "out"))
+                return [[oras, "manifest", "fetch", "--plain-http", image.ref],
+                        [oras, "blob", "fetch", "--plain-http", "--output", layer_file,
+                         "%s/%s@%s" % (registry, image.repository, image.layer_digest)],
+                        ["tar", "-xzf", layer_file, "-C", os.path.join(directory, "out")]]
+
+            contenders["oras_tar"] = lambda: oras_tar(directories.new())
             results["oras_version"] = _run([oras, "version"]).stdout.splitlines()[0]
         else:
             results["oras_missing"] = "%s not built (tools/bench-tools.sh)" % oras
         if args.skopeo and shutil.which("skopeo"):
-            skopeo_dir = os.path.join(work, "skopeo")
-            contenders["skopeo_tar"] = (
-                lambda: (fresh(skopeo_dir), os.makedirs(os.path.join(skopeo_dir, "out"))),
-                [["skopeo", "copy", "--insecure-policy", "--quiet", "--src-tls-verify=false",
-                  "docker://" + image.ref, "dir:" + os.path.join(skopeo_dir, "image")],
-                 ["tar", "-xzf", os.path.join(skopeo_dir, "image", image.layer_digest.split(":", 1)[1]),
-                  "-C", os.path.join(skopeo_dir, "out")]])
+            def skopeo_tar(directory):
+                os.makedirs(os.path.join(directory, "out"))
+                return [["skopeo", "copy", "--insecure-policy", "--quiet", "--src-tls-verify=false",
+                         "docker://" + image.ref, "dir:" + os.path.join(directory, "image")],
+                        ["tar", "-xzf", os.path.join(directory, "image", image.layer_digest.split(":", 1)[1]),
+                         "-C", os.path.join(directory, "out")]]
+
+            contenders["skopeo_tar"] = lambda: skopeo_tar(directories.new())
         print("measuring %s, %d rounds after a warm-up round ..." % (", ".join(contenders), args.runs), flush=True)
         table = contender_table(measure_interleaved(runner, contenders, args.runs))
-        fresh(ours_dest, tar_out)
         results["contenders"] = table
         results["instructions"] = "counted" if perf_problem is None else perf_problem
-        growth_dest = os.path.join(work, "growth", "c")
-        results["growth_in_one_process"] = growth_in_one_process(
-            runner, env, image.ref, growth_dest,
-            [sys.executable, "-m", JOB_MAIN, "--image", image.ref, "--dest", growth_dest, "--plain-http"])
+        results["growth_in_one_process"] = growth_in_one_process(runner, env, image.ref, directories, ours)
         results["noop_rerun"] = noop_reruns(env, image.ref, os.path.join(work, "noop", "cache"), max(10, args.runs))
         if args.playbook_runs:
-            results["playbook"] = playbook_timing(image, os.path.join(work, "pb", "cache"), args.playbook_runs)
+            results["playbook"] = playbook_timing(image, directories, args.playbook_runs)
 
         def ratio(name, key):
             return table["ours"][key]["median"] / table[name][key]["median"] if name in table else None
@@ -306,7 +313,8 @@ def main():
             "load_average_before": load_before, "load_average_after": load_after, "max_load": args.max_load,
             "busy": busy, "registry": "docker-registry (distribution 2.8) on loopback",
             "page_cache": "warm for all: one untimed warm-up round; blob served from the registry's storage or "
-                          "read from disk on the destinations' filesystem; sync (untimed) before each run"}
+                          "read from disk on the destinations' filesystem; every run into a new directory, none "
+                          "deleted before the end; sync (untimed) before each run"}
         if busy and not args.allow_busy:
             sys.exit("load average rose to %.2f (above %.2f) during the run: results not written"
                      % (load_after[0], args.max_load))
@@ -333,15 +341,13 @@ def _rounded(value):
     return value
 
 
-def playbook_timing(image, dest, runs):
+def playbook_timing(image, directories, runs):
     """Median wall time of ansible-playbook running one cache_extract task, and of the task itself."""
-    work = os.path.dirname(dest)
-    os.makedirs(work, exist_ok=True)
-    playbook = os.path.join(work, "extract.yml")
+    playbook = os.path.join(directories.new(), "extract.yml")
     with open(playbook, "w") as f:
         f.write("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
-                "    - gkm.cluster.cache_extract:\n        image: %s\n        dest: %s\n"
-                "        registry_plain_http: true\n" % (image.ref, dest))
+                "    - gkm.cluster.cache_extract:\n        image: %s\n        dest: \"{{ dest }}\"\n"
+                "        registry_plain_http: true\n" % image.ref)
     site_packages = os.path.join(sys.prefix, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOCALHOST_WARNING="false",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
@@ -349,10 +355,10 @@ def playbook_timing(image, dest, runs):
     binary = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     walls, tasks = [], []
     for _ in range(runs):
-        fresh(dest)
+        dest = os.path.join(directories.new(), "cache")
         start = time.perf_counter()
         out = _run([binary, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
-                    playbook], env).stdout
+                    "-e", "dest=" + dest, playbook], env).stdout
         walls.append(time.perf_counter() - start)
         task = json.loads(out)["plays"][0]["tasks"][0]
         assert task["hosts"]["localhost"]["changed"] is True
