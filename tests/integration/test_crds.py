@@ -66,8 +66,9 @@ def test_status_subresource_and_printer_columns(crds, kube, namespace):
     response.read()
     table = json.loads(response.data)
     headers = [column["name"] for column in table["columnDefinitions"]]
-    # Message (the Ready condition's, priority 1) shows with -o wide only.
+    # Node-Excluded and Message (the Ready condition's, both priority 1) show with -o wide only.
     assert headers == ["Name", "Status", "Nodes", "Node-In-Use", "Node-Not-In-Use", "Node-Error", "Pod-Running",
-                       "Pod-Outdated", "Age", "Message"]
+                       "Pod-Outdated", "Age", "Node-Excluded", "Message"]
+    assert table["columnDefinitions"][-2]["priority"] == 1
     assert table["columnDefinitions"][-1]["priority"] == 1
     assert table["rows"][0]["cells"][1:8] == ["Extracted", 3, 1, 2, 0, 1, 0]
