@@ -43,6 +43,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner impo
     gather_facts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
+from bench.distribute import wait_jobs_done  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
 from tests.helpers.modules import ansible_cli_floor, run_module, run_module_measured  # noqa: E402
 
@@ -95,19 +96,6 @@ def reconcile(kubeconfig, name, **args):
     elapsed = time.monotonic() - started
     assert not result.get("failed"), result.get("msg")
     return result, elapsed, peak_rss
-
-
-def wait_jobs_done(raw, cache, expected, timeout):
-    """Let the Job controller, scheduler and kwok finish, so the next measurement starts on a quiet cluster."""
-    deadline = time.monotonic() + timeout
-    done = []
-    while time.monotonic() < deadline:
-        jobs = raw.list("Job", label_selector="gkm.io/cache=%s" % cache)
-        done = [job for job in jobs if planner.job_condition(job, "Complete")]
-        if len(done) >= expected:
-            return
-        time.sleep(2)
-    log("warning: only %d of %d Jobs completed" % (len(done), expected))
 
 
 def wait_gone(raw, cache, timeout):

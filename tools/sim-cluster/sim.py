@@ -608,13 +608,18 @@ def cmd_tools_image(_args):
     print(state["tools_image"])
 
 
-def cmd_webhook_down(_args):
+def stop_recorded(name):
+    """Stop the process recorded under name and forget it; returns (state, whether it was running)."""
     state = load_state()
-    record = state["processes"].pop("webhook", None)
+    record = state["processes"].pop(name, None)
     running = is_running(record)
-    stop_process("webhook", record)
+    stop_process(name, record)
     save_state(state)
-    print(json.dumps({"changed": running}))
+    return state, running
+
+
+def cmd_webhook_down(_args):
+    print(json.dumps({"changed": stop_recorded("webhook")[1]}))
 
 
 def operator_dir():
@@ -648,12 +653,7 @@ def cmd_operator_up(args):
 
 
 def cmd_operator_down(_args):
-    state = load_state()
-    record = state["processes"].pop("operator", None)
-    running = is_running(record)
-    stop_process("operator", record)
-    save_state(state)
-    print(json.dumps({"changed": running}))
+    print(json.dumps({"changed": stop_recorded("operator")[1]}))
 
 
 def apply_crds(state, pki, directory):
@@ -709,11 +709,7 @@ def cmd_kyverno_up(_args):
 
 
 def cmd_kyverno_down(args):
-    state = load_state()
-    record = state["processes"].pop("kyverno", None)
-    running = is_running(record)
-    stop_process("kyverno", record)
-    save_state(state)
+    state, running = stop_recorded("kyverno")
     if args.purge:
         pki = ensure_pki(state)
         for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):

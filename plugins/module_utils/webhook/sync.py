@@ -55,26 +55,19 @@ class ViewSync:
         self.synced = {}
         self._stop = threading.Event()
 
+        def gkm_source(plural, on_event, on_list):
+            # The CRDs may come after the server: a 404 reads as "none of these yet".
+            return _Source(plural, "/apis/%s/%s/%s" % (GKM_GROUP, GKM_VERSION, plural), None, on_event, on_list,
+                           optional=True)
+
         def cache_source(kind, plural):
-            return _Source(
-                plural,
-                "/apis/%s/%s/%s" % (GKM_GROUP, GKM_VERSION, plural),
-                None,
-                lambda event_type, obj: view.apply_cache_event(kind, event_type, obj),
-                lambda items: view.replace_caches(kind, items),
-                optional=True,
-            )
+            return gkm_source(plural, lambda event_type, obj: view.apply_cache_event(kind, event_type, obj),
+                              lambda items: view.replace_caches(kind, items))
 
         def node_object_source(kind):
-            plural = NODE_KINDS[kind].lower() + "s"
-            return _Source(
-                plural,
-                "/apis/%s/%s/%s" % (GKM_GROUP, GKM_VERSION, plural),
-                None,
-                lambda event_type, obj: view.apply_node_object_event(kind, event_type, obj),
-                lambda items: view.replace_node_objects(kind, items),
-                optional=True,
-            )
+            return gkm_source(NODE_KINDS[kind].lower() + "s",
+                              lambda event_type, obj: view.apply_node_object_event(kind, event_type, obj),
+                              lambda items: view.replace_node_objects(kind, items))
 
         self.sources = [
             _Source("persistentvolumeclaims", resource_path("PersistentVolumeClaim"), MANAGED_PVC_SELECTOR,
