@@ -39,7 +39,10 @@ def test_the_runs_use_the_checkouts_collection_and_the_venvs_python():
 
 
 def test_the_playbooks_caches_options_win_over_the_sim_defaults():
-    options = plan.extra_vars("registry/tools:1", {"caches_host_path_root": "/sim/node-disk", "caches_wait": False})
+    options = plan.extra_vars("registry/tools:1", "/sim/kubeconfig",
+                              {"caches_host_path_root": "/sim/node-disk", "caches_wait": False})
+    # The runs' modules reach the API server itself, not the engine's caching proxy.
+    assert options["caches_kubeconfig"] == "/sim/kubeconfig"
     assert options["caches_extract_image"] == "registry/tools:1"
     assert options["caches_host_path_root"] == "/sim/node-disk"
     assert options["caches_wait"] is False

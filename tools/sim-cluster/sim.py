@@ -645,7 +645,8 @@ def cmd_operator_up(args):
         vars_file = os.path.join(directory, "vars.json")
         tools_image = args.tools_image or state.get("tools_image") or "%s/gkm-cluster/tools:sim" % state["registry"]
         with open(vars_file, "w") as handle:
-            json.dump(operator_plan.extra_vars(tools_image, json.loads(args.caches_options or "{}")), handle)
+            options = json.loads(args.caches_options or "{}")
+            json.dump(operator_plan.extra_vars(tools_image, KUBECONFIG, options), handle)
         start_process(state, "operator", operator_plan.argv(binary, ROOT, vars_file, ports),
                       operator_plan.environment(os.environ, ROOT, os.path.dirname(sys.executable), KUBECONFIG))
     wait_for("the operator", lambda: _http_ok("http://127.0.0.1:%d/readyz" % ports["health"]), 60, ["operator"], state)

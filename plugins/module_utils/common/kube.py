@@ -195,7 +195,7 @@ class Kube:
 
     def list_pages(self, path, label_selector=None, page_size=LIST_PAGE_SIZE):
         """Every item of a collection path, read `page_size` at a time (a large list never arrives in one response)."""
-        items, token = [], None
+        items, token, previous = [], None, None
         while True:
             query = [("limit", str(page_size))]
             if label_selector:
@@ -206,9 +206,13 @@ class Kube:
             if status == 404:
                 return []
             items.extend(data.get("items") or [])
-            token = (data.get("metadata") or {}).get("continue")
+            previous, token = token, (data.get("metadata") or {}).get("continue")
             if not token:
                 return items
+            if token == previous:
+                # A reader that does not page (ansible-operator's caching proxy) would be asked forever.
+                raise KubeError("list %s: the server returned the same continue token twice; it does not page "
+                                "lists: reach the API server directly" % path)
 
     def get(self, kind, name, namespace=None):
         status, data = self.request("GET", resource_path(kind, namespace, name), what="%s %s" % (kind, name))
