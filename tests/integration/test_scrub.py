@@ -41,7 +41,8 @@ def distribute(sim, nodes, check=False, **args):
 
 
 def slot_pvs(kube, name):
-    return client.CoreV1Api(kube).list_persistent_volume(label_selector="gkm.io/cache=%s" % name).items
+    """The cache's per-node PVs (its serving PV is on no node and holds no slot of its own)."""
+    return client.CoreV1Api(kube).list_persistent_volume(label_selector="gkm.io/cache=%s,gkm.io/node" % name).items
 
 
 def wait_pvs_gone(kube, name, timeout=30):

@@ -42,6 +42,9 @@ DOCUMENTED_PERMISSIONS = {
     ("", "persistentvolumeclaims", "list"), ("", "persistentvolumeclaims", "watch"),
     ("gkm.io", "gkmcaches", "list"), ("gkm.io", "gkmcaches", "watch"),
     ("gkm.io", "clustergkmcaches", "list"), ("gkm.io", "clustergkmcaches", "watch"),
+    # The per-node objects say why a node does not get a cache (its denials name it).
+    ("gkm.io", "gkmcachenodes", "list"), ("gkm.io", "gkmcachenodes", "watch"),
+    ("gkm.io", "clustergkmcachenodes", "list"), ("gkm.io", "clustergkmcachenodes", "watch"),
 }
 
 
