@@ -30,6 +30,9 @@ def test_rwo_slots_read_back_as_written_and_excluded_gpu_nodes_say_why():
     cluster_facts.pods = [pod("app", "team-a", running.pvc)]
     computed, read = written(spec, cluster_facts)
     assert slot_view(read) == slot_view(computed) and len(slot_view(read)) == 6
+    # Who mounts a slot reads back too (undeploy and the status playbook name them).
+    assert {(e["node"], e["namespace"], tuple(e["mounted_by"])) for e in read if e.get("mounted_by")} == {
+        ("gkm-gpu-worker-1", "team-a", ("team-a/app",))}
     excluded = {e["node"]: (e["phase"], e["reason"]) for e in read if not e.get("pvc")}
     assert excluded == {"tainted-1": ("Excluded", "UntoleratedTaint"), "nv-1": ("Incompatible", "Incompatible"),
                         "broken-1": ("Excluded", "GPULabelsUnusable")}

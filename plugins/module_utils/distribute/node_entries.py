@@ -49,6 +49,11 @@ def cache_entries(objects, cache):
                                    ("message", condition.get("message"))):
                     if value and not (key == "reason" and value == kind):
                         entry[key] = value
+                # The node's running pods at this digest, of this namespace: the ones mounting this slot's PVC.
+                users = ["%s/%s" % (p["podNamespace"], p["podName"]) for p in state.get("pods") or []
+                         if on_node and p.get("podNamespace") == namespace]
+                if users:
+                    entry["mounted_by"] = users
                 entries.append(entry)
     entries.sort(key=lambda e: (e["namespace"], e["node"], e["digest"]))
     return entries
