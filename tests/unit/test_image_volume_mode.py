@@ -64,8 +64,9 @@ def test_the_resource_maps_mount_mode_and_its_status_is_ready_with_the_reference
     params = cache_cr.distribute_params({"kind": "GKMCache", "metadata": {"name": "c", "namespace": "n"},
                                          "spec": {"image": "i", "mountMode": "imageVolume"}}, {})
     assert params["mount_mode"] == "imageVolume"
-    assert cache_cr.distribute_params({"kind": "GKMCache", "metadata": {"name": "c", "namespace": "n"},
-                                       "spec": {"image": "i"}}, {})["mount_mode"] == "PVC"
+    unset = {"kind": "GKMCache", "metadata": {"name": "c", "namespace": "n"}, "spec": {"image": "i"}}
+    assert cache_cr.distribute_params(unset, {})["mount_mode"] == "PVC"
+    assert cache_cr.distribute_params(unset, {"mount_mode": "imageVolume"})["mount_mode"] == "imageVolume"
     spec = image_volume_spec()
     status = image_volume.cache_status(spec, planner.plan(spec, facts()).eligibility)
     result = {"cache": {"digest": DIGEST_A, "targets": spec.targets}, "status": status}

@@ -78,7 +78,8 @@ def distribute_params(resource, defaults):
         access_modes=list(spec.get("accessModes") or ["ReadWriteOnce"]),
         storage_class_name=spec.get("storageClassName") or None,
         pod_template=copy.deepcopy(spec.get("podTemplate")) or None,
-        mount_mode=spec.get("mountMode") or image_volume.PVC,
+        # Unset in the resource: the operator's default (defaults["mount_mode"]), else PVC.
+        mount_mode=spec.get("mountMode") or defaults.get("mount_mode") or image_volume.PVC,
     )
     if kind == "GKMCache":
         params.update(scope="namespaced", namespace=metadata.get("namespace"), workload_namespaces=None)
