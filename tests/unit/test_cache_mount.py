@@ -71,6 +71,11 @@ def test_a_pvc_cache_named_by_the_annotation_mounts_its_serving_pvc_and_steers_t
     assert required_terms(pod["spec"])[0]["matchExpressions"][0]["key"] == "cache.gkm.io/apps.vector-add"
 
 
+def test_a_per_node_cache_without_a_serving_pvc_cannot_be_mounted_by_annotation():
+    denial = steer(pod_request(pod_spec(), annotations=ANNOTATIONS), view([cache("vector-add")])).denial
+    assert 'GKMCache "apps/vector-add" has no serving PVC in namespace apps' in denial
+
+
 def test_annotation_mistakes_are_denied_with_the_fix():
     steering_view = image_volume_view()
     cases = [

@@ -114,6 +114,11 @@ def steer(request, view):
                                 CACHE_ANNOTATION, use.name, namespace))
             continue
         if use.via == BY_ANNOTATION:
+            if is_pod and use.target.readiness_key and use.target.serving_digest is None:
+                problems.append("%s has no serving PVC in namespace %s to mount (serving_pvc is off, its storage "
+                                "class has a provisioner, or no reconcile made it yet): mount its per-node PVCs "
+                                "through the gkm.io/pvc-mutation webhook instead" % (use.target.describe(), namespace))
+                continue
             try:
                 pod_operations = mount_operations(spec, use)
             except MountError as error:
@@ -165,7 +170,7 @@ def _candidates(view, needs):
         nodes = _target_nodes(view, target, digest)
         if nodes is not None:
             candidates = nodes if candidates is None else candidates & nodes
-    return sorted(view.all_nodes() if candidates is None else candidates)
+    return view.all_nodes() if candidates is None else candidates
 
 
 def _why_nowhere(view, needs):

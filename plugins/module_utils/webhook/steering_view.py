@@ -122,6 +122,13 @@ def _gpu_key(labels):
     return tuple(sorted(gpus[0].items())) if gpus else None
 
 
+def _discard(index, key, name):
+    """Take name out of index[key], dropping the key once empty (old digests would otherwise pile up)."""
+    index[key].discard(name)
+    if not index[key]:
+        del index[key]
+
+
 def _key(obj):
     metadata = obj.get("metadata") or {}
     return metadata.get("namespace") or "", metadata.get("name") or ""
@@ -194,10 +201,12 @@ class SteeringView:
         labels = node["metadata"]["labels"]
         for key, value in labels.items():
             if key.startswith(LABEL_PREFIX):
-                self._ready[key][value].discard(name)
+                _discard(self._ready[key], value, name)
+                if not self._ready[key]:
+                    del self._ready[key]
         gpu = _gpu_key(labels)
         if gpu is not None:
-            self._by_gpu[gpu].discard(name)
+            _discard(self._by_gpu, gpu, name)
 
     # -- asking ----------------------------------------------------------------------------
 
