@@ -19,6 +19,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import IMAGE_VOLUME
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import node_affinity
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import MUTATION_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_mount import MountError, mount_operations
@@ -89,7 +90,7 @@ def _requirement(use, is_pod, mutation_labelled):
         if digest is None:
             return None, None, ("has not been resolved or extracted yet", "wait for its first reconcile "
                                 "(gkm.cluster.cache_info shows its state)")
-    if target.mode == "imageVolume" and is_pod and target.image_reference() is None:
+    if target.mode == IMAGE_VOLUME and is_pod and target.image_reference() is None:
         return None, None, ("has no resolved image digest yet", "wait for its first reconcile (status.resolvedDigest)")
     return node_affinity.cache_requirement(target.readiness_key, digest, target.targets), digest, None
 
