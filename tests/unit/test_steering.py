@@ -14,6 +14,7 @@ from tests.helpers.steering import (
     apply_patch,
     cache,
     mixed_nodes,
+    node,
     pod_request,
     pod_spec,
     required_terms,
@@ -206,3 +207,24 @@ def test_node_events_move_the_decision():
     assert steer(request, steering_view).denial is None
     steering_view.apply_node_event("DELETED", {"metadata": {"name": "amd-1"}})
     assert steer(request, steering_view).denial
+
+
+def test_a_cluster_caches_serving_pvc_gives_its_digest_and_one_of_another_cache_namespace_does_not():
+    cluster = cache("vector-add", namespace="", workloadNamespaces=["apps"], digest=DIGEST_B)
+    cluster_key = "cache.gkm.io/vector-add"
+    nodes = [node("amd-1", ("hip", "gfx90a", 64), **{cluster_key: SHORT_A}),
+             node("amd-2", ("hip", "gfx90a", 64), **{cluster_key: SHORT_B})]
+    steering_view = view(cluster_caches=[cluster], pvcs=[serving_pvc("vector-add", cache_namespace="")], nodes=nodes)
+    pod = steered_pod(steering_view, pod_request(pod_spec("vector-add")))
+    assert fitting_nodes(steering_view, pod["spec"]) == ["amd-1"]
+    # A PVC of the name left by a namespaced cache of the same name is not this cache's serving PVC.
+    steering_view = view(cluster_caches=[cluster], pvcs=[serving_pvc("vector-add")], nodes=nodes)
+    pod = steered_pod(steering_view, pod_request(pod_spec("vector-add")))
+    assert fitting_nodes(steering_view, pod["spec"]) == ["amd-2"]
+
+
+def test_a_template_of_an_image_volume_cache_without_known_targets_is_left_alone():
+    steering_view = view([cache("vector-add", mountMode="imageVolume", targets=[])])
+    annotations = {"gkm.io/cache": "vector-add", "gkm.io/cache-mount-path": "/k"}
+    result = steer(workload_request("DaemonSet", pod_spec(), annotations=annotations), steering_view)
+    assert (result.operations, result.denial) == ([], None)
