@@ -156,7 +156,7 @@ status:
   type: dict
   contains:
     phase:
-      description: Error, Pending, Outdated, Running or Extracted, in that precedence.
+      description: Error, Pending, Outdated, Running or Extracted, in that precedence; Resolved in imageVolume mode.
       type: str
     counts:
       description: nodes, node_in_use, node_not_in_use, node_error, pod_running, pod_outdated.
@@ -181,6 +181,12 @@ status:
       type: list
       elements: dict
       returned: when the cache has serving PVCs
+    image_volume:
+      description:
+        - In imageVolume mode, reference (the digest-pinned image pods mount) and compatible_nodes (how many nodes
+          have a GPU it fits).
+      type: dict
+      returned: for a cache whose mount mode is imageVolume
     unplaced:
       description:
         - Present when no node is eligible for the cache yet - the nodes grouped by reason, each with the option that
