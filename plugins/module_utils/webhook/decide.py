@@ -3,8 +3,10 @@
 """One answer per admission request: the PVC mutation (admission.py) and steering (steering.py) together, pure.
 
 A Pod CREATE gets both on the same object, in one JSONPatch (they touch different paths: claim names, and the volume,
-mounts and required node affinity), and is denied when either denies. Steering reads the pod as written, before the
-rewrite, because it recognizes a cache by the claim name the rewrite replaces. Workloads get steering only.
+mounts and required node affinity), and is denied when either denies; with the rewrite's reason when it has one, as
+it names the pod's node and why the cache is not there (steering would only say where the cache is). Steering reads
+the pod as written, before the rewrite, because it recognizes a cache by the claim name the rewrite replaces.
+Workloads get steering only.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,12 +28,11 @@ def decide(review, cache_view, steering_view):
         return invalid
     steering = steer(request, steering_view)
     operations, denial, note = pvc_mutation(request, cache_view)
-    denials = [message for message in (denial, steering.denial) if message]
     if not operations:
         note = steering.note
     elif steering.operations:
         note = _joined(note, steering.note)
-    return decision(request["uid"], operations + steering.operations, "; ".join(denials) or None, note)
+    return decision(request["uid"], operations + steering.operations, denial or steering.denial, note)
 
 
 def _joined(mutation_note, steering_note):
