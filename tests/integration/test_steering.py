@@ -4,8 +4,8 @@ NVIDIA and CPU nodes, the webhook server as a local process registered by webhoo
 amd-1 and amd-2 hold the cache (readiness labels written by the reconcile), amd-3 is left out of the cache's
 placement (never extracted), nvidia-1 and cpu-1 are selected but cannot take it. A Deployment's pods land on amd-1 or
 amd-2 only; a pod's own affinity is merged; a pod that fits nowhere, or names a cache never reconciled, is denied
-with the reason and the fix; the opt-out annotation keeps a placement; the annotation mounts the serving PVC; a
-DaemonSet over the five nodes wants two pods.
+with the reason and the fix; the opt-out annotation keeps a placement; the annotation mounts the serving PVC, or
+the image itself for an imageVolume cache; a DaemonSet over the five nodes wants two pods.
 """
 
 import json
@@ -32,10 +32,12 @@ TEST_LABEL = "gkm.io/steering-test"
 
 
 class Setup:
-    def __init__(self, suffix, namespace, cache, digest):
+    def __init__(self, suffix, namespace, cache, image):
         self.suffix = suffix
         self.namespace = namespace
         self.cache = cache
+        self.image = image
+        digest = image.digest
         self.short_digest = digest.split(":")[1][:12]
         self.ready_key = "cache.gkm.io/%s.%s" % (namespace, cache)
 
@@ -83,13 +85,11 @@ def setup(sim, kube, crds, registry, tmp_path_factory):
             "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
             "metadata": {"name": cache, "namespace": namespace},
             "spec": {"image": image.ref, "podTemplate": template}})
-        reconciled = run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=cache, namespace=namespace,
-                                registry_plain_http=True, extract_image="gkm-cluster-tools:test",
-                                host_path_root=NODE_DISK, wait=True, wait_timeout=120)
+        reconciled = reconcile(sim, cache, namespace, wait=True, wait_timeout=120)
         assert not reconciled.get("failed"), reconciled.get("msg")
         server.start().wait_ready(certs.ca)
         install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], url=server.url, ca_bundle=certs.ca)
-        yield Setup(suffix, namespace, cache, image.digest)
+        yield Setup(suffix, namespace, cache, image)
     finally:
         install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], state="absent")
         server.stop()
@@ -97,6 +97,12 @@ def setup(sim, kube, crds, registry, tmp_path_factory):
         core.delete_namespace(namespace)
         for name in names:
             raw.delete("Node", name)
+
+
+def reconcile(sim, name, namespace, **args):
+    return run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
+                      registry_plain_http=True, extract_image="gkm-cluster-tools:test", host_path_root=NODE_DISK,
+                      **args)
 
 
 def pod(name, claim=None, annotations=None, **spec):
@@ -210,3 +216,32 @@ def test_a_daemonset_over_partly_ready_nodes_wants_only_the_ready_ones(kube, set
         return current if current.desired_number_scheduled == 2 and current.number_ready == 2 else None
 
     assert wait_until("the DaemonSet healthy on the two nodes holding the cache", status, timeout=90)
+
+
+def test_the_annotation_of_an_image_volume_cache_mounts_the_pinned_image_on_a_gpu_it_fits(sim, kube, crds, setup):
+    core = client.CoreV1Api(kube)
+    crds.create_namespaced_custom_object(GROUP, VERSION, setup.namespace, "gkmcaches", {
+        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+        "metadata": {"name": "by-image", "namespace": setup.namespace},
+        "spec": {"image": setup.image.ref, "mountMode": "imageVolume"}})
+    resolved = reconcile(sim, "by-image", setup.namespace)
+    assert not resolved.get("failed") and resolved["resource"]["status"]["phase"] == "Resolved", resolved.get("msg")
+    body = pod("by-image", annotations={"gkm.io/cache": "by-image", "gkm.io/cache-mount-path": "/kernels"})
+    body["metadata"]["labels"] = {"case": "image"}
+    reference = setup.image.digest_ref
+
+    def created():
+        try:
+            return core.api_client.sanitize_for_serialization(core.create_namespaced_pod(setup.namespace, body))
+        except ApiException as error:  # the server's view may not hold the resolved digest yet
+            assert "has no resolved image digest yet" in json.loads(error.body)["message"], error.body
+            return None
+
+    spec = wait_until("the pod admitted with its image volume", created, timeout=30)["spec"]
+    assert {"name": "gkm-cache-by-image", "image": {"reference": reference, "pullPolicy": "IfNotPresent"}} in \
+        spec["volumes"]
+    # No readiness label in this mode: any node whose GPU the image was built for.
+    assert [e["key"] for e in terms_of(spec)[0]["matchExpressions"]] == [
+        "gkm.io/gpu-backend", "gkm.io/gpu-arch", "gkm.io/gpu-warp-size"]
+    [placed] = wait_until("the pod scheduled", lambda: scheduled(core, setup.namespace, "case=image"), timeout=60)
+    assert core.read_node(placed.spec.node_name).metadata.labels["gkm.io/gpu-backend"] == "hip"
