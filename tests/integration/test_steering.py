@@ -100,9 +100,9 @@ def setup(sim, kube, crds, registry, tmp_path_factory):
 
 
 def reconcile(sim, name, namespace, **args):
+    args.setdefault("extract_image", "gkm-cluster-tools:test")
     return run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
-                      registry_plain_http=True, extract_image="gkm-cluster-tools:test", host_path_root=NODE_DISK,
-                      **args)
+                      registry_plain_http=True, host_path_root=NODE_DISK, **args)
 
 
 def pod(name, claim=None, annotations=None, **spec):
