@@ -330,9 +330,8 @@ def mutating_webhook_configuration(settings, ca_bundle):
     """
     pods = [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"],
              "scope": "Namespaced"}]
-    workloads = [{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments", "statefulsets",
-                                                                            "daemonsets"],
-                  "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}]
+    workloads = [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                  "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced"}]
     webhooks = [
         _webhook(settings, ca_bundle, settings.webhook_name, pods, settings.failure_policy,
                  objectSelector={"matchLabels": {MUTATION_LABEL: "true"}}),
