@@ -212,8 +212,7 @@ class Kube:
             status, data = self.request("GET", path, page, what="list %s" % path, accept=accept)
             if status == 404:
                 return
-            for item in data.get("items") or []:
-                yield item
+            yield from data.get("items") or []
             previous, token = token, (data.get("metadata") or {}).get("continue")
             if not token:
                 return
