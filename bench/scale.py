@@ -77,7 +77,8 @@ def resize_nodes(raw, count):
     wanted = gpu_nodes.render_nodes([{"name": GROUP, "count": count, "vendor": "amd",
                                       "labels": {BENCH_LABEL: GROUP}}]) if count else []
     names = {node["metadata"]["name"] for node in wanted}
-    existing = {n["metadata"]["name"] for n in raw.list("Node", label_selector="%s=%s" % (BENCH_LABEL, GROUP))}
+    existing = {n["metadata"]["name"] for n in raw.list("Node", label_selector="%s=%s" % (BENCH_LABEL, GROUP),
+                                                       metadata_only=True)}
     missing = [node for node in wanted if node["metadata"]["name"] not in existing]
     raw.map(lambda node: raw.request("POST", "/api/v1/nodes", body=node), missing)
     raw.map(lambda name: raw.delete("Node", name), sorted(existing - names))
