@@ -167,41 +167,30 @@ def _namespace_names(kube):
     return {namespace["metadata"]["name"] for namespace in kube.items("Namespace", metadata_only=True)}
 
 
-def _read(kube, calls, failure="reading the cluster failed"):
-    """Every call's result, the calls run concurrently; the first failure raises."""
-    results = kube.map(lambda call: call(), calls)
-    failures = [r for r in results if isinstance(r, Exception)]
-    if failures:
-        raise DistributeError("%s: %s" % (failure, failures[0]))
-    return results
-
-
 def gather_facts(kube, spec):
     """Cluster facts for the planner: one paged LIST per kind, the cache's objects by label selector, the Nodes
-    kept at what the planner reads of them, the Namespaces' names only. Everything is read in one round of
-    concurrent requests; only pods of namespaces that the cache's objects alone name, and of failing Jobs, after."""
+    kept at what the planner reads of them, the Namespaces' names only."""
     selector = cache_selector(spec.name, spec.cache_namespace)
     present = spec.state == "present"
     calls = [lambda kind=kind: kube.list(kind, label_selector=selector) for kind in OBJECT_KINDS]
-    conflict_calls, conflict_kinds, pod_namespaces = [], [], []
     if present:
         calls += [lambda: _node_facts(kube), lambda: _namespace_names(kube), lambda: kube.list("StorageClass")]
-        conflict_calls, conflict_kinds = conflict_reads(kube, spec)
-        pod_namespaces = sorted(spec.namespaces)
-    results = _read(kube, calls + conflict_calls + [lambda ns=ns: _unfinished_pods(kube, ns) for ns in pod_namespaces])
+    results = kube.map(lambda call: call(), calls)
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:
+        raise DistributeError("reading the cluster failed: %s" % failures[0])
     objects = {kind: results[index] for index, kind in enumerate(OBJECT_KINDS)}
-    nodes, namespace_names, classes = results[len(OBJECT_KINDS):len(calls)] if present else ([], set(), [])
-    rivals, named_claims = conflict_facts(conflict_kinds, results[len(calls):len(calls) + len(conflict_calls)])
-    read_pods = dict(zip(pod_namespaces, results[len(calls) + len(conflict_calls):]))
-    return planner.ClusterFacts(nodes, namespace_names, objects, list_pods(kube, spec, objects, namespace_names,
-                                                                           read_pods),
-                                _storage_class(spec, classes) if present else None, rivals, named_claims)
+    nodes, namespace_names, classes = results[len(OBJECT_KINDS):] if present else ([], set(), [])
+    rivals, named_claims = conflict_facts(kube, spec) if present else ([], [])
+    facts = planner.ClusterFacts(nodes, namespace_names, objects, list_pods(kube, spec, objects, namespace_names),
+                                 _storage_class(spec, classes) if present else None, rivals, named_claims)
+    return facts
 
 
-def conflict_reads(kube, spec):
-    """(the LISTs conflicts.py needs for a cache that names a PVC after itself (ReadOnlyMany, or a serving PVC),
-    the cache resource kinds they read): the live PVCs of its name, and for a resource-backed cache the cache
-    resources of its name (a cache_distribute run is checked against the live PVCs). None for other caches."""
+def conflict_facts(kube, spec):
+    """(cache resources of the cache's name, live PVCs of its name): what conflicts.py checks a cache that names
+    a PVC after itself against (ReadOnlyMany, or a serving PVC). Resources are read for resource-backed
+    caches only (a cache_distribute run is checked against the live PVCs)."""
     if not conflicts.spec_claims(spec):
         return [], []
     by_name = "metadata.name=%s" % spec.name
@@ -211,13 +200,10 @@ def conflict_reads(kube, spec):
     calls = [lambda: kube.list("PersistentVolumeClaim", field_selector=by_name)]
     calls += [lambda path=path: kube.request("GET", path, [("fieldSelector", by_name)], what="list %s" % path)
               for path in paths]
-    return calls, kinds
-
-
-def conflict_facts(kinds, results):
-    """(cache resources of the cache's name, live PVCs of its name) from conflict_reads' results."""
-    if not results:
-        return [], []
+    results = kube.map(lambda call: call(), calls)
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:
+        raise DistributeError("reading the cluster failed: %s" % failures[0])
     rivals = []
     for kind, (status, data) in zip(kinds, results[1:]):
         rivals += [dict(item, kind=kind) for item in ((data or {}).get("items") or []) if status == 200]
@@ -229,32 +215,29 @@ def conflict_facts(kinds, results):
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
-def _unfinished_pods(kube, namespace):
-    return kube.list("Pod", namespace=namespace, field_selector=UNFINISHED_PODS)
-
-
 def _failing_job_namespaces(jobs):
     """Namespaces with a Job that had a pod fail and has not completed: their failed pods say why."""
     return {job["metadata"]["namespace"] for job in jobs
             if (job.get("status") or {}).get("failed") and not planner.job_condition(job, "Complete")}
 
 
-def list_pods(kube, spec, objects, existing_namespaces=None, read=None):
+def list_pods(kube, spec, objects, existing_namespaces=None):
     """Unfinished pods of every namespace the cache has or wants PVCs in (who mounts what, stuck Jobs), and
-    the failed pods of its failing Jobs (their termination messages). read: {namespace: unfinished pods} already
-    listed."""
-    read = read or {}
+    the failed pods of its failing Jobs (their termination messages)."""
     namespaces = set(spec.namespaces) if spec else set()
     for kind in ("PersistentVolumeClaim", "Job"):
         namespaces.update(obj["metadata"]["namespace"] for obj in objects.get(kind, []))
     if existing_namespaces is not None:
         namespaces &= existing_namespaces
-    calls = [lambda ns=ns: _unfinished_pods(kube, ns) for ns in sorted(namespaces - set(read))]
+    calls = [lambda ns=ns: kube.list("Pod", namespace=ns, field_selector=UNFINISHED_PODS) for ns in sorted(namespaces)]
     calls += [lambda ns=ns: kube.list("Pod", namespace=ns, label_selector=managed_selector(),
                                       field_selector="status.phase=Failed")
               for ns in sorted(_failing_job_namespaces(objects.get("Job", [])))]
-    listed = [pod for ns in sorted(namespaces & set(read)) for pod in read[ns]]
-    return listed + [pod for pods in _read(kube, calls, "listing pods failed") for pod in pods]
+    results = kube.map(lambda call: call(), calls)
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:
+        raise DistributeError("listing pods failed: %s" % failures[0])
+    return [pod for pods in results for pod in pods]
 
 
 # ---------------------------------------------------------------- writes
@@ -490,8 +473,10 @@ def describe(kube, name=None, namespace=None):
     """Status of one cache (name, and namespace for a namespaced one) or of every managed cache: counts from its
     live PVCs and Jobs, per-node entries from its per-node objects when it has them."""
     selector = cache_selector(name, namespace or "") if name else managed_selector()
-    results = _read(kube, [lambda kind=kind: kube.list(kind, label_selector=selector)
-                           for kind in ("PersistentVolumeClaim", "Job")])
+    results = kube.map(lambda kind: kube.list(kind, label_selector=selector), ("PersistentVolumeClaim", "Job"))
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:
+        raise DistributeError("reading the cluster failed: %s" % failures[0])
     live = {"PersistentVolumeClaim": results[0], "Job": results[1]}
     pods = list_pods(kube, None, live)
     # A resource-backed cache's entries come from its per-node objects, which also say why GPU nodes lack it.
