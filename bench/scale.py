@@ -4,7 +4,8 @@ For each size, on the local simulated cluster, measured side by side in one run:
 - cold: gkm.cluster.cache_reconcile (the `ansible` CLI, start-up included) with no object of the cache present,
   wait=false: time, API requests and writes, the per-node objects it writes;
 - no-op: the same run once the extraction Jobs finished and their results were recorded: time, requests, writes
-  (must be 0), and the `ansible -m ping` floor measured right after it;
+  (must be 0), where its time goes (the module's `timings`: start-up before its work, then each phase), and the
+  `ansible -m ping` floor measured right after it;
 - peak RSS of the `ansible` process tree of a run (the module included), the largest object the collection writes
   (the cache resource, a per-node object, a PVC, PV or Job), and `kubectl apply --server-side` of the same PVCs, PVs
   and Jobs (the per-node objects' status cannot be applied by kubectl; their creates are in ours).
@@ -76,7 +77,8 @@ def resize_nodes(raw, count):
     wanted = gpu_nodes.render_nodes([{"name": GROUP, "count": count, "vendor": "amd",
                                       "labels": {BENCH_LABEL: GROUP}}]) if count else []
     names = {node["metadata"]["name"] for node in wanted}
-    existing = {n["metadata"]["name"] for n in raw.list("Node", label_selector="%s=%s" % (BENCH_LABEL, GROUP))}
+    existing = {n["metadata"]["name"] for n in raw.list("Node", label_selector="%s=%s" % (BENCH_LABEL, GROUP),
+                                                       metadata_only=True)}
     missing = [node for node in wanted if node["metadata"]["name"] not in existing]
     raw.map(lambda node: raw.request("POST", "/api/v1/nodes", body=node), missing)
     raw.map(lambda name: raw.delete("Node", name), sorted(existing - names))
@@ -138,7 +140,7 @@ def measure(kubeconfig, raw, image, nodes, repeat):
     slots = nodes * len(NAMESPACES)
     timeout = 120 + slots // 5
     cold, cold_requests, cold_writes, noop, noop_requests, noop_writes, floor, rss, ssa = ([] for _ in range(9))
-    module_noop, node_writes, max_bytes = [], [], 0
+    module_noop, noop_timings, node_writes, max_bytes = [], [], [], 0
     for round_number in range(repeat):
         name = "bench-scale-%s" % uuid.uuid4().hex[:5]
         raw.request("POST", cache_cr.resource_path("ClusterGKMCache"), body=cache_manifest(name, image))
@@ -155,6 +157,7 @@ def measure(kubeconfig, raw, image, nodes, repeat):
             again, elapsed, peak = reconcile(kubeconfig, name)
             noop.append(elapsed)
             module_noop.append(again["duration_seconds"])
+            noop_timings.append(again["timings"])
             noop_requests.append(again["api_requests"])
             noop_writes.append(again["api_writes"] + int(again.get("status_changed", False)))
             rss.append(peak)
@@ -191,6 +194,7 @@ def measure(kubeconfig, raw, image, nodes, repeat):
         "ratio_cold_vs_kubectl_ssa": round(statistics.median(cold) / statistics.median(ssa), 3),
         "noop_s": round(statistics.median(noop), 3),
         "noop_module_s": round(statistics.median(module_noop), 3),
+        "noop_timings": median_timings(noop_timings),
         "noop_requests": int(statistics.median(noop_requests)),
         "noop_writes": max(noop_writes),
         "ansible_floor_s": round(statistics.median(floor), 3),
@@ -198,6 +202,12 @@ def measure(kubeconfig, raw, image, nodes, repeat):
         "max_object_bytes": max_bytes,
         "peak_rss_bytes": max(rss),
     }
+
+
+def median_timings(runs):
+    """The module's `timings` of several runs as one: the median of each phase (a phase a run lacks counts 0)."""
+    phases = sorted({phase for run in runs for phase in run})
+    return {phase: round(statistics.median([run.get(phase) or 0.0 for run in runs]), 3) for phase in phases}
 
 
 def linear_fit(points):
@@ -270,8 +280,10 @@ def main():
         "cold_fit_r_squared": round(fit[2], 4) if fit[2] is not None else None,
         "plot": os.path.relpath(PLOT, ROOT) if plot(points, fit) else None,
         "notes": "times are medians over --repeat rounds and include ansible start-up; cold = no object of the "
-                 "cache exists, wait=false; noop_writes counts the status write too; peak_rss_bytes is the largest "
-                 "RSS of an `ansible` process tree running the module (wait4); kubectl_ssa_s applies the same PVCs, "
+                 "cache exists, wait=false; noop_timings are the module's own (startup: process start to work, "
+                 "then the work's phases), the rest of noop_s is the ansible controller's; noop_writes counts the "
+                 "status write too; peak_rss_bytes is the largest RSS of an `ansible` process tree running the "
+                 "module (wait4); kubectl_ssa_s applies the same PVCs, "
                  "PVs and Jobs (not the per-node objects, whose status kubectl cannot apply) with --validate=false "
                  "(the server validates)",
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],

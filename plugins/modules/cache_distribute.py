@@ -241,6 +241,16 @@ duration_seconds:
   description: Wall time of the run.
   returned: success
   type: float
+timings:
+  description:
+    - Seconds per phase of the run, to find where a run (a rerun that changes nothing above all) spends its time.
+    - C(startup) is the module process's age when its work began (interpreter, imports, argument checks; Linux
+      only, else null) and C(work) the whole work after it; the phases inside C(work) are C(resolve) (the image's
+      digest and labels from the registry), C(read) (the cluster's LISTs), C(plan), C(validate) (the dry runs),
+      C(write), C(wait), C(status), C(node_objects) and C(node_labels). A phase that did not run is missing.
+  returned: success
+  type: dict
+  sample: {"startup": 0.82, "work": 0.41, "resolve": 0.02, "read": 0.21, "plan": 0.09, "node_objects": 0.03}
 diff:
   description: Per-object before and after, in diff mode; a Secret's values show as C(<redacted>).
   returned: when diff mode is on

@@ -204,6 +204,17 @@ api_writes:
   description: Writes made by the distribution and to the per-node objects (the status write is not counted).
   returned: success
   type: int
+timings:
+  description:
+    - Seconds per phase of the run, to find where a run (a rerun that changes nothing above all) spends its time.
+    - C(startup) is the module process's age when its work began (interpreter, imports, argument checks; Linux
+      only, else null) and C(work) the whole work after it; the phases inside C(work) are C(resource) (reading the
+      resource), C(resolve) (the image's digest and labels from the registry), C(read) (the cluster's LISTs),
+      C(plan), C(validate) (the dry runs), C(write), C(wait), C(status), C(node_objects), C(node_labels) and
+      C(resource_status) (writing the resource's status). A phase that did not run is missing.
+  returned: success
+  type: dict
+  sample: {"startup": 0.82, "work": 0.41, "resource": 0.01, "resolve": 0.02, "read": 0.21, "plan": 0.09}
 """
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402

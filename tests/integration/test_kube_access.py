@@ -49,6 +49,21 @@ def test_apply_dry_run_list_and_delete(kube_access, namespace):
     assert kube_access.get("ConfigMap", "first", namespace) is None
 
 
+def test_lists_arrive_in_pages_and_as_metadata_when_asked(kube_access, namespace):
+    for index in range(5):
+        kube_access.apply(config_map(namespace, "paged-%d" % index, "x" * 100))
+    before = kube_access.requests
+    paged = list(kube_access.items("ConfigMap", namespace, label_selector="gkm.io/test=kube-access", page_size=2))
+    assert sorted(item["metadata"]["name"] for item in paged) == ["paged-%d" % index for index in range(5)]
+    assert kube_access.requests - before == 3, "5 objects in pages of 2"
+    assert all(item["data"] == {"value": "x" * 100} for item in paged)
+
+    names = kube_access.list("ConfigMap", namespace, label_selector="gkm.io/test=kube-access", metadata_only=True)
+    assert sorted(item["metadata"]["name"] for item in names) == ["paged-%d" % index for index in range(5)]
+    assert all(item["kind"] == "ConfigMap" and "data" not in item for item in names)
+    assert names[0]["metadata"]["labels"] == {"gkm.io/test": "kube-access"}
+
+
 def test_server_errors_name_the_object_and_the_reason(kube_access, namespace):
     bad = config_map(namespace, "Not_A_Name", "1")
     with pytest.raises(KubeError) as error:

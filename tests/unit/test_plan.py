@@ -5,8 +5,13 @@ import copy
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import naming
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
+    node_status,
+    registry_secret,
+    render,
+    scheduling,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret, render, scheduling
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import spec as cache_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
@@ -503,3 +508,32 @@ def test_registry_secret_rerun_writes_nothing_rotation_updates_only_the_secret_a
     absent = planner.plan(make_spec(state="absent"), facts(objects=live))
     assert ("delete", "Secret") in [(a.verb, a.kind) for a in absent.actions]
     assert all(s.outcome != "outdated" for s in absent.slots)
+
+
+def test_nodes_kept_at_what_the_planner_reads_plan_as_the_full_nodes():
+    nodes = default_nodes()
+    nodes[1]["spec"]["unschedulable"] = True
+    nodes[2]["spec"]["taints"] = [{"key": "team", "value": "ml", "effect": "NoSchedule"}]
+    for node in nodes:
+        node["metadata"]["annotations"] = {"node.alpha.kubernetes.io/ttl": "0"}
+        node["status"].update(images=[{"names": ["registry.local/big:1"], "sizeBytes": 1 << 30}],
+                              conditions=[{"type": "Ready", "status": "True"}])
+    kept = [scheduling.node_facts(node) for node in nodes]
+    assert all("images" not in node["status"] and "annotations" not in node["metadata"] for node in kept)
+    spec = make_spec()
+    full, slim = planner.plan(spec, facts(nodes)), planner.plan(spec, facts(kept))
+    assert full.desired == slim.desired and full.eligibility.excluded == slim.eligibility.excluded
+    assert [n["metadata"]["name"] for n in slim.eligibility.eligible] == [
+        n["metadata"]["name"] for n in full.eligibility.eligible]
+    assert [node_status.node_gpus(node) for node in kept] == [node_status.node_gpus(node) for node in nodes]
+
+
+@pytest.mark.parametrize("key", [None, "-----BEGIN PUBLIC KEY-----\nabc\n-----END PUBLIC KEY-----\n"])
+def test_every_pvc_of_a_cache_carries_the_hash_of_its_spec_and_signature_check(key):
+    spec = make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"])
+    spec.verification = ("cosign-v2", key) if key else None
+    pvcs = by_kind(planner.plan(spec, facts()).desired, "PersistentVolumeClaim")
+    body = pvcs[0]["spec"]
+    checked = render.verification.identity(spec.verification)
+    expected = render.spec_hash(dict(body, signatureCheck=checked) if checked else body)
+    assert len(pvcs) > 1 and {p["metadata"]["annotations"][render.SPEC_HASH_ANNOTATION] for p in pvcs} == {expected}

@@ -39,6 +39,8 @@ RETRY_STATUS = (409, 429, 500, 502, 503, 504)
 MAX_ATTEMPTS = 6
 DEFAULT_WORKERS = 16
 LIST_PAGE_SIZE = 500
+# Names, labels and annotations only (PartialObjectMetadataList); a server without it answers with full objects.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 # Seconds (connect, read) for a watch: the read outlasts the server's own timeoutSeconds.
 WATCH_REQUEST_TIMEOUT = (10, 360)
 
@@ -113,7 +115,7 @@ class Kube:
                 self.writes += 1
 
     def request(self, method, path, query=None, body=None, content_type="application/json", what=None,
-                retry_conflicts=True):
+                retry_conflicts=True, accept="application/json"):
         """(status, decoded JSON or None); retries 409/429/5xx with backoff, raises KubeError otherwise.
 
         retry_conflicts=False raises a 409 at once: a write guarded by a resourceVersion must be planned again.
@@ -124,7 +126,7 @@ class Kube:
             query.append(("dryRun", "All"))
         for attempt in range(MAX_ATTEMPTS):
             try:
-                response = self._send(method, path, query, body, content_type)
+                response = self._send(method, path, query, body, content_type, accept=accept)
             except ApiException as error:
                 self._count(False)
                 if error.status == 404:
@@ -142,14 +144,14 @@ class Kube:
             return response.status, json.loads(data) if data else None
         raise AssertionError("unreachable")
 
-    def _send(self, method, path, query, body, content_type, stream=False):
+    def _send(self, method, path, query, body, content_type, stream=False, accept="application/json"):
         if content_type == APPLY_CONTENT_TYPE:
             # Clients before 37 send a dict body as JSON only for content types they know; with a charset
             # parameter every version sends a ready string as it is, and the API server ignores the parameter.
             body, content_type = json.dumps(body), APPLY_CONTENT_TYPE + "; charset=utf-8"
         return self._dynamic.request(
             method, path, body=body, serialize=False, query_params=list(query),
-            header_params={"Accept": "application/json"}, content_type=content_type,
+            header_params={"Accept": accept}, content_type=content_type,
             _request_timeout=WATCH_REQUEST_TIMEOUT if stream else None)
 
     def watch(self, path, resource_version, label_selector=None, timeout_seconds=300):
@@ -179,36 +181,41 @@ class Kube:
 
     # ------------------------------------------------------------ reads
 
-    def list(self, kind, namespace=None, label_selector=None, field_selector=None):
-        query = []
-        if label_selector:
-            query.append(("labelSelector", label_selector))
+    def list(self, kind, namespace=None, label_selector=None, field_selector=None, metadata_only=False):
+        """Every object of a LIST, read a page at a time (see items)."""
+        return list(self.items(kind, namespace, label_selector, field_selector, metadata_only))
+
+    def items(self, kind, namespace=None, label_selector=None, field_selector=None, metadata_only=False,
+              page_size=LIST_PAGE_SIZE):
+        """Yield every object of a LIST, `page_size` at a time, each with its kind: a large list never arrives in
+        one response, and a caller that keeps a part of each object never holds the whole list.
+
+        metadata_only asks for names, labels and annotations alone (for callers that read nothing else).
+        """
+        query = [("labelSelector", label_selector)] if label_selector else []
         if field_selector:
             query.append(("fieldSelector", field_selector))
-        status, data = self.request("GET", resource_path(kind, namespace), query, what="list %s" % kind)
-        if status == 404:
-            return []
-        items = data.get("items") or []
-        for item in items:
+        accept = METADATA_ONLY if metadata_only else "application/json"
+        for item in self._pages(resource_path(kind, namespace), query, page_size, accept):
             item["kind"] = kind
-        return items
+            yield item
 
     def list_pages(self, path, label_selector=None, page_size=LIST_PAGE_SIZE):
-        """Every item of a collection path, read `page_size` at a time (a large list never arrives in one response)."""
-        items, token, previous = [], None, None
+        """Every item of a collection path (any resource, custom ones too), read `page_size` at a time."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        return list(self._pages(path, query, page_size, "application/json"))
+
+    def _pages(self, path, query, page_size, accept):
+        token, previous = None, None
         while True:
-            query = [("limit", str(page_size))]
-            if label_selector:
-                query.append(("labelSelector", label_selector))
-            if token:
-                query.append(("continue", token))
-            status, data = self.request("GET", path, query, what="list %s" % path)
+            page = list(query) + [("limit", str(page_size))] + ([("continue", token)] if token else [])
+            status, data = self.request("GET", path, page, what="list %s" % path, accept=accept)
             if status == 404:
-                return []
-            items.extend(data.get("items") or [])
+                return
+            yield from data.get("items") or []
             previous, token = token, (data.get("metadata") or {}).get("continue")
             if not token:
-                return items
+                return
             if token == previous:
                 # A reader that does not page (ansible-operator's caching proxy) would be asked forever.
                 raise KubeError("list %s: the server returned the same continue token twice; it does not page "

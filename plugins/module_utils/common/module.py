@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -23,6 +24,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import (
     KUBERNETES_IMPORT_ERROR,
     Kube,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import process_age
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 
@@ -58,6 +60,7 @@ def run_module(argument_spec, work, libraries=(), always_needs_cluster=True, **m
     for library, import_error in libraries:
         if import_error:
             module.fail_json(msg=missing_required_lib(library), exception=import_error)
+    startup, started = process_age(), time.monotonic()
     try:
         result = work(ModuleCall(module))
     except GkmError as error:
@@ -67,6 +70,9 @@ def run_module(argument_spec, work, libraries=(), always_needs_cluster=True, **m
         module.fail_json(msg="%s failed: %s" % (name, error), exception=traceback.format_exc())
     if not module._diff:
         result.pop("diff", None)
+    if "timings" in result:
+        # Before the work: interpreter, imports, argument checks; the work's own phases add up to less than "work".
+        result["timings"].update(startup=startup, work=round(time.monotonic() - started, 3))
     module.exit_json(**_with_warnings_given(module, result))
 
 

@@ -18,7 +18,7 @@ def label_nodes(kube, spec, entries, nodes):
     are listed here."""
     key = node_readiness.label_key(spec.name, spec.cache_namespace)
     if spec.state != "present":
-        nodes = kube.list("Node", label_selector=key)
+        nodes = kube.list("Node", label_selector=key, metadata_only=True)
     changes = node_readiness.label_changes(nodes, key, node_readiness.ready_labels(spec, entries))
     results = kube.map(lambda change: kube.request(
         "PATCH", "/api/v1/nodes/%s" % change[0], body={"metadata": {"labels": {key: change[1]}}},

@@ -10,6 +10,7 @@ import datetime
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
+from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import outcome, signature_check, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import resource_owner
@@ -84,9 +85,11 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     if definition is not None:
         _check_definition(definition, kind, name, namespace)
     path = cache_cr.resource_path(kind, name, namespace)
-    status_code, resource = kube.request("GET", path, what="%s %s" % (kind, name))
+    timings = Timings()
+    with timings.phase("resource"):
+        status_code, resource = kube.request("GET", path, what="%s %s" % (kind, name))
     if options.get("state") == "absent":
-        result = distribute(kube, _absent_params(kind, name, namespace, options), check_mode, want_diff)
+        result = distribute(kube, _absent_params(kind, name, namespace, options), check_mode, want_diff, timings)
         result["resource"] = {"kind": kind, "name": name, "namespace": namespace, "found": status_code != 404}
         return result
     if status_code == 404 and definition is None:
@@ -101,7 +104,7 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     found = status_code != 404
     current = (resource.get("status") or {}) if found else {}
     try:
-        result = distribute(kube, params, check_mode, want_diff)
+        result = distribute(kube, params, check_mode, want_diff, timings)
     except GkmError as error:
         raise _refused(kube, error, kind, name, namespace, path, current, found) from error
     status = cache_cr.summary_status(result, _now())
@@ -112,8 +115,10 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
         if signature["status"] == "False":
             result.setdefault("warnings", []).append("%s %s: %s" % (kind, name, signature["message"]))
     desired = cache_cr.carry_transition_times(current, status)
-    result["status_changed"] = _write_status(kube, kind, name, path, current, desired) if found else (
-        cache_cr.status_differs(current, desired))
+    with timings.phase("resource_status"):
+        result["status_changed"] = _write_status(kube, kind, name, path, current, desired) if found else (
+            cache_cr.status_differs(current, desired))
+    result["timings"] = timings.result()
     result["changed"] = result["changed"] or result["status_changed"]
     result["resource"] = {"kind": kind, "name": name, "namespace": namespace, "found": found,
                           "status": desired}

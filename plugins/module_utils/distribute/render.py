@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import functools
 import hashlib
 import json
 
@@ -45,12 +46,13 @@ def spec_hash(spec_body):
     return hashlib.sha256(encoded).hexdigest()[:16]
 
 
-def _object(kind, name, namespace, labels, annotations, spec_body, hashed=None):
-    """hashed: what the spec hash covers when more than the spec decides the object's content."""
+def _object(kind, name, namespace, labels, annotations, spec_body, hashed=None, content_hash=None):
+    """hashed: what the spec hash covers when more than the spec decides the object's content; content_hash: that
+    hash already computed."""
     metadata = {"name": name, "labels": labels, "annotations": dict(annotations)}
     if namespace:
         metadata["namespace"] = namespace
-    metadata["annotations"][SPEC_HASH_ANNOTATION] = spec_hash(spec_body if hashed is None else hashed)
+    metadata["annotations"][SPEC_HASH_ANNOTATION] = content_hash or spec_hash(spec_body if hashed is None else hashed)
     return {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": metadata, "spec": spec_body}
 
 
@@ -88,18 +90,28 @@ def render_pvc(spec, slot, storage_class_name, extracted):
     Its hash covers the signature check too: data extracted unchecked, or checked with another key or format,
     is not what is asked for, so the slot is extracted again (kept while pods mount it, like an old digest).
     """
-    body = {
-        "accessModes": list(spec.access_modes),
-        "resources": {"requests": {"storage": spec.size}},
-    }
-    if storage_class_name is not None:
-        body["storageClassName"] = storage_class_name
+    body = _claim_body(tuple(spec.access_modes), spec.size, storage_class_name)
     annotations = {IMAGE_ANNOTATION: spec.image}
     if extracted:
         annotations[EXTRACTED_ANNOTATION] = spec.digest
-    checked = verification.identity(spec.verification)
     return _object("PersistentVolumeClaim", slot.pvc_name(), slot.namespace, slot.labels(), annotations, body,
-                   dict(body, signatureCheck=checked) if checked else None)
+                   content_hash=_claim_hash(tuple(spec.access_modes), spec.size, storage_class_name,
+                                            spec.verification))
+
+
+def _claim_body(access_modes, size, storage_class_name):
+    body = {"accessModes": list(access_modes), "resources": {"requests": {"storage": size}}}
+    if storage_class_name is not None:
+        body["storageClassName"] = storage_class_name
+    return body
+
+
+@functools.lru_cache(maxsize=16)
+def _claim_hash(access_modes, size, storage_class_name, job_verification):
+    """The spec hash of a cache's PVCs: the same for all of them, so computed once per run, not once per slot."""
+    body = _claim_body(access_modes, size, storage_class_name)
+    checked = verification.identity(job_verification)
+    return spec_hash(dict(body, signatureCheck=checked) if checked else body)
 
 
 def extraction_command(spec, node):

@@ -18,6 +18,7 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     conflicts,
     dry_run,
@@ -33,6 +34,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer
     node_objects_by_cache,
     sync_for_spec,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import node_facts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
     SpecError,
@@ -158,20 +160,28 @@ def _storage_class(spec, classes):
     return defaults[0] if defaults else None
 
 
+def _node_facts(kube):
+    return [node_facts(node) for node in kube.items("Node")]
+
+
+def _namespace_names(kube):
+    return {namespace["metadata"]["name"] for namespace in kube.items("Namespace", metadata_only=True)}
+
+
 def gather_facts(kube, spec):
-    """Cluster facts for the planner: one LIST per kind, the cache's objects by label selector."""
+    """Cluster facts for the planner: one paged LIST per kind, the cache's objects by label selector, the Nodes
+    kept at what the planner reads of them, the Namespaces' names only."""
     selector = cache_selector(spec.name, spec.cache_namespace)
     present = spec.state == "present"
     calls = [lambda kind=kind: kube.list(kind, label_selector=selector) for kind in OBJECT_KINDS]
     if present:
-        calls += [lambda: kube.list("Node"), lambda: kube.list("Namespace"), lambda: kube.list("StorageClass")]
+        calls += [lambda: _node_facts(kube), lambda: _namespace_names(kube), lambda: kube.list("StorageClass")]
     results = kube.map(lambda call: call(), calls)
     failures = [r for r in results if isinstance(r, Exception)]
     if failures:
         raise DistributeError("reading the cluster failed: %s" % failures[0])
     objects = {kind: results[index] for index, kind in enumerate(OBJECT_KINDS)}
-    nodes, namespaces, classes = results[len(OBJECT_KINDS):] if present else ([], [], [])
-    namespace_names = {ns["metadata"]["name"] for ns in namespaces}
+    nodes, namespace_names, classes = results[len(OBJECT_KINDS):] if present else ([], set(), [])
     rivals, named_claims = conflict_facts(kube, spec) if present else ([], [])
     facts = planner.ClusterFacts(nodes, namespace_names, objects, list_pods(kube, spec, objects, namespace_names),
                                  _storage_class(spec, classes) if present else None, rivals, named_claims)
@@ -348,35 +358,49 @@ def _unplaced_message(plan):
     return "no node is eligible for the cache yet: %s" % (details or "the cluster has no nodes")
 
 
-def distribute(kube, params, check_mode=False, want_diff=False):
-    """Reconcile one cache; returns the module result. Raises DistributeError with a partial result."""
+def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
+    """Reconcile one cache; returns the module result. Raises DistributeError with a partial result.
+
+    timings (common/timings.py), when given, also gets the caller's own phases; the result's `timings` has them all.
+    """
     started = time.monotonic()
-    spec = build_spec(params)
+    timings = timings or Timings()
+    with timings.phase("resolve"):
+        spec = build_spec(params)
     try:
-        facts = gather_facts(kube, spec)
-        plan = _plan(spec, facts)
+        with timings.phase("read"):
+            facts = gather_facts(kube, spec)
+        with timings.phase("plan"):
+            plan = _plan(spec, facts)
         result = {"plan": _plan_result(plan)}
         if want_diff:
             result["diff"] = plan_diff(plan, facts)
         dry_runs = 0
         if not check_mode:
-            dry_runs, refusals = dry_run.validate_plan(kube, plan)
+            with timings.phase("validate"):
+                dry_runs, refusals = dry_run.validate_plan(kube, plan)
             if refusals:
                 raise DistributeError(dry_run.refusal_message(refusals, len(plan.actions)), reason=dry_run.INVALID,
                                       refusals=refusals, writes=kube.writes, **result)
         scrub = NodeDiskScrub(kube, spec.extract_image, params.get("wait_timeout") or 120)
-        errors = execute(kube, plan, params.get("wait_timeout") or 120, scrub)
+        with timings.phase("write"):
+            errors = execute(kube, plan, params.get("wait_timeout") or 120, scrub)
         if errors:
             raise DistributeError("%d of %d writes failed; first: %s" % (len(errors), len(plan.actions),
                                                                          errors[0]["error"]),
                                   errors=errors, writes=kube.writes, reason="WriteFailed", **result)
         if kube.writes and not check_mode:
-            facts = gather_facts(kube, spec)
+            with timings.phase("read"):
+                facts = gather_facts(kube, spec)
         if params.get("wait") and spec.state == "present" and not check_mode:
-            facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub)
-        status = _status(spec, plan, facts)
-        node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff)
-        node_labels = node_readiness_runner.label_nodes(kube, spec, status["entries"], facts.nodes)
+            with timings.phase("wait"):
+                facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub)
+        with timings.phase("status"):
+            status = _status(spec, plan, facts)
+        with timings.phase("node_objects"):
+            node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff)
+        with timings.phase("node_labels"):
+            node_labels = node_readiness_runner.label_nodes(kube, spec, status["entries"], facts.nodes)
     except KubeError as error:
         raise DistributeError(str(error), writes=kube.writes) from error
     if node_objects is not None:
@@ -400,6 +424,7 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         api_dry_runs=dry_runs,
         api_writes=kube.writes,
         duration_seconds=round(time.monotonic() - started, 3),
+        timings=timings.result(),
     )
     return result
 

@@ -76,6 +76,15 @@ def _tolerates(toleration, taint):
     return operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")
 
 
+def node_facts(node):
+    """What a reconcile reads of a Node: name, labels, taints, cordon and capacity (its GPU count). A Node's
+    images, conditions and addresses are most of its size, so a large cluster's Nodes are kept without them."""
+    metadata, spec = node["metadata"], node.get("spec") or {}
+    return {"metadata": {"name": metadata["name"], "labels": metadata.get("labels") or {}},
+            "spec": {key: spec[key] for key in ("taints", "unschedulable") if key in spec},
+            "status": {"capacity": (node.get("status") or {}).get("capacity") or {}}}
+
+
 def node_taints(node):
     """The node's taints, plus the one a cordon implies (the scheduler treats both alike)."""
     spec = node.get("spec") or {}

@@ -70,7 +70,7 @@ class NodeDiskScrub:
             pvs = self._unmounted(pvs)
         if not pvs:
             return set()
-        targets, left = plan_scrub(pvs, self.kube.list("Node"))
+        targets, left = plan_scrub(pvs, self.kube.list("Node", metadata_only=True))
         self.warnings.extend(left)
         image = self.image or next((image for image in images if image), None)
         if targets and not image:
@@ -106,7 +106,7 @@ class NodeDiskScrub:
         return kept
 
     def _run(self, targets, image):
-        usable = {ns["metadata"]["name"] for ns in self.kube.list("Namespace")
+        usable = {ns["metadata"]["name"] for ns in self.kube.list("Namespace", metadata_only=True)
                   if not ns["metadata"].get("deletionTimestamp")}
         fallback = set().union(*(t.namespaces for t in targets))
         runs = []

@@ -17,7 +17,6 @@ __metaclass__ = type
 import hashlib
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.public_key import PublicKey, PublicKeyError
 
 FORMAT_LABEL = "gkm.io/signature-format"
 # Label value -> the extractor's --signature-format.
@@ -51,6 +50,9 @@ def public_key_text(value):
         except OSError as error:
             raise VerificationError("signature_public_key %r is neither PEM text nor a readable file: %s"
                                     % (value, error.strerror)) from error
+    # Imported here: cryptography costs every run that checks no signature (the no-op rerun) its import time.
+    from ansible_collections.gkm.cluster.plugins.module_utils.oci.public_key import PublicKey, PublicKeyError
+
     try:
         PublicKey(text)
     except PublicKeyError as error:
