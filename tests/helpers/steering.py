@@ -70,8 +70,12 @@ def pod_spec(claim=None, affinity=None, containers=("main",), **fields):
     return spec
 
 
-def pod_request(spec, annotations=None, labels=None, namespace="apps", operation="CREATE"):
+def pod_request(spec, annotations=None, labels=None, namespace="apps", operation="CREATE", controller=None):
+    """controller: the kind of the controller owning the pod (a DaemonSet's pod), None for a bare pod."""
     metadata = {"name": "p", "namespace": namespace, "annotations": annotations or {}, "labels": labels or {}}
+    if controller:
+        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": controller, "name": "w", "uid": "o",
+                                        "controller": True}]
     return {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": operation,
             "namespace": namespace, "object": {"metadata": metadata, "spec": spec}}
 

@@ -5,7 +5,8 @@ amd-1 and amd-2 hold the cache (readiness labels written by the reconcile), amd-
 placement (never extracted), nvidia-1 and cpu-1 are selected but cannot take it. A Deployment's pods land on amd-1 or
 amd-2 only; a pod's own affinity is merged; a pod that fits nowhere, or names a cache never reconciled, is denied
 with the reason and the fix; the opt-out annotation keeps a placement; the annotation mounts the serving PVC, or
-the image itself for an imageVolume cache; a DaemonSet over the five nodes wants two pods.
+the image itself for an imageVolume cache; a DaemonSet over the five nodes runs on the two ready ones, and its other
+pods wait Pending. Workloads themselves are never changed.
 """
 
 import json
@@ -141,10 +142,9 @@ def test_a_deployments_pods_land_only_on_ready_compatible_nodes(kube, setup):
     template["metadata"] = {"labels": labels}
     apps.create_namespaced_deployment(setup.namespace, {"metadata": {"name": "users"}, "spec": {
         "replicas": 4, "selector": {"matchLabels": labels}, "template": template}})
-    # The template is steered at any digest, so a new digest needs no rollout.
+    # The Deployment stays as written (re-applying it changes nothing); its pods are steered.
     deployment = apps.api_client.sanitize_for_serialization(apps.read_namespaced_deployment("users", setup.namespace))
-    [template_term] = terms_of(deployment["spec"]["template"]["spec"])
-    assert {"key": setup.ready_key, "operator": "Exists"} in template_term["matchExpressions"]
+    assert "affinity" not in deployment["spec"]["template"]["spec"]
     pods = wait_until("the Deployment's pods scheduled", lambda: scheduled(core, setup.namespace, "app=users"),
                       timeout=90)
     assert len(pods) == 4
@@ -203,8 +203,8 @@ def test_the_annotation_mounts_the_serving_pvc_and_steers(kube, setup):
         terms_of(created["spec"])[0]["matchExpressions"]
 
 
-def test_a_daemonset_over_partly_ready_nodes_wants_only_the_ready_ones(kube, setup):
-    apps = client.AppsV1Api(kube)
+def test_a_daemonset_over_partly_ready_nodes_runs_on_the_ready_ones_and_its_other_pods_wait(kube, setup):
+    core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
     labels = {"app": "per-node"}
     template = pod("ignored", claim=setup.cache, nodeSelector={TEST_LABEL: setup.suffix})
     template["metadata"] = {"labels": labels}
@@ -213,9 +213,17 @@ def test_a_daemonset_over_partly_ready_nodes_wants_only_the_ready_ones(kube, set
 
     def status():
         current = apps.read_namespaced_daemon_set_status("per-node", setup.namespace).status
-        return current if current.desired_number_scheduled == 2 and current.number_ready == 2 else None
+        return current if current.desired_number_scheduled == 5 and current.number_ready == 2 else None
 
-    assert wait_until("the DaemonSet healthy on the two nodes holding the cache", status, timeout=90)
+    assert wait_until("the DaemonSet ready on the two nodes holding the cache", status, timeout=90)
+    pods = core.list_namespaced_pod(setup.namespace, label_selector="app=per-node").items
+    assert sorted(p.spec.node_name for p in pods if p.spec.node_name) == [setup.node("amd-1"), setup.node("amd-2")]
+    # The other three were admitted with the readiness requirement and wait Pending: no FailedCreate backoff.
+    waiting = [p for p in pods if not p.spec.node_name]
+    assert len(waiting) == 3
+    for pending in waiting:
+        [term] = terms_of(core.api_client.sanitize_for_serialization(pending)["spec"])
+        assert {"key": setup.ready_key, "operator": "In", "values": [setup.short_digest]} in term["matchExpressions"]
 
 
 def test_the_annotation_of_an_image_volume_cache_mounts_the_pinned_image_on_a_gpu_it_fits(sim, kube, crds, setup):

@@ -97,9 +97,12 @@ def test_annotation_mistakes_are_denied_with_the_fix():
     assert "gkm.io/cache-mount-path" in denial
 
 
-def test_templates_get_affinity_but_no_volume_so_a_new_digest_needs_no_rollout():
+def test_annotated_templates_are_checked_but_get_neither_volume_nor_affinity():
     result = steer(workload_request("Deployment", pod_spec(), annotations=ANNOTATIONS), image_volume_view())
-    assert [op["path"] for op in result.operations] == ["/spec/template/spec/affinity"]
+    assert result.operations == [] and result.denial is None
+    relative = steer(workload_request("Deployment", pod_spec(), annotations=dict(
+        ANNOTATIONS, **{"gkm.io/cache-mount-path": "kernels"})), image_volume_view())
+    assert relative.denial
 
 
 def test_an_unresolved_image_denies_pods_and_opt_out_still_mounts():

@@ -106,7 +106,7 @@ def test_a_cache_not_reconciled_yet_denies_its_pods_but_not_its_workloads():
     denial = steer(pod_request(pod_spec("vector-add")), steering_view).denial
     assert "has not been resolved or extracted yet" in denial
     result = steer(workload_request("Deployment", pod_spec("vector-add")), steering_view)
-    assert result.denial is None and result.operations
+    assert result.denial is None and result.operations == []
 
 
 def test_opt_out_keeps_the_placement_as_written():
@@ -116,20 +116,16 @@ def test_opt_out_keeps_the_placement_as_written():
     assert result.denial is None and result.operations == [] and "disabled" in result.note
 
 
-def test_workload_templates_get_the_readiness_label_at_any_digest_and_a_second_update_writes_nothing():
+def test_workload_templates_are_checked_but_never_changed():
     steering_view = view([cache("vector-add")], pvcs=[serving_pvc("vector-add")])
     for kind in ("Deployment", "StatefulSet", "DaemonSet"):
-        request = workload_request(kind, pod_spec("vector-add", affinity={}))
-        result = steer(request, steering_view)
-        assert [op["path"] for op in result.operations] == ["/spec/template/spec/affinity/nodeAffinity"]
-        workload = apply_patch(request["object"], result.operations)
-        template_spec = workload["spec"]["template"]["spec"]
-        assert required_terms(template_spec) == [{"matchExpressions": [
-            {"key": READY_KEY, "operator": "Exists"}, *AMD_EXPRESSIONS]}]
-        # The DaemonSet's desired nodes: every AMD node holding the cache at some digest.
-        assert fitting_nodes(steering_view, template_spec) == ["amd-1", "amd-2"]
-        again = steer(workload_request(kind, template_spec, operation="UPDATE"), steering_view)
-        assert again.operations == [] and again.denial is None
+        for operation in ("CREATE", "UPDATE"):
+            result = steer(workload_request(kind, pod_spec("vector-add", affinity={}), operation=operation),
+                           steering_view)
+            assert result.operations == [] and result.denial is None and "steered when they are created" in result.note
+        unknown = steer(workload_request(kind, pod_spec(), annotations={
+            "gkm.io/cache": "nope", "gkm.io/cache-mount-path": "/kernels"}), steering_view)
+        assert 'names "nope", which is neither a GKMCache' in unknown.denial
 
 
 def test_a_daemonset_pod_keeps_its_node_pin_and_is_pinned_to_the_digest_instead_of_any():
@@ -139,9 +135,14 @@ def test_a_daemonset_pod_keeps_its_node_pin_and_is_pinned_to_the_digest_instead_
     pod = steered_pod(steering_view, pod_request(pod_spec("vector-add", affinity=terms(pin))))
     assert required_terms(pod["spec"]) == [{"matchFields": pin["matchFields"],
                                             "matchExpressions": [ready_at(SHORT_A), *AMD_EXPRESSIONS]}]
-    # Pinned to a node that holds only the old digest: FailedCreate with the reason, not a Pending pod.
+    # Pinned to a node that holds only the old digest: a bare pod is denied with the reason; the DaemonSet's own
+    # pod is admitted with the affinity and waits Pending (a denial would only back its controller off).
     pin["matchFields"][0]["values"] = ["amd-2"]
     assert "no node is usable" in steer(pod_request(pod_spec("vector-add", affinity=terms(pin))), steering_view).denial
+    waiting = steer(pod_request(pod_spec("vector-add", affinity=terms(pin)), controller="DaemonSet"), steering_view)
+    assert waiting.denial is None and "waits Pending" in waiting.note
+    assert fitting_nodes(steering_view, apply_patch({"spec": pod_spec("vector-add", affinity=terms(pin))},
+                                                    waiting.operations)["spec"]) == []
 
 
 def test_a_kept_outdated_serving_pvc_steers_its_pods_to_its_own_digest_and_a_mutation_pod_to_the_current_one():

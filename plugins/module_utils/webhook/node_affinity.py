@@ -33,11 +33,9 @@ def _mapping(value):
     return value if isinstance(value, dict) else {}
 
 
-def readiness_requirement(key, short_digest=None):
-    """The node must hold the cache extracted: at that digest, or (a pod template, which outlives a digest) at any."""
-    if short_digest:
-        return {"key": key, "operator": "In", "values": [short_digest]}
-    return {"key": key, "operator": "Exists"}
+def readiness_requirement(key, short_digest):
+    """The node must hold the cache extracted at the digest the pod will mount."""
+    return {"key": key, "operator": "In", "values": [short_digest]}
 
 
 def _arch_values(backend, arch):

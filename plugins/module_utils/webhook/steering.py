@@ -5,11 +5,13 @@ where the cache is usable, and is denied with the reason and the fix when no nod
 
 Usable means: GPU labels fitting the image's targets (every mode), and for a per-node PVC cache the readiness label
 at the digest the pod will mount (the serving PVC's digest, which stays the old one while pods keep it; for a
-gkm.io/pvc-mutation pod the cache's current digest, which its claim is rewritten to). A pod template of a
-Deployment, StatefulSet or DaemonSet gets the same affinity with the readiness label at any digest, so a DaemonSet's
-desired count is the nodes that hold the cache and a digest change needs no rollout; the pods it creates are
-pinned to the digest when they are admitted. Workloads are never denied: their pods are, with the reason, and the
-controller retries.
+gkm.io/pvc-mutation pod the cache's current digest, which its claim is rewritten to). A pod that fits no node now
+is denied when it is a bare pod; a pod a controller owns is admitted with the affinity and waits Pending until a
+node is ready (a denial would only put the controller into its retry backoff).
+
+A Deployment, StatefulSet or DaemonSet is checked (a cache it names must exist, an annotated mount must be valid)
+but never changed: its pods are steered when they are created, so the workload stays as its owner wrote it
+(re-applying it changes nothing, and GitOps tools see no drift).
 
 `steer(request, view)` answers one AdmissionReview request (Pod CREATE, or CREATE/UPDATE of a workload) with JSONPatch
 operations and a denial message or None; the server combines the operations with the PVC-mutation rewrite.
@@ -81,16 +83,16 @@ def _pod_digest(target, mutation_labelled):
     return target.serving_digest
 
 
-def _requirement(use, is_pod, mutation_labelled):
+def _requirement(use, mutation_labelled):
     """(CacheRequirement, the digest the pod needs on its node or None, why the pod cannot use the cache or None)."""
     target = use.target
     digest = None
-    if target.readiness_key and is_pod:
+    if target.readiness_key:
         digest = _pod_digest(target, mutation_labelled)
         if digest is None:
             return None, None, ("has not been resolved or extracted yet", "wait for its first reconcile "
                                 "(gkm.cluster.cache_info shows its state)")
-    if target.mode == IMAGE_VOLUME and is_pod and target.image_reference() is None:
+    if target.mode == IMAGE_VOLUME and target.image_reference() is None:
         return None, None, ("has no resolved image digest yet", "wait for its first reconcile (status.resolvedDigest)")
     return node_affinity.cache_requirement(target.readiness_key, digest, target.targets), digest, None
 
@@ -129,16 +131,23 @@ def steer(request, view):
                 operations.extend(pod_operations)
     if problems:
         return Steering(denial="%s: %s" % (label, "; ".join(problems)))
+    if not is_pod:
+        return Steering(note="%s: checked; its pods are steered when they are created" % label)
     if steering_disabled(pod_metadata):
         return Steering(operations, note="%s: steering disabled by %s" % (label, STEERING_ANNOTATION))
     mutation_labelled = _mapping(pod_metadata.get("labels")).get(MUTATION_LABEL) == "true"
-    return _steered(label, is_pod, mutation_labelled, spec, spec_path, uses, view, operations)
+    return _steered(label, _controlled(metadata), mutation_labelled, spec, spec_path, uses, view, operations)
 
 
-def _steered(label, is_pod, mutation_labelled, spec, spec_path, uses, view, operations):
+def _controlled(metadata):
+    return any(isinstance(owner, dict) and owner.get("controller") is True
+               for owner in metadata.get("ownerReferences") or [])
+
+
+def _steered(label, controlled, mutation_labelled, spec, spec_path, uses, view, operations):
     requirements, needs, unusable = [], [], []
     for use in uses:
-        requirement, digest, problem = _requirement(use, is_pod, mutation_labelled)
+        requirement, digest, problem = _requirement(use, mutation_labelled)
         if problem is not None:
             unusable.append((use.target, problem))
             continue
@@ -149,8 +158,11 @@ def _steered(label, is_pod, mutation_labelled, spec, spec_path, uses, view, oper
     terms = node_affinity.merged_terms(node_affinity.required_terms(spec), requirements)
     operations = operations + node_affinity.affinity_operations(spec, spec_path, terms)
     caches = ", ".join(target.describe() for target, _digest in needs)
-    if is_pod and not any(node_affinity.node_fits(view.node(name), spec, terms) for name in _candidates(view, needs)):
-        return Steering(denial=_denial(label, _why_nowhere(view, needs)))
+    if not any(node_affinity.node_fits(view.node(name), spec, terms) for name in _candidates(view, needs)):
+        if not controlled:
+            return Steering(denial=_denial(label, _why_nowhere(view, needs)))
+        return Steering(operations, note="%s steered to the nodes of %s; none is usable yet, it waits Pending" % (
+            label, caches))
     return Steering(operations, note="%s steered to the nodes of %s" % (label, caches))
 
 
