@@ -10,6 +10,12 @@ actions that take the cluster there. Objects that belong to an old digest, a nod
 namespace no longer listed are pruned, except a PVC that a live pod still mounts: it is kept and
 reported as outdated until a later run finds it unused.
 
+Make before break: when the digest changes, a node's slot of a previous digest that was extracted (its PVC
+marked, or its Job complete) is kept, with its PV and Job, until the node's new slot is Extracted; a serving PVC
+keeps its previous digest until every eligible node's new slot in its namespace is Extracted, and the node slots
+it reads stay with it. Both are reported as outdated with the reason KEPT_UNTIL_REPLACED, then released (deleted
+unless a pod still mounts them) by the first run after the new digest is in place.
+
 Change detection does not diff whole objects: every object carries a hash of the spec we rendered
 (`gkm.io/spec-hash`), so a re-run compares one annotation and our labels and writes nothing when
 they match.
@@ -52,6 +58,9 @@ NO_PROVISIONER = "kubernetes.io/no-provisioner"
 # Apply order: a namespace before what lives in it, a PV before the PVC that names it, a Secret and a PVC
 # before the Job whose pod mounts them.
 KIND_ORDER = ("Namespace", "Secret", "PersistentVolume", "PersistentVolumeClaim", "Job")
+# The SlotState outcome (and the status entry's reason) of a previous digest's slot kept for make before break.
+PREVIOUS = "previous"
+KEPT_UNTIL_REPLACED = "KeptUntilReplaced"
 
 
 # ---------------------------------------------------------------- live state helpers
@@ -139,7 +148,8 @@ class Action:
 
 
 class SlotState:
-    """A slot's place in the plan, for the status: current (desired), blocked or outdated (kept)."""
+    """A slot's place in the plan, for the status: current (desired), blocked, outdated (kept while mounted or
+    unpruned) or previous (kept until the new digest replaces it)."""
 
     __slots__ = ("digest", "job", "namespace", "node", "outcome", "pv", "pvc", "reason", "users")
 
@@ -223,6 +233,10 @@ class _Planner:
         self.mounts = pod_mounts(facts.pods)
         self.serving_users = serving.users_by_slot(self.live.values(), self.mounts)
         self.claimed = set()
+        # (namespace, node label) -> whether the node's current slot is Extracted; namespace -> the short digest
+        # its serving PVC keeps: what make before break keeps previous slots for.
+        self.current_extracted = {}
+        self.serving_kept = {}
         self.plan = None
 
     def users(self, pvc):
@@ -304,6 +318,8 @@ class _Planner:
                     slot.namespace, slot.pvc_name(), ", ".join(u["name"] for u in users))
                 return
         extracted = not fresh and (marked or job_done)
+        if slot.node:
+            self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = extracted
         if extracted:
             pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, True), spec.owner)
         job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner), spec.owner)
@@ -340,8 +356,12 @@ class _Planner:
         spec = self.spec
         pv, pvc = (ownership.mark(obj, spec.owner) for obj in serving.render(spec, namespace))
         pvc_live = self.live.get(object_ref(pvc))
-        if pvc_live is not None and _differs(pvc_live, pvc) and self.users(pvc_live) and not spec.force:
-            return
+        if pvc_live is not None and _differs(pvc_live, pvc) and not spec.force:
+            if self.users(pvc_live):
+                return
+            if not self._every_node_extracted(namespace):
+                self.serving_kept[namespace] = (pvc_live["metadata"].get("labels") or {}).get(DIGEST_LABEL, "")
+                return
         self.plan.slots.append(SlotState(serving.SERVING, namespace, "", short_digest(spec.digest), spec.name, None,
                                          pv["metadata"]["name"]))
         self.plan.desired.extend((pv, pvc))
@@ -356,8 +376,29 @@ class _Planner:
             elif _metadata_outdated(live, desired):
                 self.plan.add("update", desired, "labels or annotations differ")
 
+    def _every_node_extracted(self, namespace):
+        return all(extracted for (slot_namespace, _node), extracted in self.current_extracted.items()
+                   if slot_namespace == namespace)
+
+    def _previous_slots(self, groups):
+        """The stale groups make before break keeps: per namespace and node whose current slot is not Extracted,
+        the newest previous slot that was extracted; and whatever has the digest a kept serving PVC reads."""
+        newest = {}
+        for key, members in groups.items():
+            namespace, node, digest = key
+            if self.serving_kept.get(namespace) == digest and namespace in self.spec.namespaces:
+                newest[key] = ("", key)
+                continue
+            if not node or self.current_extracted.get((namespace, node), True) or not _was_extracted(members):
+                continue
+            created = max(obj["metadata"].get("creationTimestamp") or "" for obj in members)
+            if newest.get((namespace, node), ("",))[0] <= created:
+                newest[(namespace, node)] = (created, key)
+        return {key for _created, key in newest.values()}
+
     def _stale(self):
-        """Group unclaimed live objects by slot; delete each group unless a pod still mounts its PVC."""
+        """Group unclaimed live objects by slot; delete each group unless a pod still mounts its PVC or make before
+        break keeps it."""
         spec, plan = self.spec, self.plan
         groups = {}
         for ref, obj in self.live.items():
@@ -371,10 +412,16 @@ class _Planner:
                         "key, or namespace %s is no longer a workload namespace" % ref[1]))
                 continue
             groups.setdefault(_group_key(ref[0], obj), []).append(obj)
+        previous = self._previous_slots(groups) if spec.state == "present" and not spec.force else set()
         for (namespace, node, digest), members in sorted(groups.items()):
             pvcs = [obj for obj in members if obj["kind"] == "PersistentVolumeClaim"]
             users = [user for pvc in pvcs for user in self.users(pvc)]
             names = {obj["kind"]: obj["metadata"]["name"] for obj in members}
+            if (namespace, node, digest) in previous:
+                plan.slots.append(SlotState(
+                    PREVIOUS, namespace, node, digest, names.get("PersistentVolumeClaim"), names.get("Job"),
+                    names.get("PersistentVolume"), users, _kept_reason(spec, namespace, node, digest, users)))
+                continue
             keep_reason = None
             if users and not spec.force:
                 keep_reason = "mounted by %s" % ", ".join(u["name"] for u in users)
@@ -387,6 +434,29 @@ class _Planner:
                 continue
             for obj in members:
                 plan.add("delete", obj, "no longer desired (%s)" % _stale_reason(spec, namespace, node, digest))
+
+
+def _was_extracted(members):
+    """True when a slot's PVC is marked extracted at its own digest or its Job completed (the Job verified it)."""
+    for obj in members:
+        if obj["kind"] == "Job" and job_condition(obj, "Complete") is not None:
+            return True
+        if obj["kind"] == "PersistentVolumeClaim":
+            marker = (obj["metadata"].get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
+            digest = (obj["metadata"].get("labels") or {}).get(DIGEST_LABEL) or ""
+            if digest and marker.split(":", 1)[-1].startswith(digest):
+                return True
+    return False
+
+
+def _kept_reason(spec, namespace, node, digest, users):
+    current = short_digest(spec.digest)
+    if node:
+        reason = "kept until digest %s is extracted on node %s (make before break)" % (current, node)
+    else:
+        reason = ("serving PVC kept at digest %s until %s is extracted on every node in namespace %s (make before "
+                  "break)" % (digest, current, namespace))
+    return reason + ("; mounted by %s" % ", ".join(u["name"] for u in users) if users else "")
 
 
 def _stale_reason(spec, namespace, node, digest):

@@ -23,6 +23,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
+    KEPT_UNTIL_REPLACED,
+    PREVIOUS,
     SlotState,
     job_condition,
     pod_mounts,
@@ -140,8 +142,9 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
     entries, unschedulable, serving = [], [], []
     current_claims, outdated_claims = set(), set()
     for slot in slots:
-        if slot.outcome == "outdated":
-            entries.append(_entry(slot, OUTDATED, slot.reason, users=mounts.get((slot.namespace, slot.pvc))))
+        if slot.outcome in ("outdated", PREVIOUS):
+            entries.append(_entry(slot, OUTDATED, slot.reason, users=mounts.get((slot.namespace, slot.pvc)),
+                                  reason=KEPT_UNTIL_REPLACED if slot.outcome == PREVIOUS else None))
             if slot.pvc:
                 outdated_claims.add((slot.namespace, slot.pvc))
             continue
