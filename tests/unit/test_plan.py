@@ -53,7 +53,8 @@ def as_live(desired, complete_jobs=False, marked=False):
             if complete_jobs:
                 live["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
         if obj["kind"] == "PersistentVolumeClaim" and marked:
-            live["metadata"]["annotations"][render.EXTRACTED_ANNOTATION] = DIGEST_A
+            image = obj["metadata"]["annotations"][render.IMAGE_ANNOTATION]
+            live["metadata"]["annotations"][render.EXTRACTED_ANNOTATION] = image.rsplit("@", 1)[1]
         objects.setdefault(obj["kind"], []).append(live)
     return objects
 
@@ -307,7 +308,11 @@ def test_image_change_prunes_old_digest_but_keeps_a_mounted_pvc_as_outdated():
     assert sum(1 for a in first.actions if a.verb == "create") == 9
     assert not [a for a in first.actions if a.verb == "delete"]
     assert sorted(s.outcome for s in first.slots if s.digest == "a" * 12) == [planner.PREVIOUS] * 3
-    result = planner.plan(new_spec, facts(objects=merged(live, as_live(first.desired, complete_jobs=True)), pods=pods))
+    done = planner.plan(new_spec, facts(objects=merged(live, as_live(first.desired, complete_jobs=True)), pods=pods))
+    # The new Jobs completed: this run marks the new PVCs, the next one releases the old slots.
+    assert {a.verb for a in done.actions} == {"update"}
+    marked = as_live(first.desired, complete_jobs=True, marked=True)
+    result = planner.plan(new_spec, facts(objects=merged(live, marked), pods=pods))
     deleted = {a.name for a in result.actions if a.verb == "delete"}
     assert mounted not in deleted
     assert len(deleted) == 6 and all("old digest" in a.reason for a in result.actions if a.verb == "delete")

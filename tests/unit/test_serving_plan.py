@@ -69,7 +69,7 @@ def upgraded(first, pods=()):
     live = live_after(first, complete_jobs=True, marked=True)
     started = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=pods))
     return live, merged(live, as_live([obj for obj in started.desired if not serving.is_serving(obj)],
-                                      complete_jobs=True))
+                                      complete_jobs=True, marked=True))
 
 
 def test_new_digest_keeps_the_serving_pvc_until_every_node_extracted_it():
@@ -84,7 +84,7 @@ def test_new_digest_keeps_the_serving_pvc_until_every_node_extracted_it():
         s.reason for s in second.slots if s.outcome == planner.PREVIOUS and not s.node)
     # One node done: still kept, for the nodes not done and for the serving PVC's readers on the done one.
     one_done = merged(live, as_live([obj for obj in second.desired if WORKERS[0] in obj["metadata"]["name"]],
-                                    complete_jobs=True))
+                                    complete_jobs=True, marked=True))
     assert not [a for a in planner.plan(serving_spec(DIGEST_B), facts(objects=one_done)).actions
                 if a.verb in ("delete", "replace")]
 

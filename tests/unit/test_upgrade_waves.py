@@ -108,7 +108,7 @@ def test_order_by_a_label_puts_unlabelled_nodes_last():
 
 
 def test_a_node_with_nothing_to_protect_starts_at_once_and_takes_no_place():
-    nodes = fleet(4) + [node("joined")]
+    nodes = [*fleet(4), node("joined")]
     plan = upgrade(nodes, {"maxUnavailable": 1, "paused": True}, joined=waves.NodeProgress())
     assert plan.starting == ["joined"] and plan.nodes_in(waves.UPGRADING) == ["joined"]
     running = upgrade(nodes, {"maxUnavailable": 1}, joined=waves.NodeProgress(target=status.PENDING))

@@ -11,8 +11,8 @@ namespace no longer listed are pruned, except a PVC that a live pod still mounts
 reported as outdated until a later run finds it unused.
 
 Make before break: when the digest changes, a node's slot of a previous digest that was extracted (its PVC
-marked, or its Job complete) is kept, with its PV and Job, until the node's new slot is Extracted; a serving PVC
-keeps its previous digest until every eligible node's new slot in its namespace is Extracted, and the node slots
+marked, or its Job complete) is kept, with its PV and Job, until the node's new PVC is marked extracted; a serving
+PVC keeps its previous digest until every eligible node's new PVC in its namespace is marked, and the node slots
 it reads stay with it. Both are reported as outdated with the reason KEPT_UNTIL_REPLACED, then released (deleted
 unless a pod still mounts them) by the first run after the new digest is in place.
 
@@ -319,7 +319,8 @@ class _Planner:
                 return
         extracted = not fresh and (marked or job_done)
         if slot.node:
-            self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = extracted
+            # Released once the live PVC carries the mark: the webhook then hands out the new PVC (view.py).
+            self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = marked and not fresh
         if extracted:
             pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, True), spec.owner)
         job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner), spec.owner)
