@@ -52,3 +52,18 @@ def test_force_and_absent_keep_nothing():
     live = as_live(planner.plan(make_spec(), facts()).desired, complete_jobs=True)
     assert kept_nodes(planner.plan(make_spec(DIGEST_B, force=True), facts(objects=live))) == []
     assert kept_nodes(planner.plan(make_spec(DIGEST_B, state="absent"), facts(objects=live))) == []
+
+
+def test_kept_slots_do_not_make_the_cache_outdated_unless_pods_read_them():
+    old = planner.plan(make_spec(), facts())
+    live = as_live(old.desired, complete_jobs=True, marked=True)
+    started = planner.plan(make_spec(DIGEST_B), facts(objects=live))
+    # The new Jobs completed in the same run: the new PVCs are marked by this plan, the old slots go next run.
+    objects = merged(live, as_live(started.desired, complete_jobs=True))
+    marking = planner.plan(make_spec(DIGEST_B), facts(objects=objects))
+    assert kept_nodes(marking) == WORKERS
+    assert status.cache_status(marking.slots, WORKERS, [], {}, objects, [])["phase"] == status.EXTRACTED
+    reader = {"metadata": {"name": "app", "namespace": "team-a"}, "status": {"phase": "Running"},
+              "spec": {"nodeName": WORKERS[0], "volumes": [{"name": "c", "persistentVolumeClaim": {
+                  "claimName": old.slots[0].pvc}}]}}
+    assert status.cache_status(marking.slots, WORKERS, [], {}, objects, [reader])["phase"] == status.OUTDATED

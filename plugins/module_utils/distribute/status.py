@@ -210,7 +210,9 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
 
 
 def _overall_phase(entries, counts):
-    phases = {entry["phase"] for entry in entries}
+    # A previous digest kept only until its release (make before break) says nothing about the current one; pods
+    # still reading it count in pod_outdated.
+    phases = {entry["phase"] for entry in entries if entry.get("reason") != KEPT_UNTIL_REPLACED}
     if ERROR in phases:
         return ERROR
     if not phases - {OUTDATED, INCOMPATIBLE} or phases & {PENDING, EXTRACTING}:
