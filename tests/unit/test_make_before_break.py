@@ -67,3 +67,16 @@ def test_kept_slots_do_not_make_the_cache_outdated_unless_pods_read_them():
               "spec": {"nodeName": WORKERS[0], "volumes": [{"name": "c", "persistentVolumeClaim": {
                   "claimName": old.slots[0].pvc}}]}}
     assert status.cache_status(marking.slots, WORKERS, [], {}, objects, [reader])["phase"] == status.OUTDATED
+
+
+def test_a_held_node_gets_no_new_slot_keeps_its_previous_one_and_waits_for_its_wave():
+    old = planner.plan(make_spec(), facts())
+    live = as_live(old.desired, complete_jobs=True, marked=True)
+    result = planner.plan(make_spec(DIGEST_B), facts(objects=live), hold={WORKERS[1], WORKERS[2]})
+    assert result.summary() == {"create": {"PersistentVolume": 1, "PersistentVolumeClaim": 1, "Job": 1}}
+    assert kept_nodes(result) == WORKERS
+    entries = status.cache_status(result.slots, WORKERS, [], {}, live, [])
+    held = [e for e in entries["entries"] if e.get("reason") == planner.WAITING_FOR_WAVE]
+    assert sorted(e["node"] for e in held) == WORKERS[1:] and {e["phase"] for e in held} == {status.PENDING}
+    assert entries["phase"] == status.PENDING
+    assert node_readiness.ready_labels(make_spec(DIGEST_B), entries["entries"]) == {node: OLD for node in WORKERS}

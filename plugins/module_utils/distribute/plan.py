@@ -61,6 +61,9 @@ KIND_ORDER = ("Namespace", "Secret", "PersistentVolume", "PersistentVolumeClaim"
 # The SlotState outcome (and the status entry's reason) of a previous digest's slot kept for make before break.
 PREVIOUS = "previous"
 KEPT_UNTIL_REPLACED = "KeptUntilReplaced"
+# The SlotState outcome (and the status entry's reason) of a node a rolling upgrade holds on its previous digest.
+HELD = "held"
+WAITING_FOR_WAVE = "WaitingForWave"
 
 
 # ---------------------------------------------------------------- live state helpers
@@ -222,9 +225,11 @@ def _storage(spec, facts):
 
 
 class _Planner:
-    def __init__(self, spec, facts):
+    def __init__(self, spec, facts, hold=()):
         self.spec = spec
         self.facts = facts
+        # Node names a rolling upgrade (upgrade_waves.py) keeps on their previous digest.
+        self.hold = frozenset(hold)
         self.live = {}
         for kind in KIND_ORDER[1:]:
             for obj in facts.objects.get(kind) or []:
@@ -258,7 +263,10 @@ class _Planner:
                 if spec.per_node:
                     for node in self.plan.eligibility.eligible:
                         slot = Slot(spec.name, spec.cache_namespace, namespace, node["metadata"]["name"], spec.digest)
-                        self._slot(slot, node, *storage)
+                        if node["metadata"]["name"] in self.hold:
+                            self._held(slot)
+                        else:
+                            self._slot(slot, node, *storage)
                 else:
                     slot = Slot(spec.name, spec.cache_namespace, namespace, "", spec.digest)
                     self._slot(slot, None, *storage)
@@ -288,6 +296,13 @@ class _Planner:
                             % ", ".join(missing), reason="NoNamespace")
         for namespace in missing:
             self.plan.add("create", render_namespace(namespace), "namespace does not exist")
+
+    def _held(self, slot):
+        """A node waiting for its wave: no new slot, and its previous one stays (make before break)."""
+        self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = False
+        self.plan.slots.append(SlotState(
+            HELD, slot.namespace, slot.node, short_digest(self.spec.digest), slot.pvc_name(), slot.job_name(),
+            reason="waits for its upgrade wave (spec.upgradePolicy); the node serves its previous digest meanwhile"))
 
     def _slot(self, slot, node, storage_class_name, make_pvs, set_owner):
         spec, plan = self.spec, self.plan
@@ -472,6 +487,9 @@ def _stale_reason(spec, namespace, node, digest):
     return "superseded"
 
 
-def plan(spec, facts):
-    """The Plan for one cache. Raises PlanError before anything is written when the input cannot work."""
-    return _Planner(spec, facts).run()
+def plan(spec, facts, hold=()):
+    """The Plan for one cache. Raises PlanError before anything is written when the input cannot work.
+
+    hold: node names a rolling upgrade's WavePlan keeps on their previous digest (upgrade_waves.WavePlan.holds).
+    """
+    return _Planner(spec, facts, hold).run()

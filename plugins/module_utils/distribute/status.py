@@ -23,8 +23,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
+    HELD,
     KEPT_UNTIL_REPLACED,
     PREVIOUS,
+    WAITING_FOR_WAVE,
     SlotState,
     job_condition,
     pod_mounts,
@@ -83,6 +85,8 @@ def slot_phase(slot, pvc, job, job_pods):
     """
     if slot.outcome == "blocked":
         return PENDING, slot.reason, [], None
+    if slot.outcome == HELD:
+        return PENDING, slot.reason, [], WAITING_FOR_WAVE
     marker = ((pvc or {}).get("metadata", {}).get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
     if slot.digest and marker.split(":", 1)[-1].startswith(slot.digest):
         return EXTRACTED, None, [], None
