@@ -13,7 +13,7 @@ reported as outdated until a later run finds it unused.
 Make before break: when the digest changes, a node's slot of a previous digest that was extracted (its PVC
 marked, or its Job complete) is kept, with its PV and Job, until the node's new PVC is marked extracted; a serving
 PVC keeps its previous digest until every eligible node's new PVC in its namespace is marked, and the node slots
-it reads stay with it. Both are reported as outdated with the reason KEPT_UNTIL_REPLACED, then released (deleted
+it reads stay with it (previous_slots.py). Both are reported as outdated with the reason KEPT_UNTIL_REPLACED, then released (deleted
 unless a pod still mounts them) by the first run after the new digest is in place.
 
 Change detection does not diff whole objects: every object carries a hash of the spec we rendered
@@ -37,9 +37,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     conflicts,
     ownership,
+    previous_slots,
     registry_secret,
     serving,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
     EXTRACTED_ANNOTATION,
     SPEC_HASH_ANNOTATION,
@@ -72,13 +74,6 @@ WAITING_FOR_WAVE = "WaitingForWave"
 def object_ref(obj):
     metadata = obj["metadata"]
     return (obj["kind"], metadata.get("namespace") or "", metadata["name"])
-
-
-def job_condition(job, condition_type):
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == condition_type and condition.get("status") == "True":
-            return condition
-    return None
 
 
 def _differs(live, desired):
@@ -396,22 +391,6 @@ class _Planner:
         return all(extracted for (slot_namespace, _node), extracted in self.current_extracted.items()
                    if slot_namespace == namespace)
 
-    def _previous_slots(self, groups):
-        """The stale groups make before break keeps: per namespace and node whose current slot is not Extracted,
-        the newest previous slot that was extracted; and whatever has the digest a kept serving PVC reads."""
-        newest = {}
-        for key, members in groups.items():
-            namespace, node, digest = key
-            if self.serving_kept.get(namespace) == digest and namespace in self.spec.namespaces:
-                newest[key] = ("", key)
-                continue
-            if not node or self.current_extracted.get((namespace, node), True) or not _was_extracted(members):
-                continue
-            created = max(obj["metadata"].get("creationTimestamp") or "" for obj in members)
-            if newest.get((namespace, node), ("",))[0] <= created:
-                newest[(namespace, node)] = (created, key)
-        return {key for _created, key in newest.values()}
-
     def _stale(self):
         """Group unclaimed live objects by slot; delete each group unless a pod still mounts its PVC or make before
         break keeps it."""
@@ -428,7 +407,9 @@ class _Planner:
                         "key, or namespace %s is no longer a workload namespace" % ref[1]))
                 continue
             groups.setdefault(_group_key(ref[0], obj), []).append(obj)
-        previous = self._previous_slots(groups) if spec.state == "present" and not spec.force else set()
+        previous = set()
+        if spec.state == "present" and not spec.force:
+            previous = previous_slots.kept_groups(groups, self.current_extracted, self.serving_kept, spec.namespaces)
         for (namespace, node, digest), members in sorted(groups.items()):
             pvcs = [obj for obj in members if obj["kind"] == "PersistentVolumeClaim"]
             users = [user for pvc in pvcs for user in self.users(pvc)]
@@ -436,7 +417,8 @@ class _Planner:
             if (namespace, node, digest) in previous:
                 plan.slots.append(SlotState(
                     PREVIOUS, namespace, node, digest, names.get("PersistentVolumeClaim"), names.get("Job"),
-                    names.get("PersistentVolume"), users, _kept_reason(spec, namespace, node, digest, users)))
+                    names.get("PersistentVolume"), users,
+                    previous_slots.kept_reason(spec, namespace, node, digest, users)))
                 continue
             keep_reason = None
             if users and not spec.force:
@@ -450,29 +432,6 @@ class _Planner:
                 continue
             for obj in members:
                 plan.add("delete", obj, "no longer desired (%s)" % _stale_reason(spec, namespace, node, digest))
-
-
-def _was_extracted(members):
-    """True when a slot's PVC is marked extracted at its own digest or its Job completed (the Job verified it)."""
-    for obj in members:
-        if obj["kind"] == "Job" and job_condition(obj, "Complete") is not None:
-            return True
-        if obj["kind"] == "PersistentVolumeClaim":
-            marker = (obj["metadata"].get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
-            digest = (obj["metadata"].get("labels") or {}).get(DIGEST_LABEL) or ""
-            if digest and marker.split(":", 1)[-1].startswith(digest):
-                return True
-    return False
-
-
-def _kept_reason(spec, namespace, node, digest, users):
-    current = short_digest(spec.digest)
-    if node:
-        reason = "kept until digest %s is extracted on node %s (make before break)" % (current, node)
-    else:
-        reason = ("serving PVC kept at digest %s until %s is extracted on every node in namespace %s (make before "
-                  "break)" % (digest, current, namespace))
-    return reason + ("; mounted by %s" % ", ".join(u["name"] for u in users) if users else "")
 
 
 def _stale_reason(spec, namespace, node, digest):
