@@ -13,8 +13,8 @@ reported as outdated until a later run finds it unused.
 Make before break: when the digest changes, a node's slot of a previous digest that was extracted (its PVC
 marked, or its Job complete) is kept, with its PV and Job, until the node's new PVC is marked extracted; a serving
 PVC keeps its previous digest until every eligible node's new PVC in its namespace is marked, and the node slots
-it reads stay with it (previous_slots.py). Both are reported as outdated with the reason KEPT_UNTIL_REPLACED, then released (deleted
-unless a pod still mounts them) by the first run after the new digest is in place.
+it reads stay with it (previous_slots.py). Both are reported as outdated with the reason KEPT_UNTIL_REPLACED,
+then released (deleted unless a pod still mounts them) by the first run after the new digest is in place.
 
 Change detection does not diff whole objects: every object carries a hash of the spec we rendered
 (`gkm.io/spec-hash`), so a re-run compares one annotation and our labels and writes nothing when
