@@ -15,6 +15,7 @@ import copy
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status_summary
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
 
 GROUP = "gkm.io"
 VERSION = "v1alpha1"
@@ -85,6 +86,14 @@ def distribute_params(resource, defaults):
                                 % metadata["name"])
         params.update(scope="cluster", namespace=None, workload_namespaces=list(spec["workloadNamespaces"]))
     return params
+
+
+def upgrade_policy(resource):
+    """The resource's spec.upgradePolicy (upgrade_policy.py), its defaults when it has none; raises
+    UpgradePolicyError naming the field."""
+    metadata = resource.get("metadata") or {}
+    where = "%s %s: spec.upgradePolicy" % (resource.get("kind"), metadata.get("name"))
+    return parse_upgrade_policy((resource.get("spec") or {}).get("upgradePolicy"), where)
 
 
 def summary_status(result, now):
