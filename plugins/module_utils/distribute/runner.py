@@ -424,12 +424,22 @@ def _wait(kube, spec, facts, plan, deadline, scrub):
         status = _status(spec, plan, facts)
     if not polled and not kube.writes:
         return facts, plan  # nothing changed since the plan was made from these facts
-    plan = _plan(spec, facts)
-    errors = execute(kube, plan, max(deadline - time.monotonic(), 10), scrub)
-    if errors:
-        raise DistributeError("recording finished extractions failed: %s" % errors[0]["error"], errors=errors)
-    if plan.actions:
+    return _mark_then_release(kube, spec, facts, deadline, scrub)
+
+
+def _mark_then_release(kube, spec, facts, deadline, scrub):
+    """Record finished extractions on their PVCs; when that plan keeps previous slots, plan once more: the marks,
+    which the webhook already sees, release them in this run (make before break: never a moment with neither)."""
+    for step in ("recording finished extractions", "releasing the previous digest's slots"):
+        plan = _plan(spec, facts)
+        errors = execute(kube, plan, max(deadline - time.monotonic(), 10), scrub)
+        if errors:
+            raise DistributeError("%s failed: %s" % (step, errors[0]["error"]), errors=errors)
+        if not plan.actions:
+            break
         facts = gather_facts(kube, spec)
+        if not any(slot.outcome == planner.PREVIOUS for slot in plan.slots):
+            break
     return facts, plan
 
 
