@@ -169,6 +169,8 @@ class Plan:
         self.actions = []
         self.slots = []
         self.desired = []
+        # The upgrade_waves.WavePlan whose holds this plan was made with (set by the runner), or None.
+        self.rollout = None
 
     def add(self, verb, body, reason):
         self.actions.append(Action(verb, body, reason))

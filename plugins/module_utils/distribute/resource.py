@@ -77,6 +77,7 @@ def distribute_params(resource, defaults):
         access_modes=list(spec.get("accessModes") or ["ReadWriteOnce"]),
         storage_class_name=spec.get("storageClassName") or None,
         pod_template=copy.deepcopy(spec.get("podTemplate")) or None,
+        upgrade_policy=upgrade_policy(resource) if spec.get("upgradePolicy") is not None else None,
     )
     if kind == "GKMCache":
         params.update(scope="namespaced", namespace=metadata.get("namespace"), workload_namespaces=None)

@@ -75,6 +75,9 @@ class CacheSpec:
         self.serving_pvc = fields.get("serving_pvc", True)
         # The cache resource the objects belong to (ownership.resource_owner), None for cache_distribute.
         self.owner = fields.get("owner")
+        # The resource's UpgradePolicy (upgrade_policy.py) when it declares one: a new digest rolls out in waves
+        # (rollout.py); None moves every node at once (still make before break).
+        self.upgrade_policy = fields.get("upgrade_policy")
 
     @property
     def per_node(self):
@@ -178,7 +181,8 @@ def cache_spec_from_params(params):
         raise SpecError("extract_image is required: the tools image whose cache_extract command fills the PVCs")
     optional = {key: params[key] for key in ("size", "compatibility", "create_pvs", "host_path_root", "prune",
                                              "force", "create_namespaces", "state", "extract_args",
-                                             "set_volume_owner", "owner", "verification", "serving_pvc")
+                                             "set_volume_owner", "owner", "verification", "serving_pvc",
+                                             "upgrade_policy")
                 if params.get(key) is not None}
     return CacheSpec(
         name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,
