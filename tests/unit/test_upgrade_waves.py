@@ -6,6 +6,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import s
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import upgrade_waves as waves
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_changes
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec
 
@@ -134,9 +135,10 @@ def test_state_labels_change_only_what_differs():
     nodes[0]["metadata"]["labels"]["upgrade.gkm.io/team-a.vector-add"] = "upgrading"
     nodes[2]["metadata"]["labels"]["upgrade.gkm.io/team-a.vector-add"] = "stale"
     plan = upgrade(nodes, {"maxUnavailable": 1})
-    key, changes = waves.state_label_changes(plan, nodes, "vector-add", "team-a")
+    key = waves.state_label_key("vector-add", "team-a")
     assert key == "upgrade.gkm.io/team-a.vector-add"
-    assert changes == [("gpu-01", "pending"), ("gpu-02", "pending")]
+    # What runner.distribute writes through node_readiness_runner.sync_labels.
+    assert label_changes(nodes, key, plan.labels()) == [("gpu-01", "pending"), ("gpu-02", "pending")]
 
 
 def test_node_progress_from_the_planner_and_the_status_of_a_digest_change():

@@ -24,7 +24,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_changes, label_key
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
     ERROR,
     EXTRACTED,
@@ -195,9 +195,3 @@ def _message(plan, failed):
     if plan.policy.paused:
         return "rollout to %s paused (%s); set upgradePolicy.paused false to go on" % (plan.digest, counts)
     return "rollout to %s, %d node(s) at a time: %s" % (plan.digest, plan.budget, counts)
-
-
-def state_label_changes(plan, nodes, cache, cache_namespace):
-    """(label key, [(node, value or None to remove)]) that take the nodes' state labels to the plan's."""
-    key = state_label_key(cache, cache_namespace)
-    return key, label_changes(nodes, key, plan.labels())
