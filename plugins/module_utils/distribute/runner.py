@@ -408,13 +408,14 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         excluded_nodes=plan.eligibility.excluded,
         scrub=scrub.report(),
         node_labels=node_labels,
-        rollout=dict(plan.rollout.to_dict(), labels=upgrade_labels) if plan.rollout is not None else None,
         warnings=scrub.warnings,
         api_requests=kube.requests + dry_runs,
         api_dry_runs=dry_runs,
         api_writes=kube.writes,
         duration_seconds=round(time.monotonic() - started, 3),
     )
+    if plan.rollout is not None:
+        result["rollout"] = dict(plan.rollout.to_dict(), labels=upgrade_labels)
     return result
 
 
