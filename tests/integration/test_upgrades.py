@@ -2,7 +2,8 @@
 
 Make before break: while one `wait: true` run moves a cache to a new digest, every eligible node always has an
 extracted PVC to hand out, and the same run releases the previous digest's slots. Waves: a GKMCache with
-spec.upgradePolicy moves at most maxUnavailable nodes at a time, and one `wait: true` run walks every wave.
+spec.upgradePolicy moves at most maxUnavailable nodes at a time, and one `wait: true` run walks every wave; a
+failed wave stops the rollout, and its node keeps serving the previous digest.
 """
 
 import threading
@@ -12,6 +13,7 @@ import pytest
 from kubernetes import client
 from urllib3.exceptions import HTTPError
 
+from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
 from tests.integration.test_cache_distribute import EXTRACT_IMAGE, WORKERS, distribute, remove, tolerated, unique
@@ -191,6 +193,45 @@ def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_o
         # Complete: the state labels are gone.
         assert state_labels() == {node: None for node in WORKERS}
         print("waves: %s" % figures)
+    finally:
+        run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
+                   state="absent", force=True)
+        crds.delete_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name)
+
+
+def test_a_wave_that_fails_verification_stops_the_rollout_and_its_node_keeps_the_previous_digest(
+        sim, kube, crds, images, namespace):
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
+
+    name = unique("poison")
+    old, new = short(images[0]), short(images[1])
+    core = client.CoreV1Api(kube)
+    crds.create_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches",
+                                         cache_manifest(name, namespace, images[0].ref, {"maxUnavailable": 1}))
+    try:
+        first = reconcile(sim, name, namespace)
+        assert not first.get("failed"), first.get("msg")
+        # The new digest's extraction refuses (as a failed signature or digest check would): the first wave fails.
+        crds.patch_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name, {"spec": {
+            "image": images[1].ref, "podTemplate": {"metadata": {"labels": {stages.REFUSAL_LABEL: "true"}}}}})
+        watcher = Watcher(kube, name, new)
+        watcher.start()
+        with stages.stage(kube, stages.REFUSAL):
+            stopped = reconcile(sim, name, namespace)
+        figures = watcher.stop()
+        assert not stopped.get("failed"), stopped.get("msg")
+        rollout = stopped["rollout"]
+        assert rollout["stopped"] and rollout["rolled-back"] == WORKERS[:1], rollout
+        assert rollout["pending"] == WORKERS[1:] and rollout["waves"] == [], rollout
+        assert "failureThreshold" in rollout["message"], rollout["message"]
+        # Every node still hands out the previous digest; only the failed node ever created a new slot.
+        assert max(watcher.longest_gap.values()) == 0 and watcher.most_upgrading <= 1, figures
+        assert node_pvcs(core.list_persistent_volume_claim_for_all_namespaces(
+            label_selector="gkm.io/cache=%s,gkm.io/node" % name).items) == {
+            WORKERS[0]: {old: True, new: False}, WORKERS[1]: {old: True}, WORKERS[2]: {old: True}}
+        key = state_label_key(name, namespace)
+        assert {node: (core.read_node(node).metadata.labels or {}).get(key) for node in WORKERS} == {
+            WORKERS[0]: "rolled-back", WORKERS[1]: "pending", WORKERS[2]: "pending"}
     finally:
         run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
                    state="absent", force=True)
