@@ -139,10 +139,10 @@ def cache_manifest(name, namespace, image, policy):
             "spec": {"image": image, "podTemplate": template, "upgradePolicy": policy}}
 
 
-def reconcile(sim, name, namespace):
-    return run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
-                      registry_plain_http=True, extract_image=EXTRACT_IMAGE, host_path_root=NODE_DISK,
-                      serving_pvc=False, wait=True, wait_timeout=120)
+def reconcile(sim, name, namespace, check=False):
+    return run_module("cache_reconcile", sim.kubeconfig, check=check, diff=check, kind="GKMCache", name=name,
+                      namespace=namespace, registry_plain_http=True, extract_image=EXTRACT_IMAGE,
+                      host_path_root=NODE_DISK, serving_pvc=False, wait=True, wait_timeout=120)
 
 
 def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_one_run(
@@ -170,6 +170,11 @@ def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_o
         assert first["rollout"]["complete"] and first["rollout"]["labels"] == [], first["rollout"]
 
         update(images[1].ref, {"maxUnavailable": 1, "paused": True})
+        # --check --diff shows the wave plan and writes nothing.
+        planned = reconcile(sim, name, namespace, check=True)
+        upgrade = [d for d in planned["diff"] if d.get("before_header") == "upgrade of %s/%s" % (namespace, name)]
+        assert len(upgrade) == 1 and upgrade[0]["after"]["waves"] == [[node] for node in WORKERS], planned["diff"]
+        assert state_labels() == {node: None for node in WORKERS}
         paused = reconcile(sim, name, namespace)
         assert not paused.get("failed"), paused.get("msg")
         assert paused["rollout"]["pending"] == WORKERS and paused["rollout"]["starting"] == [], paused["rollout"]
