@@ -129,11 +129,14 @@ cache:
   description:
     - The cache as distributed. C(signature_check) is what its Jobs verify the signature with (format and key
       digest, for example C(v3 sha256:...)), or null when they do not verify.
+    - C(mount_mode) is C(PVC), or C(imageVolume) for a cache resource whose C(spec.mountMode) asks for it (no PVC, PV
+      or Job is planned then); C(targets) are the image's GPU targets.
   returned: success
   type: dict
   sample: {"name": "vector-add", "namespace": "team-a", "scope": "namespaced", "digest": "sha256:...",
            "image": "registry/caches/vector-add@sha256:...", "size": "33Mi", "access_modes": ["ReadWriteOnce"],
-           "state": "present", "signature_check": null}
+           "state": "present", "signature_check": null, "mount_mode": "PVC",
+           "targets": [{"backend": "hip", "arch": "gfx90a", "warp_size": 64}]}
 plan:
   description: What this run wrote (or, in check mode, would write).
   returned: success
@@ -153,7 +156,7 @@ status:
   type: dict
   contains:
     phase:
-      description: Error, Pending, Outdated, Running or Extracted, in that precedence.
+      description: Error, Pending, Outdated, Running or Extracted, in that precedence; Resolved in imageVolume mode.
       type: str
     counts:
       description: nodes, node_in_use, node_not_in_use, node_error, pod_running, pod_outdated.
@@ -178,6 +181,12 @@ status:
       type: list
       elements: dict
       returned: when the cache has serving PVCs
+    image_volume:
+      description:
+        - In imageVolume mode, reference (the digest-pinned image pods mount) and compatible_nodes (how many nodes
+          have a GPU it fits).
+      type: dict
+      returned: for a cache whose mount mode is imageVolume
     unplaced:
       description:
         - Present when no node is eligible for the cache yet - the nodes grouped by reason, each with the option that

@@ -9,20 +9,25 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: webhook_install
-short_description: Install or remove the PVC-mutation admission webhook for per-node kernel-cache PVCs
+short_description: Install or remove the admission webhook for kernel caches (PVC mutation and steering)
 description:
   - With ReadWriteOnce storage every node has its own PVC of a cache. Workloads (DaemonSets) name the
     cache in C(claimName) and carry the label C(gkm.io/pvc-mutation=true); the webhook rewrites the claim
     to the PVC of the pod's node at admission, and denies the pod with a message naming the cache, the node
     and what to run when that node has no PVC yet.
+  - The same server steers pods to nodes where their cache is usable (docs/steering.md). A pod that names a
+    cache's PVC in C(claimName) or carries the annotation C(gkm.io/cache) gets a required node affinity (the
+    node's readiness label at the digest it mounts, and the image's GPU targets), merged with its own; a pod no
+    node fits is denied with the reason and the fix; C(gkm.io/cache-steering=disabled) opts out. Deployments,
+    StatefulSets and DaemonSets get the same affinity on their pod template when created or updated.
   - Installs, in this order, the namespace, a ServiceAccount and its RBAC, the TLS material, the server
     Deployment with a PodDisruptionBudget and a Service, waits until the server is ready, and only then registers
     the MutatingWebhookConfiguration. A half-finished install therefore never sends a pod to a server that is
     not there.
   - "The server's ServiceAccount may do exactly what its view needs, cluster-wide, through the ClusterRole
-    C(gkm.cluster:<namespace>:<name>): C(list) and C(watch) on C(persistentvolumeclaims) (core group), and
-    C(list) and C(watch) on C(gkmcaches) and C(clustergkmcaches) (group C(gkm.io)). Nothing else: no C(get),
-    no writes, no Secrets."
+    C(gkm.cluster:<namespace>:<name>): C(list) and C(watch) on C(persistentvolumeclaims) and C(nodes) (core
+    group), and C(list) and C(watch) on C(gkmcaches), C(clustergkmcaches), C(gkmcachenodes) and
+    C(clustergkmcachenodes) (group C(gkm.io)). Nothing else: no C(get), no writes, no Secrets."
   - The server pods meet the C(restricted) Pod Security profile (non-root uid 1000, no privilege escalation,
     every capability dropped, the C(RuntimeDefault) seccomp profile, a read-only root filesystem); the
     namespace enforces O(pod_security_level).
@@ -142,6 +147,8 @@ options:
     description:
       - What the API server does with a labelled pod when the webhook cannot be reached. V(Fail) rejects it
         (a DaemonSet controller retries), V(Ignore) admits it unchanged, with the cache name as claimName.
+      - Steering of unlabelled pods and of workloads always uses C(Ignore) - an unsteered pod never reads an
+        empty directory (the serving PV is a hostPath of type C(Directory)), so an outage must not block them.
     type: str
     choices: [Fail, Ignore]
     default: Fail
@@ -163,7 +170,9 @@ options:
     type: int
     default: 120
 notes:
-  - Only pods labelled C(gkm.io/pvc-mutation=true) are sent to the webhook (objectSelector), and only on CREATE.
+  - "Three webhook entries: pods labelled C(gkm.io/pvc-mutation=true) (CREATE); other pods whose volumes include
+    a PVC or that carry the C(gkm.io/cache) annotation (CREATE, matchConditions); Deployments, StatefulSets and
+    DaemonSets whose template does (CREATE and UPDATE)."
   - Pods whose node is not known at admission (neither C(spec.nodeName) nor the DaemonSet controller's
     C(matchFields metadata.name) affinity) are denied when they name a per-node cache.
 """

@@ -459,11 +459,11 @@ def test_a_real_node_leaving_is_pruned_and_its_disk_named(sim, kube, tools_image
         assert any(AMD_NODE in warning and slot in warning for warning in left["warnings"]), left["warnings"]
         assert os.path.isdir(slot)  # a node that is gone cannot be scrubbed: the warning names what stays
     finally:
-        _sim("up")  # the kubelet comes back and registers the node again, labelled and tainted as before
-        wait_until("%s back and Ready" % AMD_NODE, lambda: any(
-            c.type == "Ready" and c.status == "True" for c in core.read_node(AMD_NODE).status.conditions or [])
-            if AMD_NODE in {n.metadata.name for n in core.list_node().items} else False, timeout=120)
+        # The kubelet comes back and registers the node again, labelled and tainted as before; sim waits until it
+        # is Ready and its not-ready taint is gone (until then the Job's pod cannot land there: not eligible).
+        _sim("up")
         back = distribute(sim, tools_image, **args)
+        assert not back.get("failed"), back.get("msg")
         assert entry(back, AMD_NODE)["phase"] == "Extracted", back["status"]
         remove(sim, tools_image, **args)
     assert not os.path.exists(slot)

@@ -132,19 +132,24 @@ def test_daemonset_pods_get_their_own_node_pvc(kube, namespace, webhook):
     assert claims == expected
 
 
-def test_unlabelled_pods_are_never_sent(kube, namespace, webhook):
+def test_only_pods_that_may_use_a_cache_are_sent(kube, namespace, webhook):
+    """Unlabelled pods go to the steering entry only when they name a PVC or annotate gkm.io/cache (matchConditions);
+    the claim of an unlabelled pod is never rewritten."""
     core = client.CoreV1Api(kube)
     node = gpu_node_names(core)[0]
     create_node_pvcs(kube, namespace, CACHE, [node])
     wait_view_has(webhook, 1)
     before = webhook.requests()
     for index in range(3):
-        core.create_namespaced_pod(namespace, labelled_pod("plain-%d" % index, node=node, labelled=False))
-    pod = core.read_namespaced_pod("plain-0", namespace)
-    assert pod.spec.volumes[0].persistent_volume_claim.claim_name == CACHE
+        pod = labelled_pod("plain-%d" % index, node=node, labelled=False)
+        del pod["spec"]["volumes"]
+        core.create_namespaced_pod(namespace, pod)
     assert webhook.requests() == before
-    core.create_namespaced_pod(namespace, labelled_pod("labelled", node=node))
+    core.create_namespaced_pod(namespace, labelled_pod("claims", node=node, labelled=False))
+    assert core.read_namespaced_pod("claims", namespace).spec.volumes[0].persistent_volume_claim.claim_name == CACHE
     assert webhook.requests() == before + 1
+    core.create_namespaced_pod(namespace, labelled_pod("labelled", node=node))
+    assert webhook.requests() == before + 2
 
 
 def test_node_without_pvc_is_denied_with_what_to_run(kube, namespace, webhook):

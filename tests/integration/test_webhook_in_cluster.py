@@ -45,6 +45,8 @@ DOCUMENTED_PERMISSIONS = {
     # The per-node objects say why a node does not get a cache (its denials name it).
     ("gkm.io", "gkmcachenodes", "list"), ("gkm.io", "gkmcachenodes", "watch"),
     ("gkm.io", "clustergkmcachenodes", "list"), ("gkm.io", "clustergkmcachenodes", "watch"),
+    # Steering keeps pods to nodes whose labels say the cache is usable there.
+    ("", "nodes", "list"), ("", "nodes", "watch"),
 }
 
 

@@ -61,20 +61,40 @@ def test_webhook_configuration_matches_the_contract():
     settings = validate(params(excluded_namespaces=["monitoring"], failure_policy="Ignore", timeout_seconds=3))
     config = objects.mutating_webhook_configuration(settings, "PEM")
     assert config["metadata"]["name"] == "gkm-webhook-gkm-system"
-    [hook] = config["webhooks"]
-    assert hook["name"] == "gkm-webhook.gkm-system.pvc-mutation.gkm.io"
-    assert hook["objectSelector"] == {"matchLabels": {"gkm.io/pvc-mutation": "true"}}
-    assert hook["namespaceSelector"]["matchExpressions"] == [{
-        "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-        "values": ["kube-system", "gkm-system", "monitoring"]}]
-    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-                              "operations": ["CREATE"], "scope": "Namespaced"}]
-    assert (hook["sideEffects"], hook["admissionReviewVersions"], hook["timeoutSeconds"]) == ("None", ["v1"], 3)
-    assert (hook["failurePolicy"], hook["reinvocationPolicy"], hook["matchPolicy"]) == (
-        "Ignore", "IfNeeded", "Equivalent")
-    assert hook["clientConfig"]["service"] == {"name": "gkm-webhook", "namespace": "gkm-system",
-                                               "path": "/mutate", "port": 443}
-    assert hook["clientConfig"]["caBundle"] == "UEVN"  # base64 of "PEM"
+    hooks = config["webhooks"]
+    assert [hook["name"] for hook in hooks] == ["gkm-webhook.gkm-system.pvc-mutation.gkm.io",
+                                                "gkm-webhook.gkm-system.steering.gkm.io",
+                                                "gkm-webhook.gkm-system.workload-steering.gkm.io"]
+    for hook in hooks:
+        assert hook["namespaceSelector"]["matchExpressions"] == [{
+            "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+            "values": ["kube-system", "gkm-system", "monitoring"]}]
+        assert (hook["sideEffects"], hook["admissionReviewVersions"], hook["timeoutSeconds"]) == ("None", ["v1"], 3)
+        assert (hook["reinvocationPolicy"], hook["matchPolicy"]) == ("IfNeeded", "Equivalent")
+        assert hook["clientConfig"]["service"] == {"name": "gkm-webhook", "namespace": "gkm-system",
+                                                   "path": "/mutate", "port": 443}
+        assert hook["clientConfig"]["caBundle"] == "UEVN"  # base64 of "PEM"
+    mutation, steering, workloads = hooks
+    pods = [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"],
+             "scope": "Namespaced"}]
+    assert mutation["rules"] == steering["rules"] == pods
+    assert workloads["rules"] == [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                   "resources": ["deployments", "statefulsets", "daemonsets"],
+                                   "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}]
+    # Labelled pods: the option's policy; the other two never block anything when the server is away.
+    assert [hook["failurePolicy"] for hook in hooks] == ["Ignore", "Ignore", "Ignore"]
+    assert [hook["failurePolicy"] for hook in objects.mutating_webhook_configuration(
+        validate(params()), "PEM")["webhooks"]] == ["Fail", "Ignore", "Ignore"]
+    # Each pod goes to one entry: labelled or not.
+    assert mutation["objectSelector"] == {"matchLabels": {"gkm.io/pvc-mutation": "true"}}
+    assert steering["objectSelector"] == {"matchExpressions": [
+        {"key": "gkm.io/pvc-mutation", "operator": "NotIn", "values": ["true"]}]}
+    assert "objectSelector" not in workloads and "matchConditions" not in mutation
+    [pod_condition] = steering["matchConditions"]
+    assert "object.spec.volumes.exists(v, has(v.persistentVolumeClaim))" in pod_condition["expression"]
+    assert "'gkm.io/cache' in object.metadata.annotations" in pod_condition["expression"]
+    [template_condition] = workloads["matchConditions"]
+    assert "object.spec.template.spec.volumes.exists" in template_condition["expression"]
 
 
 def test_url_endpoint_and_cert_manager_annotation():
@@ -90,6 +110,7 @@ def test_rbac_is_list_and_watch_of_what_the_view_syncs():
         {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "watch"]},
         {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches", "gkmcachenodes",
                                                 "clustergkmcachenodes"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
     ]
 
 

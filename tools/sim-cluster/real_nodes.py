@@ -349,7 +349,8 @@ def start(run, groups, binaries, pki, free_port):
         run.api("PATCH", "/api/v1/nodes/%s/status" % node["name"], {"status": {
             "capacity": node["gpu_capacity"], "allocatable": node["gpu_capacity"]}}, "application/merge-patch+json")
     for node in nodes:
-        _wait("node %s Ready" % node["name"], lambda node=node: _ready(_node(run, node["name"])), 90, run)
+        _wait("node %s Ready and schedulable" % node["name"], lambda node=node: _ready(_node(run, node["name"])), 90,
+              run)
 
 
 def any_stopped(run):
@@ -367,8 +368,10 @@ def _node(run, name):
 
 
 def _ready(node):
+    """Ready, and the node lifecycle controller has lifted its not-ready taint: pods can be scheduled there."""
     return bool(node) and any(c["type"] == "Ready" and c["status"] == "True"
-                              for c in node.get("status", {}).get("conditions") or [])
+                              for c in node.get("status", {}).get("conditions") or []) and not any(
+        t["key"] == "node.kubernetes.io/not-ready" for t in node.get("spec", {}).get("taints") or [])
 
 
 # ---------------------------------------------------------------- stopping

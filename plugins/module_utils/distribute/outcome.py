@@ -25,6 +25,7 @@ _RESOURCE_FIELDS = (
     ("storage_class_name", "spec.storageClassName"),
     ("access_modes", "spec.accessModes"),
     ("workload_namespaces", "spec.workloadNamespaces"),
+    ("mount_mode", "spec.mountMode"),
 )
 _FIELD_PATTERN = re.compile(r"(?<![\w.])(%s)(?![\w])" % "|".join(re.escape(old) for old, _new in _RESOURCE_FIELDS))
 
@@ -46,6 +47,7 @@ def error_status(reason, message, now, counts_names):
     status = {
         "phase": ERROR_PHASE,
         "resolvedDigest": "",
+        "targets": [],
         "lastReconcileTime": now,
         "conditions": [
             {"type": "Ready", "status": "False", "reason": reason, "message": message, "lastTransitionTime": now},

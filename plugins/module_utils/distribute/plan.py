@@ -251,7 +251,8 @@ class _Planner:
         present = spec.state == "present"
         nodes = self.facts.nodes if present else []
         self.plan = Plan(node_eligibility(spec, nodes) if present else Eligibility())
-        if present:
+        # imageVolume mode: pods pull the image themselves; the stale pass removes what an earlier PVC mode left.
+        if present and not spec.image_volume:
             conflicts.refuse_conflicts(spec, self.facts.rivals, self.facts.named_claims)
             self._namespaces()
             storage = _storage(spec, self.facts)

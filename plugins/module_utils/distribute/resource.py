@@ -13,7 +13,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status_summary
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import image_volume, status_summary
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
 
@@ -31,6 +31,8 @@ COUNT_NAMES = (
     ("pod_running", "podRunningCnt"),
     ("pod_outdated", "podOutdatedCnt"),
 )
+# An imageVolume cache is Resolved, not Extracted: nothing is extracted, its pods pull the image.
+READY_PHASES = ("Extracted", "Running", image_volume.RESOLVED)
 # Fields of a status that say when it was written rather than what it says.
 _TIMESTAMP_FIELDS = ("lastReconcileTime",)
 # The Ready message names a few nodes per reason; distinct reasons could still make it long.
@@ -78,6 +80,8 @@ def distribute_params(resource, defaults):
         storage_class_name=spec.get("storageClassName") or None,
         pod_template=copy.deepcopy(spec.get("podTemplate")) or None,
         upgrade_policy=upgrade_policy(resource) if spec.get("upgradePolicy") is not None else None,
+        # Unset in the resource: the operator's default (defaults["mount_mode"]), else PVC.
+        mount_mode=spec.get("mountMode") or defaults.get("mount_mode") or image_volume.PVC,
     )
     if kind == "GKMCache":
         params.update(scope="namespaced", namespace=metadata.get("namespace"), workload_namespaces=None)
@@ -116,16 +120,23 @@ def _status_head(result, now):
     counts = status.get("counts") or {}
     phase = status.get("phase") or "Pending"
     unschedulable = status.get("unschedulable") or []
+    if status.get("image_volume"):
+        message = image_volume.ready_message(status["image_volume"])
+    else:
+        message = _ready_message(phase, counts, unschedulable, status.get("unplaced"))
     conditions = [{
         "type": "Ready",
-        "status": "True" if phase in ("Extracted", "Running") else "False",
+        "status": "True" if phase in READY_PHASES else "False",
         "reason": phase,
-        "message": resource_message(_ready_message(phase, counts, unschedulable, status.get("unplaced"))),
+        "message": resource_message(message),
         "lastTransitionTime": now,
     }]
     body = {
         "phase": phase,
         "resolvedDigest": result["cache"].get("digest") or "",
+        # The image's GPU targets: the steering webhook keeps pods to nodes whose GPU labels fit one of them.
+        "targets": [{"backend": t["backend"], "arch": t["arch"], "warpSize": int(t["warp_size"])}
+                    for t in result["cache"].get("targets") or []],
         "lastReconcileTime": now,
         "conditions": conditions,
     }

@@ -21,6 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import c
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     conflicts,
     dry_run,
+    image_volume,
     node_readiness_runner,
     registry_secret,
     rollout,
@@ -311,9 +312,12 @@ def plan_diff(plan, facts):
 
 def _status(spec, plan, facts):
     eligibility = plan.eligibility
-    status = cache_status(plan.slots, [n["metadata"]["name"] for n in eligibility.eligible],
-                          eligibility.incompatible, eligibility.excluded, facts.objects, facts.pods,
-                          eligibility.untolerated_taints)
+    if spec.image_volume and spec.state == "present":
+        status = image_volume.cache_status(spec, eligibility)
+    else:
+        status = cache_status(plan.slots, [n["metadata"]["name"] for n in eligibility.eligible],
+                              eligibility.incompatible, eligibility.excluded, facts.objects, facts.pods,
+                              eligibility.untolerated_taints)
     if spec.state == "present" and not eligibility.eligible:
         status["unplaced"] = _unplaced_message(plan)
     return status
@@ -402,7 +406,8 @@ def distribute(kube, params, check_mode=False, want_diff=False):
         else kube.writes > 0,
         cache={"name": spec.name, "namespace": spec.cache_namespace, "scope": spec.scope, "image": spec.image,
                "digest": spec.digest, "size": spec.size, "access_modes": spec.access_modes, "state": spec.state,
-               "signature_check": verification.identity(spec.verification)},
+               "signature_check": verification.identity(spec.verification), "mount_mode": spec.mount_mode,
+               "targets": spec.targets or []},
         status=status,
         eligible_nodes=[n["metadata"]["name"] for n in plan.eligibility.eligible],
         excluded_nodes=plan.eligibility.excluded,

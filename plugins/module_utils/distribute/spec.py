@@ -15,6 +15,7 @@ import copy
 import math
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import IMAGE_VOLUME, MOUNT_MODES, PVC
 
 READ_WRITE_ONCE = "ReadWriteOnce"
 READ_ONLY_MANY = "ReadOnlyMany"
@@ -73,6 +74,9 @@ class CacheSpec:
         self.create_namespaces = fields.get("create_namespaces", False)
         # A ReadWriteOnce cache also gets a PVC named as the cache in each namespace (distribute/serving.py).
         self.serving_pvc = fields.get("serving_pvc", True)
+        # PVC: extracted onto PVCs by Jobs; imageVolume: pods mount the image itself, nothing is planned
+        # (distribute/image_volume.py).
+        self.mount_mode = fields.get("mount_mode", PVC)
         # The cache resource the objects belong to (ownership.resource_owner), None for cache_distribute.
         self.owner = fields.get("owner")
         # The resource's UpgradePolicy (upgrade_policy.py) when it declares one: a new digest rolls out in waves
@@ -82,6 +86,10 @@ class CacheSpec:
     @property
     def per_node(self):
         return READ_ONLY_MANY not in self.access_modes
+
+    @property
+    def image_volume(self):
+        return self.mount_mode == IMAGE_VOLUME
 
     @property
     def scope(self):
@@ -169,7 +177,7 @@ def cache_spec_from_params(params):
         _require_storage_class(params["storage_class_name"])
     validate_pod_template(params.get("pod_template"))
     for field, choices in (("compatibility", COMPATIBILITY_MODES), ("create_pvs", CREATE_PVS_MODES),
-                           ("set_volume_owner", SET_VOLUME_OWNER_MODES)):
+                           ("set_volume_owner", SET_VOLUME_OWNER_MODES), ("mount_mode", MOUNT_MODES)):
         if params.get(field) is not None and params[field] not in choices:
             raise SpecError("%s must be one of %s, got %r" % (field, ", ".join(choices), params[field]))
     limits = {key: value for key, value in (params.get("job_limits") or {}).items() if value is not None}
@@ -177,12 +185,13 @@ def cache_spec_from_params(params):
         if key not in DEFAULT_JOB_LIMITS or not isinstance(value, int) or value < 0:
             raise SpecError("job_limits.%s must be a whole number >= 0 (one of %s)" % (
                 key, ", ".join(DEFAULT_JOB_LIMITS)))
-    if params.get("state", "present") == "present" and not params.get("extract_image"):
+    if params.get("state", "present") == "present" and not params.get("extract_image") and (
+            params.get("mount_mode") != IMAGE_VOLUME):
         raise SpecError("extract_image is required: the tools image whose cache_extract command fills the PVCs")
     optional = {key: params[key] for key in ("size", "compatibility", "create_pvs", "host_path_root", "prune",
                                              "force", "create_namespaces", "state", "extract_args",
                                              "set_volume_owner", "owner", "verification", "serving_pvc",
-                                             "upgrade_policy")
+                                             "upgrade_policy", "mount_mode")
                 if params.get(key) is not None}
     return CacheSpec(
         name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,

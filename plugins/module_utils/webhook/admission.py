@@ -130,42 +130,64 @@ def _cache_claims(volumes, namespace, view):
     return claims
 
 
-def admit(review, view):
-    """Decide on one AdmissionReview (already JSON-decoded). Never raises on bad input."""
+def review_request(review):
+    """(request, None) for a well-formed AdmissionReview (already JSON-decoded), else (None, its 400 Decision)."""
     if not isinstance(review, dict) or review.get("kind") != "AdmissionReview":
-        return _invalid("expected an AdmissionReview object")
+        return None, _invalid("expected an AdmissionReview object")
     if review.get("apiVersion") != ADMISSION_API_VERSION:
-        return _invalid("expected apiVersion {0}, got {1!r}".format(ADMISSION_API_VERSION, review.get("apiVersion")))
+        return None, _invalid("expected apiVersion {0}, got {1!r}".format(ADMISSION_API_VERSION,
+                                                                          review.get("apiVersion")))
     request = review.get("request")
     if not isinstance(request, dict):
-        return _invalid("the AdmissionReview has no request")
+        return None, _invalid("the AdmissionReview has no request")
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
-        return _invalid("the AdmissionReview request has no uid")
+        return None, _invalid("the AdmissionReview request has no uid")
+    return request, None
 
+
+def decision(uid, operations, denial, note):
+    """The answer to request uid: denied when there is a denial, else patched when there are operations."""
+    if denial:
+        return _deny(uid, denial)
+    if operations:
+        return _patch(uid, operations, note)
+    return _allow(uid, note)
+
+
+def admit(review, view):
+    """Decide on one AdmissionReview (already JSON-decoded) for the PVC mutation alone. Never raises on bad input."""
+    request, invalid = review_request(review)
+    if invalid is not None:
+        return invalid
+    return decision(request["uid"], *pvc_mutation(request, view))
+
+
+def pvc_mutation(request, view):
+    """(JSONPatch operations, denial message or None, note) of the claim rewrite for one well-formed request."""
     kind = _dict(request.get("kind"))
     if kind.get("group") != "" or kind.get("kind") != "Pod" or request.get("subResource"):
-        return _allow(uid, "not a pod")
+        return [], None, "not a pod"
     if request.get("operation") != "CREATE":
-        return _allow(uid, "not a create")
+        return [], None, "not a create"
     pod = _dict(request.get("object"))
     metadata = _dict(pod.get("metadata"))
     if _dict(metadata.get("labels")).get(MUTATION_LABEL) != "true":
-        return _allow(uid, "pod not labelled {0}=true".format(MUTATION_LABEL))
+        return [], None, "pod not labelled {0}=true".format(MUTATION_LABEL)
     namespace = request.get("namespace") or metadata.get("namespace") or ""
     spec = _dict(pod.get("spec"))
     claims = _cache_claims(spec.get("volumes"), namespace, view)
     if not claims:
-        return _allow(uid, "no volume names a per-node cache")
+        return [], None, "no volume names a per-node cache"
 
     pod_label = _pod_label(metadata, namespace)
     node = pod_node(spec)
     if node is None:
         caches = ", ".join(sorted({claim.describe() for _index, _volume, claim in claims}))
-        return _deny(uid, (
+        return [], (
             "pod {0} mounts {1}, whose ReadWriteOnce storage has one PVC per node, but its node is "
             "not known at admission: run the workload as a DaemonSet (its pods are pinned with a "
-            "matchFields metadata.name affinity) or set spec.nodeName").format(pod_label, caches))
+            "matchFields metadata.name affinity) or set spec.nodeName").format(pod_label, caches), ""
 
     operations = []
     rewrites = []
@@ -182,10 +204,10 @@ def admit(review, view):
         })
         rewrites.append((volume_name, pvc))
     if missing:
-        return _deny(uid, "; ".join(_missing_message(claim, node) for claim in missing) + (
-            " (pod {0}; a DaemonSet controller retries on its own)".format(pod_label)))
-    return _patch(uid, operations, lambda: "pod {0} on node {1}: {2}".format(
-        pod_label, node, ", ".join("volume {0} -> {1}".format(*rewrite) for rewrite in rewrites)))
+        return [], "; ".join(_missing_message(claim, node) for claim in missing) + (
+            " (pod {0}; a DaemonSet controller retries on its own)".format(pod_label)), ""
+    return operations, None, lambda: "pod {0} on node {1}: {2}".format(
+        pod_label, node, ", ".join("volume {0} -> {1}".format(*rewrite) for rewrite in rewrites))
 
 
 def _missing_message(claim, node):

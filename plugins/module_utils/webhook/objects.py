@@ -1,6 +1,7 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The Kubernetes objects of the PVC-mutation webhook, rendered from validated settings (pure).
+"""The Kubernetes objects of the admission webhook (PVC mutation and steering), rendered from validated settings
+(pure).
 
 webhook_install applies them in the order of `install_steps`, so that the
 MutatingWebhookConfiguration only exists once a ready server answers behind it.
@@ -15,11 +16,17 @@ import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import MANAGED_BY_LABEL, MANAGER
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import MUTATION_LABEL
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_use import CACHE_ANNOTATION
 
 SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main"
 # The webhook's name carries the install's name and namespace: the API server's denial messages and
 # its per-webhook metrics (apiserver_admission_webhook_*{name=...}) then tell installs apart.
 WEBHOOK_NAME_SUFFIX = "pvc-mutation.gkm.io"
+STEERING_NAME_SUFFIX = "steering.gkm.io"
+WORKLOADS_NAME_SUFFIX = "workload-steering.gkm.io"
+# Steering's failure policy: an unsteered pod still never reads an empty directory (the serving PV is a hostPath of
+# type Directory, an image volume is pulled or the container waits), so an unreachable server must not block pods.
+STEERING_FAILURE_POLICY = "Ignore"
 SERVER_PORT = 8443
 CERT_DIR = "/etc/gkm-webhook/tls"
 # The tools image's unprivileged user (containers/tools).
@@ -32,6 +39,7 @@ SERVER_RULES = (
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "watch"]},
     {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches", "gkmcachenodes", "clustergkmcachenodes"],
      "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
 )
 CERT_MANAGER_API = "cert-manager.io/v1"
 
@@ -78,6 +86,14 @@ class Settings:
     @property
     def webhook_name(self):
         return "{0}.{1}.{2}".format(self.name, self.namespace, WEBHOOK_NAME_SUFFIX)
+
+    @property
+    def steering_webhook_name(self):
+        return "{0}.{1}.{2}".format(self.name, self.namespace, STEERING_NAME_SUFFIX)
+
+    @property
+    def workloads_webhook_name(self):
+        return "{0}.{1}.{2}".format(self.name, self.namespace, WORKLOADS_NAME_SUFFIX)
 
     @property
     def serving_secret(self):
@@ -272,27 +288,63 @@ def client_config(settings, ca_bundle):
     return config
 
 
-def mutating_webhook_configuration(settings, ca_bundle):
-    """ca_bundle is the PEM to trust; None leaves it to cert-manager's CA injector."""
+def _uses_a_cache(pod):
+    """CEL: the pod at `pod` (object, or a workload's object.spec.template) names a PVC or annotates gkm.io/cache;
+    every has() is guarded, an error would count as a webhook failure."""
+    return ("(has({0}.spec.volumes) && {0}.spec.volumes.exists(v, has(v.persistentVolumeClaim))) || "
+            "(has({0}.metadata) && has({0}.metadata.annotations) && '{1}' in {0}.metadata.annotations)").format(
+                pod, CACHE_ANNOTATION)
+
+
+def _webhook(settings, ca_bundle, name, rules, failure_policy, **selection):
+    hook = {
+        "name": name,
+        "clientConfig": client_config(settings, ca_bundle),
+        "rules": rules,
+        "namespaceSelector": {"matchExpressions": [
+            {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": _excluded_namespaces(settings)},
+        ]},
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": settings.timeout_seconds,
+        "failurePolicy": failure_policy,
+        # Both decisions are idempotent: a pod changed by a later webhook is steered again to the same result.
+        "reinvocationPolicy": "IfNeeded",
+        "matchPolicy": "Equivalent",
+    }
+    hook.update(selection)
+    return hook
+
+
+def _excluded_namespaces(settings):
     excluded = ["kube-system", settings.namespace]
-    excluded += [ns for ns in settings.excluded_namespaces if ns not in excluded]
+    return excluded + [ns for ns in settings.excluded_namespaces if ns not in excluded]
+
+
+def mutating_webhook_configuration(settings, ca_bundle):
+    """ca_bundle is the PEM to trust; None leaves it to cert-manager's CA injector.
+
+    Three entries, one server: pods labelled gkm.io/pvc-mutation (claim rewrite and steering, failure_policy);
+    other pods that could use a cache (steering); Deployments, StatefulSets and DaemonSets whose template could
+    (steering of the template). Only the first may block pods when the server is down.
+    """
+    pods = [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"],
+             "scope": "Namespaced"}]
+    workloads = [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                  "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced"}]
+    webhooks = [
+        _webhook(settings, ca_bundle, settings.webhook_name, pods, settings.failure_policy,
+                 objectSelector={"matchLabels": {MUTATION_LABEL: "true"}}),
+        _webhook(settings, ca_bundle, settings.steering_webhook_name, pods, STEERING_FAILURE_POLICY,
+                 objectSelector={"matchExpressions": [
+                     {"key": MUTATION_LABEL, "operator": "NotIn", "values": ["true"]}]},
+                 matchConditions=[{"name": "may-use-a-cache", "expression": _uses_a_cache("object")}]),
+        _webhook(settings, ca_bundle, settings.workloads_webhook_name, workloads, STEERING_FAILURE_POLICY,
+                 matchConditions=[{"name": "template-may-use-a-cache",
+                                   "expression": _uses_a_cache("object.spec.template")}]),
+    ]
     obj = _object("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", settings.cluster_name,
-                  settings, namespaced=False, webhooks=[{
-                      "name": settings.webhook_name,
-                      "clientConfig": client_config(settings, ca_bundle),
-                      "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-                                 "operations": ["CREATE"], "scope": "Namespaced"}],
-                      "objectSelector": {"matchLabels": {MUTATION_LABEL: "true"}},
-                      "namespaceSelector": {"matchExpressions": [
-                          {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded},
-                      ]},
-                      "sideEffects": "None",
-                      "admissionReviewVersions": ["v1"],
-                      "timeoutSeconds": settings.timeout_seconds,
-                      "failurePolicy": settings.failure_policy,
-                      "reinvocationPolicy": "IfNeeded",
-                      "matchPolicy": "Equivalent",
-                  }])
+                  settings, namespaced=False, webhooks=webhooks)
     if settings.tls_mode == "cert_manager":
         obj["metadata"]["annotations"] = {
             INJECT_CA_ANNOTATION: "{0}/{1}".format(settings.namespace, settings.serving_secret)}

@@ -1,10 +1,11 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The PVC-mutation admission webhook's aiohttp application over TLS (webhook/server_main.py runs it).
+"""The admission webhook's aiohttp application over TLS (webhook/server_main.py runs it): the PVC mutation and
+steering, one answer per request (webhook/decide.py).
 
-Decisions come from an in-memory CacheView that webhook/sync.py keeps current by list+watch of the
-managed PVCs and of GKMCache/ClusterGKMCache objects; an admission request never calls the API
-server. The certificate and key are re-read when their files change, and new TLS connections get
+Decisions come from an in-memory CacheView and SteeringView that webhook/sync.py keeps current by list+watch of the
+managed PVCs, the GKMCache/ClusterGKMCache objects and their per-node objects, and the Nodes; an admission request
+never calls the API server. The certificate and key are re-read when their files change, and new TLS connections get
 the new pair while open ones finish on the old one.
 """
 
@@ -30,8 +31,9 @@ except ImportError:
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import admit
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.decide import decide
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.metrics import CONTENT_TYPE, Metrics
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering_view import SteeringView
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.sync import ViewSync
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import CacheView
 
@@ -110,14 +112,15 @@ def _json_response(status, body):
 
 
 class WebhookApp:
-    """The aiohttp handlers around one CacheView.
+    """The aiohttp handlers around one CacheView and one SteeringView.
 
     sync_state() returns {source: synced} ({} before the watches start); /readyz answers 200 only
     when every source has been listed once.
     """
 
-    def __init__(self, view, metrics, sync_state):
+    def __init__(self, view, steering_view, metrics, sync_state):
         self.view = view
+        self.steering_view = steering_view
         self.metrics = metrics
         self.sync_state = sync_state
 
@@ -134,7 +137,7 @@ class WebhookApp:
             self.metrics.observe_request("invalid", time.perf_counter() - started)
             return _json_response(400, {"error": "request body is not JSON: {0}".format(error)})
         try:
-            decision = admit(review, self.view)
+            decision = decide(review, self.view, self.steering_view)
         except Exception:  # a bug must cost one request, not the server
             LOG.exception("admission failed")
             self.metrics.observe_request("error", time.perf_counter() - started)
@@ -160,7 +163,7 @@ class WebhookApp:
         return web.Response(text="ok\n")
 
     async def metrics_page(self, _request):
-        text = self.metrics.render(self.sync_state(), self.view.counts())
+        text = self.metrics.render(self.sync_state(), dict(self.view.counts(), nodes=self.steering_view.node_count()))
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
     def application(self):
@@ -180,10 +183,11 @@ def build_app(cert_file, key_file, kubeconfig=None, context=None, cert_check_sec
     """
     metrics = Metrics()
     view = CacheView()
+    steering_view = SteeringView()
     reloader = CertificateReloader(cert_file, key_file, metrics)
     kube = Kube(api_client_from_kubeconfig(kubeconfig, context))
     syncs = []
-    handlers = WebhookApp(view, metrics, lambda: dict(syncs[0].synced) if syncs else {})
+    handlers = WebhookApp(view, steering_view, metrics, lambda: dict(syncs[0].synced) if syncs else {})
     app = handlers.application()
 
     async def lifecycle(_app):
@@ -192,7 +196,7 @@ def build_app(cert_file, key_file, kubeconfig=None, context=None, cert_check_sec
         # what exists at start-up keeps them out of every later collection.
         gc.collect()
         gc.freeze()
-        sync = ViewSync(kube, view, metrics, asyncio.get_running_loop())
+        sync = ViewSync(kube, view, steering_view, metrics, asyncio.get_running_loop())
         syncs.append(sync)
         sync.start()
 

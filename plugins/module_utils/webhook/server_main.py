@@ -1,6 +1,6 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Entry point of the PVC-mutation admission webhook server (a long-running program).
+"""Entry point of the admission webhook server, PVC mutation and steering (a long-running program).
 
     python -m ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main \\
         --cert-file tls.crt --key-file tls.key [--listen 0.0.0.0:8443] [--kubeconfig PATH [--context NAME]]
@@ -32,7 +32,8 @@ def _parse_listen(value):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="gkm-webhook", description="PVC-mutation admission webhook for gkm.cluster")
+    parser = argparse.ArgumentParser(prog="gkm-webhook",
+                                     description="Admission webhook for gkm.cluster (PVC mutation and steering)")
     parser.add_argument("--cert-file", required=True, help="PEM serving certificate (reloaded when it changes)")
     parser.add_argument("--key-file", required=True, help="PEM private key of the serving certificate")
     parser.add_argument("--listen", default="0.0.0.0:8443", help="address:port to listen on (default 0.0.0.0:8443)")

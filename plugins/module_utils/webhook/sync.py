@@ -1,10 +1,11 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Keeps the webhook's CacheView current: one list+watch thread per source, events handed to the event loop.
+"""Keeps the webhook's CacheView and SteeringView current: one list+watch thread per source, events handed to the
+event loop.
 
-Sources: the managed PVCs, the GKMCache / ClusterGKMCache objects and their per-node objects (why a
-node gets no PVC); absent CRDs count as "none yet" and are looked for again. The view itself is only
-ever touched by the loop thread.
+Sources: the managed PVCs (both views: node PVCs, serving PVCs), the GKMCache / ClusterGKMCache objects (both views),
+their per-node objects (why a node gets no PVC) and the Nodes (their labels: readiness and GPUs, for steering);
+absent CRDs count as "none yet" and are looked for again. The views are only ever touched by the loop thread.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -13,6 +14,7 @@ __metaclass__ = type
 
 import logging
 import threading
+from functools import partial
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError, resource_path
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
@@ -44,10 +46,20 @@ class _Source:
         self.optional = optional  # a 404 (CRD not installed) means "none of these yet"
 
 
-class ViewSync:
-    """Keeps a CacheView current with one thread per watched source."""
+def _both(first, second):
+    """One feeding call made on two views."""
 
-    def __init__(self, kube, view, metrics, loop):
+    def call(*args):
+        first(*args)
+        second(*args)
+
+    return call
+
+
+class ViewSync:
+    """Keeps a CacheView and a SteeringView current with one thread per watched source."""
+
+    def __init__(self, kube, view, steering_view, metrics, loop):
         self.kube = kube
         self.view = view
         self.metrics = metrics
@@ -61,8 +73,9 @@ class ViewSync:
                            optional=True)
 
         def cache_source(kind, plural):
-            return gkm_source(plural, lambda event_type, obj: view.apply_cache_event(kind, event_type, obj),
-                              lambda items: view.replace_caches(kind, items))
+            return gkm_source(plural, _both(partial(view.apply_cache_event, kind),
+                                            partial(steering_view.apply_cache_event, kind)),
+                              _both(partial(view.replace_caches, kind), partial(steering_view.replace_caches, kind)))
 
         def node_object_source(kind):
             return gkm_source(NODE_KINDS[kind].lower() + "s",
@@ -71,11 +84,15 @@ class ViewSync:
 
         self.sources = [
             _Source("persistentvolumeclaims", resource_path("PersistentVolumeClaim"), MANAGED_PVC_SELECTOR,
-                    view.apply_pvc_event, view.replace_pvcs, optional=False),
+                    _both(view.apply_pvc_event, steering_view.apply_pvc_event),
+                    _both(view.replace_pvcs, steering_view.replace_pvcs), optional=False),
             cache_source(NAMESPACED_KIND, "gkmcaches"),
             cache_source(CLUSTER_KIND, "clustergkmcaches"),
             node_object_source(NAMESPACED_KIND),
             node_object_source(CLUSTER_KIND),
+            # Every node: steering must know the ones without a GPU or a cache too (a pod may fit nowhere else).
+            _Source("nodes", resource_path("Node"), None, steering_view.apply_node_event, steering_view.replace_nodes,
+                    optional=False),
         ]
         for source in self.sources:
             self.synced[source.name] = False

@@ -1,0 +1,205 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Steering, pure: a pod that uses a cache is admitted only with a required node affinity that keeps it to nodes
+where the cache is usable, and is denied with the reason and the fix when no node is.
+
+Usable means: GPU labels fitting the image's targets (every mode), and for a per-node PVC cache the readiness label
+at the digest the pod will mount (the serving PVC's digest, which stays the old one while pods keep it; for a
+gkm.io/pvc-mutation pod the cache's current digest, which its claim is rewritten to). A pod template of a
+Deployment, StatefulSet or DaemonSet gets the same affinity with the readiness label at any digest, so a DaemonSet's
+desired count is the nodes that hold the cache and a digest change needs no rollout; the pods it creates are
+pinned to the digest when they are admitted. Workloads are never denied: their pods are, with the reason, and the
+controller retries.
+
+`steer(request, view)` answers one AdmissionReview request (Pod CREATE, or CREATE/UPDATE of a workload) with JSONPatch
+operations and a denial message or None; the server combines the operations with the PVC-mutation rewrite.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import IMAGE_VOLUME
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook import node_affinity
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import MUTATION_LABEL
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_mount import MountError, mount_operations
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_use import (
+    BY_ANNOTATION,
+    CACHE_ANNOTATION,
+    STEERING_ANNOTATION,
+    STEERING_DISABLED,
+    cache_uses,
+    steering_disabled,
+)
+
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+OPT_OUT = "to place it without steering, annotate it %s: %s" % (STEERING_ANNOTATION, STEERING_DISABLED)
+
+
+class Steering:
+    """operations: JSONPatch operations (possibly []); denial: why the object is refused and the fix, or None;
+    note: what was done, for logs."""
+
+    __slots__ = ("denial", "note", "operations")
+
+    def __init__(self, operations=(), denial=None, note=""):
+        self.operations = list(operations)
+        self.denial = denial
+        self.note = note
+
+
+def _mapping(value):
+    return value if isinstance(value, dict) else {}
+
+
+def _subject(request):
+    """(kind, metadata, pod metadata, pod spec, path of the pod spec) of a request steering handles, else None."""
+    kind = _mapping(request.get("kind"))
+    obj = _mapping(request.get("object"))
+    if request.get("subResource"):
+        return None
+    if kind.get("group") == "" and kind.get("kind") == "Pod" and request.get("operation") == "CREATE":
+        metadata = _mapping(obj.get("metadata"))
+        return "Pod", metadata, metadata, _mapping(obj.get("spec")), "/spec"
+    if (kind.get("group") == "apps" and kind.get("kind") in WORKLOAD_KINDS
+            and request.get("operation") in ("CREATE", "UPDATE")):
+        template = _mapping(_mapping(obj.get("spec")).get("template"))
+        return (kind["kind"], _mapping(obj.get("metadata")), _mapping(template.get("metadata")),
+                _mapping(template.get("spec")), "/spec/template/spec")
+    return None
+
+
+def _label(kind, metadata, namespace):
+    name = metadata.get("name") or "%s<generated>" % (metadata.get("generateName") or "")
+    return '%s "%s/%s"' % (kind.lower(), namespace, name)
+
+
+def _pod_digest(target, mutation_labelled):
+    """The short digest a pod's volume of this per-node cache will hold."""
+    if mutation_labelled or target.serving_digest is None:
+        return target.short_digest
+    return target.serving_digest
+
+
+def _requirement(use, is_pod, mutation_labelled):
+    """(CacheRequirement, the digest the pod needs on its node or None, why the pod cannot use the cache or None)."""
+    target = use.target
+    digest = None
+    if target.readiness_key and is_pod:
+        digest = _pod_digest(target, mutation_labelled)
+        if digest is None:
+            return None, None, ("has not been resolved or extracted yet", "wait for its first reconcile "
+                                "(gkm.cluster.cache_info shows its state)")
+    if target.mode == IMAGE_VOLUME and is_pod and target.image_reference() is None:
+        return None, None, ("has no resolved image digest yet", "wait for its first reconcile (status.resolvedDigest)")
+    return node_affinity.cache_requirement(target.readiness_key, digest, target.targets), digest, None
+
+
+def steer(request, view):
+    """The Steering of one AdmissionReview request (already checked to be well formed) against a SteeringView."""
+    subject = _subject(request)
+    if subject is None:
+        return Steering(note="not a pod create or a workload create/update")
+    kind, metadata, pod_metadata, spec, spec_path = subject
+    namespace = request.get("namespace") or metadata.get("namespace") or ""
+    label = _label(kind, metadata, namespace)
+    is_pod = kind == "Pod"
+    uses = cache_uses(pod_metadata, spec, namespace, view)
+    if not uses:
+        return Steering(note="%s uses no cache" % label)
+    problems, operations = [], []
+    for use in uses:
+        if use.target is None:
+            problems.append('annotation %s names "%s", which is neither a GKMCache in namespace %s nor a '
+                            "ClusterGKMCache listing it in workloadNamespaces: fix the name or create the cache" % (
+                                CACHE_ANNOTATION, use.name, namespace))
+            continue
+        if use.via == BY_ANNOTATION:
+            if is_pod and use.target.readiness_key and use.target.serving_digest is None:
+                problems.append("%s has no serving PVC in namespace %s to mount (serving_pvc is off, its storage "
+                                "class has a provisioner, or no reconcile made it yet): mount its per-node PVCs "
+                                "through the gkm.io/pvc-mutation webhook instead" % (use.target.describe(), namespace))
+                continue
+            try:
+                pod_operations = mount_operations(spec, use)
+            except MountError as error:
+                problems.append(str(error))
+                continue
+            if is_pod:  # a template is only checked: pods get their mounts when they are created
+                operations.extend(pod_operations)
+    if problems:
+        return Steering(denial="%s: %s" % (label, "; ".join(problems)))
+    if steering_disabled(pod_metadata):
+        return Steering(operations, note="%s: steering disabled by %s" % (label, STEERING_ANNOTATION))
+    mutation_labelled = _mapping(pod_metadata.get("labels")).get(MUTATION_LABEL) == "true"
+    return _steered(label, is_pod, mutation_labelled, spec, spec_path, uses, view, operations)
+
+
+def _steered(label, is_pod, mutation_labelled, spec, spec_path, uses, view, operations):
+    requirements, needs, unusable = [], [], []
+    for use in uses:
+        requirement, digest, problem = _requirement(use, is_pod, mutation_labelled)
+        if problem is not None:
+            unusable.append((use.target, problem))
+            continue
+        requirements.append(requirement)
+        needs.append((use.target, digest))
+    if unusable:
+        return Steering(denial=_denial(label, unusable))
+    terms = node_affinity.merged_terms(node_affinity.required_terms(spec), requirements)
+    operations = operations + node_affinity.affinity_operations(spec, spec_path, terms)
+    caches = ", ".join(target.describe() for target, _digest in needs)
+    if is_pod and not any(node_affinity.node_fits(view.node(name), spec, terms) for name in _candidates(view, needs)):
+        return Steering(denial=_denial(label, _why_nowhere(view, needs)))
+    return Steering(operations, note="%s steered to the nodes of %s" % (label, caches))
+
+
+def _target_nodes(view, target, digest):
+    """Names of the nodes usable for one cache, None when the cache restricts no node."""
+    nodes = None
+    if target.readiness_key:
+        nodes = view.ready_nodes(target.readiness_key, digest)
+    if target.targets:
+        gpu_nodes = view.gpu_nodes(target.targets)
+        nodes = gpu_nodes if nodes is None else nodes & gpu_nodes
+    return nodes
+
+
+def _candidates(view, needs):
+    candidates = None
+    for target, digest in needs:
+        nodes = _target_nodes(view, target, digest)
+        if nodes is not None:
+            candidates = nodes if candidates is None else candidates & nodes
+    return view.all_nodes() if candidates is None else candidates
+
+
+def _why_nowhere(view, needs):
+    """[(target, (why, fix))] for a pod no node fits, computed only on the way to a denial."""
+    reasons = []
+    for target, digest in needs:
+        if target.targets and not view.gpu_nodes(target.targets):
+            reasons.append((target, ("no node has a GPU it was built for (%s)" % ", ".join(
+                "%s/%s/%s" % (t["backend"], t["arch"], t["warp_size"]) for t in target.targets),
+                "add nodes with such a GPU (labels gkm.io/gpu-backend, gkm.io/gpu-arch, gkm.io/gpu-warp-size) or "
+                "build the cache for the cluster's GPUs")))
+        elif target.readiness_key and not _target_nodes(view, target, digest):
+            elsewhere = len(view.ready_nodes(target.readiness_key))
+            reasons.append((target, ("no node holds it extracted at digest %s yet%s" % (digest, (
+                " (%d node(s) hold another digest)" % elsewhere) if elsewhere else ""),
+                "wait for its extraction; gkm.cluster.cache_info shows each node's state and why a node does not "
+                "get it")))
+    if not reasons:
+        caches = ", ".join(target.describe() for target, _digest in needs)
+        usable = len(_candidates(view, needs))
+        return [(None, ("no node is usable for %s and also fits the pod's own nodeName, nodeSelector and required "
+                        "node affinity (%d node(s) are usable for the caches)" % (caches, usable),
+                        "widen the pod's placement"))]
+    return reasons
+
+
+def _denial(label, reasons):
+    parts = []
+    for target, (why, fix) in reasons:
+        parts.append("%s%s (fix: %s)" % (target.describe() + " " if target is not None else "", why, fix))
+    return "%s cannot be placed on a node where its cache is usable: %s; %s" % (label, "; ".join(parts), OPT_OUT)

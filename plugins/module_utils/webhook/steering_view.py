@@ -1,0 +1,247 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the steering webhook knows of the cluster, fed by list+watch events, pure (no API calls).
+
+- Cache resources (GKMCache, ClusterGKMCache): mount mode, access modes, workload namespaces, and from the status the
+  reconcile writes, the resolved digest and the image's GPU targets (`status.targets`).
+- Serving PVCs (distribute/serving.py), from the managed-PVC watch the PVC-mutation view already runs: the digest a
+  pod naming the cache in claimName mounts, which stays the old one while pods keep an outdated serving PVC.
+- Nodes (a Node watch; the webhook's ServiceAccount needs list and watch on nodes): their labels, to answer "is any
+  node usable for this pod?" before admitting it, indexed by readiness label and by GPU.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
+    CACHE_LABEL,
+    CACHE_NAMESPACE_LABEL,
+    DIGEST_LABEL,
+    short_digest,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import (
+    IMAGE_VOLUME,
+    PVC,
+    pinned_reference,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import LABEL_PREFIX, label_key
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import is_serving
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
+    GPUSpecError,
+    gpus_from_node_labels,
+    normalize_gpu,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
+    CLUSTER_KIND,
+    NAMESPACED_KIND,
+    READ_ONLY_MANY,
+)
+
+
+class CacheTarget:
+    """One cache as seen from a workload namespace.
+
+    mode: PVC or imageVolume. digest: the resolved 'sha256:...' or None before the first reconcile. targets: the
+    image's GPU targets ([] when unknown). readiness_key: the node label of a per-node PVC cache, else None.
+    serving_digest: short digest of the namespace's serving PVC, None when it has none.
+    """
+
+    __slots__ = ("digest", "image", "mode", "name", "namespace", "readiness_key", "scope", "serving_digest", "targets")
+
+    def __init__(self, name, namespace, scope, cache, serving_digest):
+        self.name = name
+        self.namespace = namespace
+        self.scope = scope
+        self.mode = cache.mode
+        self.image = cache.image
+        self.digest = cache.digest
+        self.targets = cache.targets
+        self.readiness_key = None
+        if cache.mode == PVC and cache.per_node:
+            self.readiness_key = label_key(name, namespace if scope == "namespaced" else "")
+        self.serving_digest = serving_digest
+
+    @property
+    def short_digest(self):
+        return short_digest(self.digest) if self.digest else None
+
+    def image_reference(self):
+        """The digest-pinned reference an image volume mounts, None before the image is resolved."""
+        return pinned_reference(self.image, self.digest) if self.digest and self.image else None
+
+    def describe(self):
+        if self.scope == "cluster":
+            return 'ClusterGKMCache "{0}"'.format(self.name)
+        return 'GKMCache "{0}/{1}"'.format(self.namespace, self.name)
+
+
+class _Cache:
+    __slots__ = ("digest", "image", "mode", "per_node", "targets", "workload_namespaces")
+
+    def __init__(self, obj, kind):
+        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+        self.mode = IMAGE_VOLUME if spec.get("mountMode") == IMAGE_VOLUME else PVC
+        access_modes = spec.get("accessModes")
+        self.per_node = not (isinstance(access_modes, list) and READ_ONLY_MANY in access_modes)
+        self.image = spec.get("image") if isinstance(spec.get("image"), str) else None
+        self.digest = _digest(status.get("resolvedDigest")) or _digest((self.image or "").rpartition("@")[2])
+        self.targets = _targets(status.get("targets"))
+        listed = spec.get("workloadNamespaces") if kind == CLUSTER_KIND else None
+        self.workload_namespaces = frozenset(ns for ns in listed or () if isinstance(ns, str))
+
+
+def _digest(value):
+    try:
+        short_digest(value)
+    except ValueError:
+        return None
+    return value
+
+
+def _targets(listed):
+    """The image's GPU targets from status.targets ({backend, arch, warpSize}); unusable ones are left out."""
+    targets = []
+    for target in listed if isinstance(listed, list) else ():
+        if not isinstance(target, dict):
+            continue
+        try:
+            targets.append(normalize_gpu({"backend": target.get("backend"), "arch": target.get("arch"),
+                                          "warp_size": target.get("warpSize")}))
+        except GPUSpecError:
+            continue
+    return targets
+
+
+def _gpu_key(labels):
+    try:
+        gpus = gpus_from_node_labels(labels)
+    except GPUSpecError:
+        return None
+    return tuple(sorted(gpus[0].items())) if gpus else None
+
+
+def _discard(index, key, name):
+    """Take name out of index[key], dropping the key once empty (old digests would otherwise pile up)."""
+    index[key].discard(name)
+    if not index[key]:
+        del index[key]
+
+
+def _key(obj):
+    metadata = obj.get("metadata") or {}
+    return metadata.get("namespace") or "", metadata.get("name") or ""
+
+
+class SteeringView:
+    def __init__(self):
+        self._caches = {NAMESPACED_KIND: {}, CLUSTER_KIND: {}}  # kind -> {(namespace, name): _Cache}
+        self._cluster_by_name = {}
+        self._serving = {}  # (namespace, pvc name) -> (cache, cache namespace, short digest)
+        self._nodes = {}  # name -> Node with metadata (name, labels) only
+        self._ready = {}  # readiness key -> short digest -> {node}
+        self._by_gpu = {}  # normalized GPU -> {node}
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def apply_cache_event(self, kind, event_type, obj):
+        key = _key(obj)
+        if event_type == "DELETED":
+            self._caches[kind].pop(key, None)
+        else:
+            self._caches[kind][key] = _Cache(obj, kind)
+        self._caches_changed(kind)
+
+    def replace_caches(self, kind, items):
+        self._caches[kind] = {_key(obj): _Cache(obj, kind) for obj in items}
+        self._caches_changed(kind)
+
+    def _caches_changed(self, kind):
+        if kind == CLUSTER_KIND:
+            self._cluster_by_name = {name: cache for (_namespace, name), cache in self._caches[kind].items()}
+
+    def apply_pvc_event(self, event_type, obj):
+        """A managed PVC's event: only serving PVCs matter here."""
+        key = _key(obj)
+        self._serving.pop(key, None)
+        if event_type != "DELETED" and is_serving(obj):
+            labels = obj["metadata"].get("labels") or {}
+            self._serving[key] = (labels.get(CACHE_LABEL), labels.get(CACHE_NAMESPACE_LABEL, ""),
+                                  labels.get(DIGEST_LABEL))
+
+    def replace_pvcs(self, items):
+        self._serving = {}
+        for obj in items:
+            self.apply_pvc_event("ADDED", obj)
+
+    def apply_node_event(self, event_type, obj):
+        name = _key(obj)[1]
+        self._forget_node(name)
+        if event_type == "DELETED":
+            return
+        labels = dict((obj.get("metadata") or {}).get("labels") or {})
+        self._nodes[name] = {"metadata": {"name": name, "labels": labels}}
+        for key, value in labels.items():
+            if key.startswith(LABEL_PREFIX):
+                self._ready.setdefault(key, {}).setdefault(value, set()).add(name)
+        gpu = _gpu_key(labels)
+        if gpu is not None:
+            self._by_gpu.setdefault(gpu, set()).add(name)
+
+    def replace_nodes(self, items):
+        self._nodes, self._ready, self._by_gpu = {}, {}, {}
+        for obj in items:
+            self.apply_node_event("ADDED", obj)
+
+    def _forget_node(self, name):
+        node = self._nodes.pop(name, None)
+        if node is None:
+            return
+        labels = node["metadata"]["labels"]
+        for key, value in labels.items():
+            if key.startswith(LABEL_PREFIX):
+                _discard(self._ready[key], value, name)
+                if not self._ready[key]:
+                    del self._ready[key]
+        gpu = _gpu_key(labels)
+        if gpu is not None:
+            _discard(self._by_gpu, gpu, name)
+
+    # -- asking ----------------------------------------------------------------------------
+
+    def resolve(self, namespace, name):
+        """The CacheTarget `name` names in namespace (a GKMCache there shadows a ClusterGKMCache), or None."""
+        cache = self._caches[NAMESPACED_KIND].get((namespace, name))
+        scope, cache_namespace = "namespaced", namespace
+        if cache is None:
+            cache = self._cluster_by_name.get(name)
+            if cache is None or namespace not in cache.workload_namespaces:
+                return None
+            scope, cache_namespace = "cluster", ""
+        serving = self._serving.get((namespace, name))
+        serving_digest = serving[2] if serving and serving[:2] == (name, cache_namespace) else None
+        return CacheTarget(name, namespace, scope, cache, serving_digest)
+
+    def node(self, name):
+        return self._nodes.get(name)
+
+    def node_count(self):
+        return len(self._nodes)
+
+    def ready_nodes(self, readiness_key, digest=None):
+        """Names of the nodes labelled ready for the cache: at that short digest, or at any."""
+        by_digest = self._ready.get(readiness_key, {})
+        if digest is not None:
+            return set(by_digest.get(digest, ()))
+        return set().union(*by_digest.values()) if by_digest else set()
+
+    def gpu_nodes(self, targets):
+        """Names of the nodes whose GPU labels fit one of the (normalized) targets."""
+        names = set()
+        for target in targets:
+            names |= self._by_gpu.get(tuple(sorted(target.items())), set())
+        return names
+
+    def all_nodes(self):
+        return set(self._nodes)

@@ -1,0 +1,84 @@
+"""Steering on the real nodes: a bare Pod that names a GKMCache's serving PVC, with no node of its own, is steered by
+the webhook to the real AMD node (the NVIDIA node's GPU does not fit the hip image), runs there and reads the cache
+its node extracted. The file's hash is read from the registry, not by our code."""
+
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+
+from tests.helpers import kcache_images
+from tests.helpers.modules import NODE_DISK, run_module
+from tests.helpers.real_nodes import (
+    BASELINE,
+    GPU_TOLERATION,
+    ON_REAL_NODES,
+    delete_namespace,
+    labelled_namespace,
+    layer_files,
+    pod_logs,
+    real_pod_template,
+)
+from tests.helpers.webhook import CertificateFiles, LocalWebhookServer, install, wait_until
+from tests.integration.test_steering import GROUP, VERSION, reconcile
+
+pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
+
+AMD_NODE = "gkm-real-amd-1"
+
+
+def _finished(core, namespace, name):
+    pod = core.read_namespaced_pod(name, namespace)
+    return pod if pod.status.phase in ("Succeeded", "Failed") else None
+
+
+def test_a_bare_pod_naming_the_serving_pvc_is_steered_to_the_amd_node_and_reads_its_cache(
+        sim, kube, crds, registry, real_nodes, tools_image, tmp_path):
+    core = client.CoreV1Api(kube)
+    suffix = uuid.uuid4().hex[:6]
+    namespace = labelled_namespace(core, "t-real-steer-%s" % suffix, BASELINE)
+    cache = "vector-add"
+    spec = kcache_images.CacheSpec(backend="hip", kernels=2, seed=21)
+    pushed = kcache_images.build_image(registry.host, "real-steer/vector-add", "v1", spec)
+    certs = CertificateFiles(str(tmp_path))
+    server = LocalWebhookServer(sim.kubeconfig, certs.cert_file, certs.key_file)
+    hook = {"name": "rs-" + suffix, "namespace": "gkm-rs-" + suffix}
+    try:
+        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+            "metadata": {"name": cache, "namespace": namespace},
+            "spec": {"image": pushed.ref, "podTemplate": real_pod_template()}})
+        reconciled = reconcile(sim, cache, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
+        assert not reconciled.get("failed"), reconciled.get("msg")
+        server.start().wait_ready(certs.ca)
+        install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], url=server.url, ca_bundle=certs.ca)
+
+        kernel = next(e.name for e in kcache_images.cache_entries(spec)[0] if e.name.endswith(".llir"))
+        expected = layer_files(sim.registry, "real-steer/vector-add", pushed.digest, {kernel})[kernel]
+        started = time.monotonic()
+        # Only its own placement (any real node) and the cache's PVC: steering narrows it to the AMD node.
+        core.create_namespaced_pod(namespace, {"metadata": {"name": "reader"}, "spec": {
+            "restartPolicy": "Never", "tolerations": [GPU_TOLERATION], "affinity": ON_REAL_NODES,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 4321, "runAsGroup": 4321,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "app", "image": tools_image, "command": ["sha256sum", "/kernels/" + kernel],
+                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                            "volumeMounts": [{"name": "kernels", "mountPath": "/kernels", "readOnly": True}]}],
+            "volumes": [{"name": "kernels", "persistentVolumeClaim": {"claimName": cache}}]}})
+        pod = wait_until("the reader pod finished", lambda: _finished(core, namespace, "reader"), timeout=180,
+                         interval=0.5)
+        assert pod.spec.node_name == AMD_NODE
+        assert pod.status.phase == "Succeeded", pod.status
+        assert pod_logs(core, namespace, "reader").split()[0] == expected
+        print("pod created -> kernel read on %s in %.1fs" % (AMD_NODE, time.monotonic() - started))
+    finally:
+        install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], state="absent")
+        server.stop()
+        core.delete_collection_namespaced_pod(namespace)
+        # The scrub Jobs remove the node's copy: they run the tools image on the real nodes.
+        removed = run_module("cache_distribute", sim.kubeconfig, name=cache, namespace=namespace, state="absent",
+                             force=True, extract_image=tools_image, registry_plain_http=True,
+                             host_path_root=NODE_DISK, pod_template=real_pod_template(), wait=True)
+        assert not removed.get("failed"), removed.get("msg")
+        delete_namespace(core, namespace)

@@ -1,0 +1,247 @@
+"""Steering through the real API server and scheduler (kwok nodes): one reconciled GKMCache over a mixed set of AMD,
+NVIDIA and CPU nodes, the webhook server as a local process registered by webhook_install.
+
+amd-1 and amd-2 hold the cache (readiness labels written by the reconcile), amd-3 is left out of the cache's
+placement (never extracted), nvidia-1 and cpu-1 are selected but cannot take it. A Deployment's pods land on amd-1 or
+amd-2 only; a pod's own affinity is merged; a pod that fits nowhere, or names a cache never reconciled, is denied
+with the reason and the fix; the opt-out annotation keeps a placement; the annotation mounts the serving PVC, or
+the image itself for an imageVolume cache; a DaemonSet over the five nodes wants two pods.
+"""
+
+import json
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
+from tests.helpers import kcache_images
+from tests.helpers.modules import NODE_DISK, run_module
+from tests.helpers.webhook import GPU_TOLERATION, CertificateFiles, LocalWebhookServer, install, wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.registry]
+
+GROUP, VERSION = "gkm.io", "v1alpha1"
+PAUSE = {"name": "main", "image": "registry.k8s.io/pause:3.10"}
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+HOSTNAME = "kubernetes.io/hostname"
+TEST_LABEL = "gkm.io/steering-test"
+
+
+class Setup:
+    def __init__(self, suffix, namespace, cache, image):
+        self.suffix = suffix
+        self.namespace = namespace
+        self.cache = cache
+        self.image = image
+        digest = image.digest
+        self.short_digest = digest.split(":")[1][:12]
+        self.ready_key = "cache.gkm.io/%s.%s" % (namespace, cache)
+
+    def node(self, name):
+        return "st-%s-%s" % (self.suffix, name)
+
+
+def _ready(node):
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in (node.get("status") or {}).get("conditions")
+               or [])
+
+
+def _pinned_to(names):
+    # One term per node: a matchFields In on metadata.name takes one value.
+    return {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]} for name in names]}}}
+
+
+@pytest.fixture(scope="module")
+def setup(sim, kube, crds, registry, tmp_path_factory):
+    raw, core = Kube(kube), client.CoreV1Api(kube)
+    suffix = uuid.uuid4().hex[:5]
+    labels = {TEST_LABEL: suffix}
+    nodes = gpu_nodes.render_nodes([
+        {"name": "st-%s-amd" % suffix, "count": 3, "vendor": "amd", "labels": labels},
+        {"name": "st-%s-nvidia" % suffix, "count": 1, "vendor": "nvidia", "labels": labels},
+        {"name": "st-%s-cpu" % suffix, "count": 1, "vendor": "none", "labels": labels},
+    ])
+    names = [node["metadata"]["name"] for node in nodes]
+    namespace, cache = "t-steering-%s" % suffix, "vector-add"
+    certs = CertificateFiles(str(tmp_path_factory.mktemp("steering")))
+    server = LocalWebhookServer(sim.kubeconfig, certs.cert_file, certs.key_file)
+    hook = {"name": "st-" + suffix, "namespace": "gkm-st-" + suffix}
+    try:
+        for node in nodes:
+            raw.request("POST", "/api/v1/nodes", body=node)
+        wait_until("the steering test's nodes Ready", lambda: all(_ready(raw.get("Node", n)) for n in names),
+                   timeout=120, interval=0.5)
+        core.create_namespace({"metadata": {"name": namespace, "labels": {"gkm.io/test": "true"}}})
+        image = kcache_images.build_image(registry.host, "steering/vector-add", "v1",
+                                          kcache_images.CacheSpec(backend="hip"))
+        selected = [n for n in names if not n.endswith("amd-3")]
+        template = {"spec": {"tolerations": [GPU_TOLERATION], "affinity": _pinned_to(selected)}}
+        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+            "metadata": {"name": cache, "namespace": namespace},
+            "spec": {"image": image.ref, "podTemplate": template}})
+        reconciled = reconcile(sim, cache, namespace, wait=True, wait_timeout=120)
+        assert not reconciled.get("failed"), reconciled.get("msg")
+        server.start().wait_ready(certs.ca)
+        install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], url=server.url, ca_bundle=certs.ca)
+        yield Setup(suffix, namespace, cache, image)
+    finally:
+        install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], state="absent")
+        server.stop()
+        run_module("cache_distribute", sim.kubeconfig, name=cache, namespace=namespace, state="absent", force=True)
+        core.delete_namespace(namespace)
+        for name in names:
+            raw.delete("Node", name)
+
+
+def reconcile(sim, name, namespace, **args):
+    args.setdefault("extract_image", "gkm-cluster-tools:test")
+    return run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
+                      registry_plain_http=True, host_path_root=NODE_DISK, **args)
+
+
+def pod(name, claim=None, annotations=None, **spec):
+    body = {"metadata": {"name": name, "annotations": annotations or {}},
+            "spec": dict({"containers": [PAUSE], "tolerations": [GPU_TOLERATION]}, **spec)}
+    if claim:
+        body["spec"]["volumes"] = [{"name": "kernels", "persistentVolumeClaim": {"claimName": claim}}]
+    return body
+
+
+def terms_of(spec):
+    return spec["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
+
+
+def scheduled(core, namespace, selector):
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    return pods if pods and all(p.spec.node_name for p in pods) else None
+
+
+def denial(core, namespace, body, timeout=30):
+    """The API server's message refusing body (a server-side dry run; retried while the server's view catches up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            core.create_namespaced_pod(namespace, body, dry_run="All")
+        except ApiException as error:
+            return json.loads(error.body)["message"]
+        assert time.monotonic() < deadline, "pod %s was admitted" % body["metadata"]["name"]
+        time.sleep(0.2)
+
+
+def test_a_deployments_pods_land_only_on_ready_compatible_nodes(kube, setup):
+    core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
+    labels = {"app": "users"}
+    template = pod("ignored", claim=setup.cache)
+    template["metadata"] = {"labels": labels}
+    apps.create_namespaced_deployment(setup.namespace, {"metadata": {"name": "users"}, "spec": {
+        "replicas": 4, "selector": {"matchLabels": labels}, "template": template}})
+    # The template is steered at any digest, so a new digest needs no rollout.
+    deployment = apps.api_client.sanitize_for_serialization(apps.read_namespaced_deployment("users", setup.namespace))
+    [template_term] = terms_of(deployment["spec"]["template"]["spec"])
+    assert {"key": setup.ready_key, "operator": "Exists"} in template_term["matchExpressions"]
+    pods = wait_until("the Deployment's pods scheduled", lambda: scheduled(core, setup.namespace, "app=users"),
+                      timeout=90)
+    assert len(pods) == 4
+    assert {p.spec.node_name for p in pods} <= {setup.node("amd-1"), setup.node("amd-2")}
+    # Each pod is pinned to the digest its serving PVC holds.
+    for created in pods:
+        [term] = terms_of(core.api_client.sanitize_for_serialization(created)["spec"])
+        assert {"key": setup.ready_key, "operator": "In", "values": [setup.short_digest]} in term["matchExpressions"]
+
+
+def test_a_pods_own_affinity_is_merged(kube, setup):
+    core = client.CoreV1Api(kube)
+    own = {"key": HOSTNAME, "operator": "In", "values": [setup.node(n) for n in ("amd-2", "amd-3", "nvidia-1")]}
+    body = pod("own-affinity", claim=setup.cache, affinity={
+        "nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [own]}]}}})
+    body["metadata"]["labels"] = {"case": "own"}
+    core.create_namespaced_pod(setup.namespace, body)
+    [created] = wait_until("the pod scheduled", lambda: scheduled(core, setup.namespace, "case=own"), timeout=60)
+    assert created.spec.node_name == setup.node("amd-2")
+    [term] = terms_of(core.api_client.sanitize_for_serialization(created)["spec"])
+    assert term["matchExpressions"][0] == own
+    assert {"key": setup.ready_key, "operator": "In", "values": [setup.short_digest]} in term["matchExpressions"]
+
+
+def test_a_pod_that_fits_nowhere_is_denied_with_the_reason_and_the_fix_unless_it_opts_out(kube, crds, setup):
+    core = client.CoreV1Api(kube)
+    on_amd3 = pod("on-amd-3", claim=setup.cache, nodeSelector={HOSTNAME: setup.node("amd-3")})
+    message = denial(core, setup.namespace, on_amd3)
+    assert 'GKMCache "%s/%s"' % (setup.namespace, setup.cache) in message
+    assert "widen the pod's placement" in message and "gkm.io/cache-steering: disabled" in message
+    assert "2 node(s) are usable" in message
+
+    # A cache never reconciled: nothing is extracted anywhere yet.
+    crds.create_namespaced_custom_object(GROUP, VERSION, setup.namespace, "gkmcaches", {
+        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+        "metadata": {"name": "later", "namespace": setup.namespace}, "spec": {"image": "registry.invalid/x:v1"}})
+    message = denial(core, setup.namespace, pod("later-user", claim="later"))
+    assert 'GKMCache "%s/later" has not been resolved or extracted yet' % setup.namespace in message
+    assert "wait for its first reconcile" in message
+
+    on_amd3["metadata"]["annotations"] = {"gkm.io/cache-steering": "disabled"}
+    created = core.create_namespaced_pod(setup.namespace, on_amd3)
+    assert created.spec.affinity is None
+
+
+def test_the_annotation_mounts_the_serving_pvc_and_steers(kube, setup):
+    core = client.CoreV1Api(kube)
+    body = pod("annotated", annotations={"gkm.io/cache": setup.cache, "gkm.io/cache-mount-path": "/kernels"})
+    created = core.api_client.sanitize_for_serialization(core.create_namespaced_pod(setup.namespace, body))
+    volume = {"name": "gkm-cache-" + setup.cache, "persistentVolumeClaim": {"claimName": setup.cache,
+                                                                            "readOnly": True}}
+    assert volume in created["spec"]["volumes"]
+    assert {"name": volume["name"], "mountPath": "/kernels", "readOnly": True} in \
+        created["spec"]["containers"][0]["volumeMounts"]
+    assert {"key": setup.ready_key, "operator": "In", "values": [setup.short_digest]} in \
+        terms_of(created["spec"])[0]["matchExpressions"]
+
+
+def test_a_daemonset_over_partly_ready_nodes_wants_only_the_ready_ones(kube, setup):
+    apps = client.AppsV1Api(kube)
+    labels = {"app": "per-node"}
+    template = pod("ignored", claim=setup.cache, nodeSelector={TEST_LABEL: setup.suffix})
+    template["metadata"] = {"labels": labels}
+    apps.create_namespaced_daemon_set(setup.namespace, {"metadata": {"name": "per-node"}, "spec": {
+        "selector": {"matchLabels": labels}, "template": template}})
+
+    def status():
+        current = apps.read_namespaced_daemon_set_status("per-node", setup.namespace).status
+        return current if current.desired_number_scheduled == 2 and current.number_ready == 2 else None
+
+    assert wait_until("the DaemonSet healthy on the two nodes holding the cache", status, timeout=90)
+
+
+def test_the_annotation_of_an_image_volume_cache_mounts_the_pinned_image_on_a_gpu_it_fits(sim, kube, crds, setup):
+    core = client.CoreV1Api(kube)
+    crds.create_namespaced_custom_object(GROUP, VERSION, setup.namespace, "gkmcaches", {
+        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+        "metadata": {"name": "by-image", "namespace": setup.namespace},
+        "spec": {"image": setup.image.ref, "mountMode": "imageVolume"}})
+    resolved = reconcile(sim, "by-image", setup.namespace)
+    assert not resolved.get("failed") and resolved["resource"]["status"]["phase"] == "Resolved", resolved.get("msg")
+    body = pod("by-image", annotations={"gkm.io/cache": "by-image", "gkm.io/cache-mount-path": "/kernels"})
+    body["metadata"]["labels"] = {"case": "image"}
+    reference = setup.image.digest_ref
+
+    def created():
+        try:
+            return core.api_client.sanitize_for_serialization(core.create_namespaced_pod(setup.namespace, body))
+        except ApiException as error:  # the server's view may not hold the resolved digest yet
+            assert "has no resolved image digest yet" in json.loads(error.body)["message"], error.body
+            return None
+
+    spec = wait_until("the pod admitted with its image volume", created, timeout=30)["spec"]
+    assert {"name": "gkm-cache-by-image", "image": {"reference": reference, "pullPolicy": "IfNotPresent"}} in \
+        spec["volumes"]
+    # No readiness label in this mode: any node whose GPU the image was built for.
+    assert [e["key"] for e in terms_of(spec)[0]["matchExpressions"]] == [
+        "gkm.io/gpu-backend", "gkm.io/gpu-arch", "gkm.io/gpu-warp-size"]
+    [placed] = wait_until("the pod scheduled", lambda: scheduled(core, setup.namespace, "case=image"), timeout=60)
+    assert core.read_node(placed.spec.node_name).metadata.labels["gkm.io/gpu-backend"] == "hip"

@@ -1,0 +1,87 @@
+"""One answer per request (webhook/decide.py): a labelled DaemonSet pod gets its claim rewritten and is steered in one
+JSONPatch, a denial of either part denies, workloads get steering only, malformed reviews stay 400s."""
+
+import base64
+import json
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import ALLOWED, DENIED, INVALID, PATCHED
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.decide import decide
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import NAMESPACED_KIND, CacheView
+from tests.helpers.steering import (
+    DIGEST_A,
+    READY_KEY,
+    SHORT_A,
+    apply_patch,
+    cache,
+    pod_request,
+    pod_spec,
+    required_terms,
+    serving_pvc,
+    terms,
+    view,
+    workload_request,
+)
+
+MUTATION = {"gkm.io/pvc-mutation": "true"}
+
+
+def review(request):
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def pinned(node_name):
+    return terms({"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]})
+
+
+def views():
+    caches = [cache("vector-add")]
+    cache_view = CacheView()
+    cache_view.replace_caches(NAMESPACED_KIND, caches)
+    slot = Slot("vector-add", "apps", "apps", "amd-1", DIGEST_A)
+    # Marked extracted: the webhook hands out no other node PVC (make before break).
+    cache_view.replace_pvcs([{"metadata": {"name": slot.pvc_name(), "namespace": "apps", "labels": slot.labels(),
+                                           "annotations": {EXTRACTED_ANNOTATION: slot.digest}}}])
+    return cache_view, view(caches, pvcs=[serving_pvc("vector-add")]), slot.pvc_name()
+
+
+def operations(decision):
+    return json.loads(base64.b64decode(decision.body["response"]["patch"]))
+
+
+def test_a_labelled_daemonset_pod_gets_its_node_pvc_and_the_digest_in_one_patch():
+    cache_view, steering_view, node_pvc = views()
+    request = pod_request(pod_spec("vector-add", affinity=pinned("amd-1")), labels=MUTATION)
+    decision = decide(review(request), cache_view, steering_view)
+    assert decision.outcome == PATCHED
+    pod = apply_patch(request["object"], operations(decision))
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == node_pvc
+    [term] = required_terms(pod["spec"])
+    assert term["matchFields"][0]["values"] == ["amd-1"]
+    assert {"key": READY_KEY, "operator": "In", "values": [SHORT_A]} in term["matchExpressions"]
+    assert "volume kernels -> " + node_pvc in decision.message and "steered" in decision.message
+    # The reinvocation sees the rewritten claim: neither part changes anything.
+    assert decide(review(dict(request, object=pod)), cache_view, steering_view).outcome == ALLOWED
+
+
+def test_either_part_denies():
+    cache_view, steering_view, _node_pvc = views()
+    # amd-2 has no PVC at digest A (the rewrite denies) and is not ready at A (steering denies): the rewrite's reason
+    # names the node.
+    decision = decide(review(pod_request(pod_spec("vector-add", affinity=pinned("amd-2")), labels=MUTATION)),
+                      cache_view, steering_view)
+    assert decision.outcome == DENIED
+    assert 'is not extracted for node "amd-2"' in decision.message and "no node is usable" not in decision.message
+    # Steering alone denies an unlabelled pod the PVC mutation lets through.
+    decision = decide(review(pod_request(pod_spec("vector-add", nodeName="cpu-1"))), cache_view, steering_view)
+    assert decision.outcome == DENIED and "gkm.io/cache-steering: disabled" in decision.message
+
+
+def test_workloads_get_steering_only_and_malformed_reviews_stay_invalid():
+    cache_view, steering_view, _node_pvc = views()
+    decision = decide(review(workload_request("Deployment", pod_spec("vector-add"))), cache_view, steering_view)
+    assert decision.outcome == PATCHED
+    assert [operation["path"] for operation in operations(decision)] == ["/spec/template/spec/affinity"]
+    assert decide({"kind": "AdmissionReview"}, cache_view, steering_view).outcome == INVALID
+    assert decide(review(pod_request(pod_spec("other"))), cache_view, steering_view).outcome == ALLOWED
