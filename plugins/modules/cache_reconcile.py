@@ -185,6 +185,15 @@ node_labels:
   returned: success
   type: list
   elements: dict
+rollout:
+  description:
+    - The rolling upgrade of a ReadWriteOnce cache whose resource sets C(spec.upgradePolicy) (docs/upgrades.md) - its
+      C(digest), C(policy), C(budget) (nodes upgrading at once), C(active), C(paused), C(stopped), C(complete),
+      the nodes per state (C(pending), C(upgrading), C(upgraded), C(failed), C(rolled-back)), C(starting), the
+      C(waves) still to come, C(message), and C(labels), the node labels C(upgrade.gkm.io/<cache namespace>.<cache>)
+      this run wrote (C(node), C(value), null when removed).
+  returned: success, when the resource sets spec.upgradePolicy
+  type: dict
 scrub:
   description: The node disks scrubbed before hostPath PVs were deleted (see O(host_path_root)).
   returned: success

@@ -20,6 +20,7 @@ from kubernetes import client
 from ansible_collections.gkm.cluster.plugins.module_utils.common import naming, tls
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import install as webhook_install
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -162,8 +163,9 @@ def install(kubeconfig, **overrides):
     return install_with_diffs(kubeconfig, **overrides)[0]
 
 
-def node_pvc(namespace, cache, node, digest=DIGEST, cluster=False):
-    """A PVC named and labelled as cache_distribute writes it for one node.
+def node_pvc(namespace, cache, node, digest=DIGEST, cluster=False, extracted=True):
+    """A PVC named and labelled as cache_distribute writes it for one node, marked extracted unless told otherwise
+    (the webhook hands out only extracted PVCs).
 
     It asks for a volume that does not exist, so it stays Pending without the PV controller emitting
     an event every resync (500 of those kept the API server busy during benchmarks).
@@ -171,7 +173,8 @@ def node_pvc(namespace, cache, node, digest=DIGEST, cluster=False):
     slot = naming.Slot(cache, "" if cluster else namespace, namespace, node, digest)
     return {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": slot.pvc_name(), "namespace": namespace, "labels": slot.labels()},
+        "metadata": {"name": slot.pvc_name(), "namespace": namespace, "labels": slot.labels(),
+                     "annotations": {EXTRACTED_ANNOTATION: digest} if extracted else {}},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": "gkm-test-absent-pv",
                  "resources": {"requests": {"storage": "1Mi"}}},
     }

@@ -268,8 +268,11 @@ def test_image_change_keeps_a_mounted_old_pvc_as_outdated_until_unused(sim, kube
 
         changed = distribute(sim, **{**args, "image": images[1].ref})
         assert changed["cache"]["digest"] == images[1].digest
-        assert changed["plan"]["summary"]["create"] == {"PersistentVolume": 3, "PersistentVolumeClaim": 3, "Job": 3}
-        assert changed["plan"]["summary"]["delete"] == {"PersistentVolume": 2, "PersistentVolumeClaim": 2, "Job": 2}
+        # Make before break: the plan keeps the old slots; the wait releases the unmounted ones once the new PVCs
+        # are marked extracted, in the same run.
+        assert changed["plan"]["summary"] == {"create": {"PersistentVolume": 3, "PersistentVolumeClaim": 3, "Job": 3}}
+        live = sorted(p.metadata.name for p in cache_objects(kube, name)["pvc"] if not p.metadata.deletion_timestamp)
+        assert live == sorted([mounted] + [e["pvc"] for e in changed["status"]["entries"] if e["phase"] == "Extracted"])
         outdated = [e for e in changed["status"]["entries"] if e["phase"] == "Outdated"]
         assert [e["pvc"] for e in outdated] == [mounted]
         assert outdated[0]["mounted_by"] == ["%s/%s" % (namespace, pod)]

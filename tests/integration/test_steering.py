@@ -118,9 +118,10 @@ def terms_of(spec):
     return spec["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
 
 
-def scheduled(core, namespace, selector):
+def scheduled(core, namespace, selector, count=1):
+    # count: a ReplicaSet creates its pods in batches, so the first ones can be scheduled before the last exist.
     pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-    return pods if pods and all(p.spec.node_name for p in pods) else None
+    return pods if len(pods) >= count and all(p.spec.node_name for p in pods) else None
 
 
 def denial(core, namespace, body, timeout=30):
@@ -145,7 +146,7 @@ def test_a_deployments_pods_land_only_on_ready_compatible_nodes(kube, setup):
     # The Deployment stays as written (re-applying it changes nothing); its pods are steered.
     deployment = apps.api_client.sanitize_for_serialization(apps.read_namespaced_deployment("users", setup.namespace))
     assert "affinity" not in deployment["spec"]["template"]["spec"]
-    pods = wait_until("the Deployment's pods scheduled", lambda: scheduled(core, setup.namespace, "app=users"),
+    pods = wait_until("the Deployment's pods scheduled", lambda: scheduled(core, setup.namespace, "app=users", 4),
                       timeout=90)
     assert len(pods) == 4
     assert {p.spec.node_name for p in pods} <= {setup.node("amd-1"), setup.node("amd-2")}

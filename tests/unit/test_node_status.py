@@ -104,5 +104,9 @@ def test_an_old_digest_kept_for_its_pods_is_its_own_entry():
     states = node_status.node_cache_states(spec, plan.eligibility, entries, cluster_facts.nodes, cluster_facts.pods)
     old = states[WORKER][DIGEST_A[7:19]]
     assert old["state"] == "Outdated" and old["pods"] == [{"podNamespace": "team-a", "podName": "app"}]
-    assert old["pvcStatus"]["team-a"]["conditions"][0]["message"] == "mounted by app"
+    # The new digest was not extracted when the plan was made: the old slot is kept for its node as well.
+    condition = old["pvcStatus"]["team-a"]["conditions"][0]
+    assert condition["reason"] == planner.KEPT_UNTIL_REPLACED
+    assert condition["message"] == ("kept until digest bbbbbbbbbbbb is extracted on node gkm-gpu-worker-1 "
+                                    "(make before break); mounted by app")
     assert states[WORKER][DIGEST_B]["state"] == "Extracted"

@@ -58,8 +58,18 @@ def as_live(desired, complete_jobs=False, marked=False):
             if complete_jobs:
                 live["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
         if obj["kind"] == "PersistentVolumeClaim" and marked:
-            live["metadata"]["annotations"][render.EXTRACTED_ANNOTATION] = DIGEST_A
+            image = obj["metadata"]["annotations"][render.IMAGE_ANNOTATION]
+            live["metadata"]["annotations"][render.EXTRACTED_ANNOTATION] = image.rsplit("@", 1)[1]
         objects.setdefault(obj["kind"], []).append(live)
+    return objects
+
+
+def merged(*lives):
+    """The live objects of several as_live calls together."""
+    objects = {}
+    for live in lives:
+        for kind, items in live.items():
+            objects.setdefault(kind, []).extend(items)
     return objects
 
 
@@ -297,8 +307,17 @@ def test_image_change_prunes_old_digest_but_keeps_a_mounted_pvc_as_outdated():
     mounted = old.slots[0].pvc
     pods = [pod("app", "team-a", mounted), pod("done", "team-a", old.slots[1].pvc, phase="Succeeded"),
             pod("extractor", "team-a", old.slots[2].pvc, labels={naming.MANAGED_BY_LABEL: naming.MANAGER})]
-    result = planner.plan(make_spec(digest=DIGEST_B), facts(objects=live, pods=pods))
-    assert sum(1 for a in result.actions if a.verb == "create") == 9
+    new_spec = make_spec(digest=DIGEST_B)
+    # Make before break: while the new slots are not extracted every old slot stays.
+    first = planner.plan(new_spec, facts(objects=live, pods=pods))
+    assert sum(1 for a in first.actions if a.verb == "create") == 9
+    assert not [a for a in first.actions if a.verb == "delete"]
+    assert sorted(s.outcome for s in first.slots if s.digest == "a" * 12) == [planner.PREVIOUS] * 3
+    done = planner.plan(new_spec, facts(objects=merged(live, as_live(first.desired, complete_jobs=True)), pods=pods))
+    # The new Jobs completed: this run marks the new PVCs, the next one releases the old slots.
+    assert {a.verb for a in done.actions} == {"update"}
+    marked = as_live(first.desired, complete_jobs=True, marked=True)
+    result = planner.plan(new_spec, facts(objects=merged(live, marked), pods=pods))
     deleted = {a.name for a in result.actions if a.verb == "delete"}
     assert mounted not in deleted
     assert len(deleted) == 6 and all("old digest" in a.reason for a in result.actions if a.verb == "delete")

@@ -3,7 +3,19 @@ plan, without a cluster."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import scrub, serving, status
-from tests.unit.test_plan import CSI_CLASS, DIGEST_A, DIGEST_B, WORKERS, as_live, by_kind, facts, make_spec, pod, verbs
+from tests.unit.test_plan import (
+    CSI_CLASS,
+    DIGEST_A,
+    DIGEST_B,
+    WORKERS,
+    as_live,
+    by_kind,
+    facts,
+    make_spec,
+    merged,
+    pod,
+    verbs,
+)
 
 HOST_ROOT = "/var/lib/gkm-cluster/caches"
 
@@ -52,9 +64,34 @@ def test_rerun_writes_nothing():
     assert planner.plan(spec, facts(objects=live_after(first))).actions == []
 
 
-def test_new_digest_replaces_an_unused_serving_pvc_and_deletes_the_old_pv_without_scrubbing():
+def upgraded(first, pods=()):
+    """Live objects after a digest change's first run, once every new slot is extracted: (old, old and new)."""
+    live = live_after(first, complete_jobs=True, marked=True)
+    started = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=pods))
+    return live, merged(live, as_live([obj for obj in started.desired if not serving.is_serving(obj)],
+                                      complete_jobs=True, marked=True))
+
+
+def test_new_digest_keeps_the_serving_pvc_until_every_node_extracted_it():
     first = planner.plan(serving_spec(), facts())
     live = live_after(first, complete_jobs=True, marked=True)
+    second = planner.plan(serving_spec(DIGEST_B), facts(objects=live))
+    assert not [a for a in second.actions if a.verb != "create"]
+    assert not serving_objects(a.body for a in second.actions)
+    kept = sorted((s.node, s.pvc) for s in second.slots if s.outcome == planner.PREVIOUS)
+    assert kept[0] == ("", "vector-add") and [node for node, _pvc in kept[1:]] == WORKERS
+    assert "until bbbbbbbbbbbb is extracted on every node in namespace team-a" in next(
+        s.reason for s in second.slots if s.outcome == planner.PREVIOUS and not s.node)
+    # One node done: still kept, for the nodes not done and for the serving PVC's readers on the done one.
+    one_done = merged(live, as_live([obj for obj in second.desired if WORKERS[0] in obj["metadata"]["name"]],
+                                    complete_jobs=True, marked=True))
+    assert not [a for a in planner.plan(serving_spec(DIGEST_B), facts(objects=one_done)).actions
+                if a.verb in ("delete", "replace")]
+
+
+def test_new_digest_replaces_an_unused_serving_pvc_and_deletes_the_old_pv_without_scrubbing():
+    first = planner.plan(serving_spec(), facts())
+    _old, live = upgraded(first)
     second = planner.plan(serving_spec(DIGEST_B), facts(objects=live))
     old_pv, = [p["metadata"]["name"] for p in serving_objects(first.desired) if p["kind"] == "PersistentVolume"]
     new_pv, = [p["metadata"]["name"] for p in serving_objects(second.desired) if p["kind"] == "PersistentVolume"]
@@ -70,8 +107,8 @@ def test_new_digest_replaces_an_unused_serving_pvc_and_deletes_the_old_pv_withou
 
 def test_a_mounted_serving_pvc_keeps_its_digest_and_the_slots_its_pods_read_until_unused():
     first = planner.plan(serving_spec(), facts())
-    live = live_after(first, complete_jobs=True, marked=True)
     reader = pod("reader", "team-a", "vector-add", node=WORKERS[0])
+    old, live = upgraded(first, [reader])
     second = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=[reader]))
     deleted = {(a.kind, a.name) for a in second.actions if a.verb == "delete"}
     assert not any(name == "vector-add" or "serving" in name for _kind, name in deleted)
@@ -81,7 +118,7 @@ def test_a_mounted_serving_pvc_keeps_its_digest_and_the_slots_its_pods_read_unti
     assert ("", "vector-add") in outdated
     assert [node for node, _pvc in outdated if node] == [WORKERS[0]]
     assert {name for kind, name in deleted if kind == "Job"}.isdisjoint({s.job for s in second.slots if s.node})
-    counts = status.cache_status(second.slots, WORKERS, [], {}, live, [reader])["counts"]
+    counts = status.cache_status(second.slots, WORKERS, [], {}, old, [reader])["counts"]
     assert counts["pod_outdated"] == 1 and counts["pod_running"] == 0
 
 

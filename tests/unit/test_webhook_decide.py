@@ -5,6 +5,7 @@ import base64
 import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import ALLOWED, DENIED, INVALID, PATCHED
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.decide import decide
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import NAMESPACED_KIND, CacheView
@@ -39,7 +40,9 @@ def views():
     cache_view = CacheView()
     cache_view.replace_caches(NAMESPACED_KIND, caches)
     slot = Slot("vector-add", "apps", "apps", "amd-1", DIGEST_A)
-    cache_view.replace_pvcs([{"metadata": {"name": slot.pvc_name(), "namespace": "apps", "labels": slot.labels()}}])
+    # Marked extracted: the webhook hands out no other node PVC (make before break).
+    cache_view.replace_pvcs([{"metadata": {"name": slot.pvc_name(), "namespace": "apps", "labels": slot.labels(),
+                                           "annotations": {EXTRACTED_ANNOTATION: slot.digest}}}])
     return cache_view, view(caches, pvcs=[serving_pvc("vector-add")]), slot.pvc_name()
 
 

@@ -8,6 +8,7 @@ import pytest
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot, label_value, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import serving
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import (
     ALLOWED,
     DENIED,
@@ -27,13 +28,14 @@ DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
 
 
-def pvc(slot, created="2026-01-01T00:00:00Z"):
-    """A PVC shaped like cache_distribute's: name and labels from naming.Slot."""
+def pvc(slot, created="2026-01-01T00:00:00Z", extracted=True):
+    """A PVC shaped like cache_distribute's: name and labels from naming.Slot, marked extracted unless told not."""
     return {
         "metadata": {
             "name": slot.pvc_name(),
             "namespace": slot.namespace,
             "labels": slot.labels(),
+            "annotations": {EXTRACTED_ANNOTATION: slot.digest} if extracted else {},
             "creationTimestamp": created,
         }
     }
@@ -308,8 +310,9 @@ def test_newest_digest_is_current_unless_the_cache_pins_one():
     ])
     new = admit(review(pod(claims=("kc",), node="worker-1")), view)
     assert patch_of(new)[0]["value"] == Slot("kc", "apps", "apps", "worker-1", DIGEST_B).pvc_name()
-    # worker-2 has only the old digest: denied until the new one is extracted there.
-    assert admit(review(pod(claims=("kc",), node="worker-2")), view).outcome == DENIED
+    # worker-2 has only the old digest: it keeps serving it until the new one is extracted there.
+    kept = admit(review(pod(claims=("kc",), node="worker-2")), view)
+    assert patch_of(kept)[0]["value"] == Slot("kc", "apps", "apps", "worker-2", DIGEST_A).pvc_name()
 
     view.apply_cache_event(NAMESPACED_KIND, "ADDED", cache_object("kc", "apps", image="reg/kc@" + DIGEST_A))
     pinned = admit(review(pod(claims=("kc",), node="worker-2")), view)
@@ -407,3 +410,25 @@ def test_a_serving_pvc_named_as_the_cache_leaves_daemonset_pods_on_their_node_pv
     assert view.counts()["pvcs"] == 2
     decision = admit(review(pod(affinity=daemonset_affinity("worker-2"))), view)
     assert patch_of(decision)[0]["value"] == Slot("vector-add", "apps", "apps", "worker-2", DIGEST_A).pvc_name()
+
+
+def test_only_extracted_pvcs_are_handed_out_the_previous_one_until_the_new_one_is():
+    old = {node: Slot("kc", "apps", "apps", node, DIGEST_A) for node in ("worker-1", "worker-2", "worker-3")}
+    new = {node: Slot("kc", "apps", "apps", node, DIGEST_B) for node in old}
+    view = CacheView()
+    view.replace_pvcs([
+        pvc(old["worker-1"], extracted=False),  # its Job never finished
+        pvc(old["worker-2"]), pvc(new["worker-2"], created="2026-02-01T00:00:00Z", extracted=False),
+        pvc(old["worker-3"]), pvc(new["worker-3"], created="2026-02-01T00:00:00Z"),
+    ])
+
+    def claim_for(node):
+        decision = admit(review(pod(claims=("kc",), node=node)), view)
+        return patch_of(decision)[0]["value"] if decision.outcome == PATCHED else decision.message
+
+    assert 'is not extracted for node "worker-1" (digest %s) yet' % short_digest(DIGEST_B) in claim_for("worker-1")
+    assert claim_for("worker-2") == old["worker-2"].pvc_name()
+    assert claim_for("worker-3") == new["worker-3"].pvc_name()
+    # The new PVC of worker-2 is marked once its Job completed: the next pod gets it.
+    view.apply_pvc_event("MODIFIED", pvc(new["worker-2"], created="2026-02-01T00:00:00Z"))
+    assert claim_for("worker-2") == new["worker-2"].pvc_name()

@@ -38,6 +38,14 @@ _FIXES = {
 }
 
 
+def job_condition(job, condition_type):
+    """The Job's condition of that type when it is True, else None."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == condition_type and condition.get("status") == "True":
+            return condition
+    return None
+
+
 class Problem:
     """Why a Job's pod did not extract: reason (one of the constants above), message, fixes."""
 

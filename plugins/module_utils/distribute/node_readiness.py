@@ -8,7 +8,9 @@ Key: `cache.gkm.io/<cache namespace>.<cache>` for a GKMCache, `cache.gkm.io/<cac
 readable prefix and a stable hash (naming.label_value). Value: the short digest (12 hex) the node holds.
 
 A node carries the label while every current slot of the cache on it (one per namespace) is Extracted at the
-current digest; it loses it when one fails, is removed, or a new digest is not extracted there yet.
+current digest. While a new digest is not extracted there yet, a node that still serves a previous digest from
+the slots plan.py keeps (make before break) keeps the previous value; it loses the label when a slot fails with
+nothing kept, or is removed.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,6 +18,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import KEPT_UNTIL_REPLACED
 
 LABEL_PREFIX = "cache.gkm.io/"
 EXTRACTED = "Extracted"
@@ -23,21 +26,35 @@ EXTRACTED = "Extracted"
 NOT_CURRENT = ("Outdated", "Incompatible")
 
 
-def label_key(cache, cache_namespace):
-    return LABEL_PREFIX + label_value("%s.%s" % (cache_namespace, cache) if cache_namespace else cache)
+def label_key(cache, cache_namespace, prefix=LABEL_PREFIX):
+    """The node label of one cache under `prefix` (the rollout's state label, upgrade_waves.py, uses another)."""
+    return prefix + label_value("%s.%s" % (cache_namespace, cache) if cache_namespace else cache)
 
 
 def ready_labels(spec, entries):
-    """{node: short digest} of the nodes whose current slots are all Extracted (none for ReadOnlyMany, whose PVC
-    serves every node, or an absent cache)."""
+    """{node: short digest} of the nodes whose current slots are all Extracted, or else whose every namespace is
+    Extracted or still served by a kept previous slot (that digest); none for ReadOnlyMany, whose PVC serves every
+    node, or an absent cache."""
     if spec.state != "present" or not spec.per_node:
         return {}
-    phases = {}
+    phases, kept = {}, {}
     for entry in entries:
-        if entry.get("node") and entry["phase"] not in NOT_CURRENT:
-            phases.setdefault(entry["node"], set()).add(entry["phase"])
+        if not entry.get("node"):
+            continue
+        if entry.get("reason") == KEPT_UNTIL_REPLACED:
+            kept.setdefault(entry["node"], {})[entry["namespace"]] = entry["digest"]
+        elif entry["phase"] not in NOT_CURRENT:
+            phases.setdefault(entry["node"], {})[entry["namespace"]] = entry["phase"]
     value = short_digest(spec.digest)
-    return {node: value for node, seen in phases.items() if seen == {EXTRACTED}}
+    labels = {}
+    for node, by_namespace in phases.items():
+        previous = kept.get(node, {})
+        if all(phase == EXTRACTED for phase in by_namespace.values()):
+            labels[node] = value
+        elif all(phase == EXTRACTED or namespace in previous for namespace, phase in by_namespace.items()):
+            labels[node] = min(previous[namespace] for namespace, phase in by_namespace.items()
+                               if phase != EXTRACTED)
+    return labels
 
 
 def label_changes(nodes, key, desired):

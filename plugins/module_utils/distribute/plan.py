@@ -10,6 +10,12 @@ actions that take the cluster there. Objects that belong to an old digest, a nod
 namespace no longer listed are pruned, except a PVC that a live pod still mounts: it is kept and
 reported as outdated until a later run finds it unused.
 
+Make before break: when the digest changes, a node's slot of a previous digest that was extracted (its PVC
+marked, or its Job complete) is kept, with its PV and Job, until the node's new PVC is marked extracted; a serving
+PVC keeps its previous digest until every eligible node's new PVC in its namespace is marked, and the node slots
+it reads stay with it (previous_slots.py). Both are reported as outdated with the reason KEPT_UNTIL_REPLACED,
+then released (deleted unless a pod still mounts them) by the first run after the new digest is in place.
+
 Change detection does not diff whole objects: every object carries a hash of the spec we rendered
 (`gkm.io/spec-hash`), so a re-run compares one annotation and our labels and writes nothing when
 they match.
@@ -31,9 +37,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     conflicts,
     ownership,
+    previous_slots,
     registry_secret,
     serving,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
     EXTRACTED_ANNOTATION,
     SPEC_HASH_ANNOTATION,
@@ -52,6 +60,12 @@ NO_PROVISIONER = "kubernetes.io/no-provisioner"
 # Apply order: a namespace before what lives in it, a PV before the PVC that names it, a Secret and a PVC
 # before the Job whose pod mounts them.
 KIND_ORDER = ("Namespace", "Secret", "PersistentVolume", "PersistentVolumeClaim", "Job")
+# The SlotState outcome (and the status entry's reason) of a previous digest's slot kept for make before break.
+PREVIOUS = "previous"
+KEPT_UNTIL_REPLACED = "KeptUntilReplaced"
+# The SlotState outcome (and the status entry's reason) of a node a rolling upgrade holds on its previous digest.
+HELD = "held"
+WAITING_FOR_WAVE = "WaitingForWave"
 
 
 # ---------------------------------------------------------------- live state helpers
@@ -60,13 +74,6 @@ KIND_ORDER = ("Namespace", "Secret", "PersistentVolume", "PersistentVolumeClaim"
 def object_ref(obj):
     metadata = obj["metadata"]
     return (obj["kind"], metadata.get("namespace") or "", metadata["name"])
-
-
-def job_condition(job, condition_type):
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == condition_type and condition.get("status") == "True":
-            return condition
-    return None
 
 
 def _differs(live, desired):
@@ -139,7 +146,8 @@ class Action:
 
 
 class SlotState:
-    """A slot's place in the plan, for the status: current (desired), blocked or outdated (kept)."""
+    """A slot's place in the plan, for the status: current (desired), blocked, outdated (kept while mounted or
+    unpruned) or previous (kept until the new digest replaces it)."""
 
     __slots__ = ("digest", "job", "namespace", "node", "outcome", "pv", "pvc", "reason", "users")
 
@@ -161,6 +169,8 @@ class Plan:
         self.actions = []
         self.slots = []
         self.desired = []
+        # The upgrade_waves.WavePlan whose holds this plan was made with (set by the runner), or None.
+        self.rollout = None
 
     def add(self, verb, body, reason):
         self.actions.append(Action(verb, body, reason))
@@ -212,9 +222,11 @@ def _storage(spec, facts):
 
 
 class _Planner:
-    def __init__(self, spec, facts):
+    def __init__(self, spec, facts, hold=()):
         self.spec = spec
         self.facts = facts
+        # Node names a rolling upgrade (upgrade_waves.py) keeps on their previous digest.
+        self.hold = frozenset(hold)
         self.live = {}
         for kind in KIND_ORDER[1:]:
             for obj in facts.objects.get(kind) or []:
@@ -223,6 +235,10 @@ class _Planner:
         self.mounts = pod_mounts(facts.pods)
         self.serving_users = serving.users_by_slot(self.live.values(), self.mounts)
         self.claimed = set()
+        # (namespace, node label) -> whether the node's current slot is Extracted; namespace -> the short digest
+        # its serving PVC keeps: what make before break keeps previous slots for.
+        self.current_extracted = {}
+        self.serving_kept = {}
         self.plan = None
 
     def users(self, pvc):
@@ -245,7 +261,10 @@ class _Planner:
                 if spec.per_node:
                     for node in self.plan.eligibility.eligible:
                         slot = Slot(spec.name, spec.cache_namespace, namespace, node["metadata"]["name"], spec.digest)
-                        self._slot(slot, node, *storage)
+                        if node["metadata"]["name"] in self.hold:
+                            self._held(slot)
+                        else:
+                            self._slot(slot, node, *storage)
                 else:
                     slot = Slot(spec.name, spec.cache_namespace, namespace, "", spec.digest)
                     self._slot(slot, None, *storage)
@@ -276,6 +295,13 @@ class _Planner:
         for namespace in missing:
             self.plan.add("create", render_namespace(namespace), "namespace does not exist")
 
+    def _held(self, slot):
+        """A node waiting for its wave: no new slot, and its previous one stays (make before break)."""
+        self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = False
+        self.plan.slots.append(SlotState(
+            HELD, slot.namespace, slot.node, short_digest(self.spec.digest), slot.pvc_name(), slot.job_name(),
+            reason="waits for its upgrade wave (spec.upgradePolicy); the node serves its previous digest meanwhile"))
+
     def _slot(self, slot, node, storage_class_name, make_pvs, set_owner):
         spec, plan = self.spec, self.plan
         pv = ownership.mark(render_pv(spec, slot, node if spec.per_node else None, storage_class_name)
@@ -305,6 +331,9 @@ class _Planner:
                     slot.namespace, slot.pvc_name(), ", ".join(u["name"] for u in users))
                 return
         extracted = not fresh and (marked or job_done)
+        if slot.node:
+            # Released once the live PVC carries the mark: the webhook then hands out the new PVC (view.py).
+            self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = marked and not fresh
         if extracted:
             pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, True), spec.owner)
         job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner), spec.owner)
@@ -341,8 +370,12 @@ class _Planner:
         spec = self.spec
         pv, pvc = (ownership.mark(obj, spec.owner) for obj in serving.render(spec, namespace))
         pvc_live = self.live.get(object_ref(pvc))
-        if pvc_live is not None and _differs(pvc_live, pvc) and self.users(pvc_live) and not spec.force:
-            return
+        if pvc_live is not None and _differs(pvc_live, pvc) and not spec.force:
+            if self.users(pvc_live):
+                return
+            if not self._every_node_extracted(namespace):
+                self.serving_kept[namespace] = (pvc_live["metadata"].get("labels") or {}).get(DIGEST_LABEL, "")
+                return
         self.plan.slots.append(SlotState(serving.SERVING, namespace, "", short_digest(spec.digest), spec.name, None,
                                          pv["metadata"]["name"]))
         self.plan.desired.extend((pv, pvc))
@@ -357,8 +390,13 @@ class _Planner:
             elif _metadata_outdated(live, desired):
                 self.plan.add("update", desired, "labels or annotations differ")
 
+    def _every_node_extracted(self, namespace):
+        return all(extracted for (slot_namespace, _node), extracted in self.current_extracted.items()
+                   if slot_namespace == namespace)
+
     def _stale(self):
-        """Group unclaimed live objects by slot; delete each group unless a pod still mounts its PVC."""
+        """Group unclaimed live objects by slot; delete each group unless a pod still mounts its PVC or make before
+        break keeps it."""
         spec, plan = self.spec, self.plan
         groups = {}
         for ref, obj in self.live.items():
@@ -372,10 +410,19 @@ class _Planner:
                         "key, or namespace %s is no longer a workload namespace" % ref[1]))
                 continue
             groups.setdefault(_group_key(ref[0], obj), []).append(obj)
+        previous = set()
+        if spec.state == "present" and not spec.force:
+            previous = previous_slots.kept_groups(groups, self.current_extracted, self.serving_kept, spec.namespaces)
         for (namespace, node, digest), members in sorted(groups.items()):
             pvcs = [obj for obj in members if obj["kind"] == "PersistentVolumeClaim"]
             users = [user for pvc in pvcs for user in self.users(pvc)]
             names = {obj["kind"]: obj["metadata"]["name"] for obj in members}
+            if (namespace, node, digest) in previous:
+                plan.slots.append(SlotState(
+                    PREVIOUS, namespace, node, digest, names.get("PersistentVolumeClaim"), names.get("Job"),
+                    names.get("PersistentVolume"), users,
+                    previous_slots.kept_reason(spec, namespace, node, digest, users)))
+                continue
             keep_reason = None
             if users and not spec.force:
                 keep_reason = "mounted by %s" % ", ".join(u["name"] for u in users)
@@ -402,6 +449,9 @@ def _stale_reason(spec, namespace, node, digest):
     return "superseded"
 
 
-def plan(spec, facts):
-    """The Plan for one cache. Raises PlanError before anything is written when the input cannot work."""
-    return _Planner(spec, facts).run()
+def plan(spec, facts, hold=()):
+    """The Plan for one cache. Raises PlanError before anything is written when the input cannot work.
+
+    hold: node names a rolling upgrade's WavePlan keeps on their previous digest (upgrade_waves.WavePlan.holds).
+    """
+    return _Planner(spec, facts, hold).run()

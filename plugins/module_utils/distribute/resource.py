@@ -15,6 +15,7 @@ import copy
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import image_volume, status_summary
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
 
 GROUP = "gkm.io"
 VERSION = "v1alpha1"
@@ -78,6 +79,7 @@ def distribute_params(resource, defaults):
         access_modes=list(spec.get("accessModes") or ["ReadWriteOnce"]),
         storage_class_name=spec.get("storageClassName") or None,
         pod_template=copy.deepcopy(spec.get("podTemplate")) or None,
+        upgrade_policy=upgrade_policy(resource) if spec.get("upgradePolicy") is not None else None,
         # Unset in the resource: the operator's default (defaults["mount_mode"]), else PVC.
         mount_mode=spec.get("mountMode") or defaults.get("mount_mode") or image_volume.PVC,
     )
@@ -89,6 +91,14 @@ def distribute_params(resource, defaults):
                                 % metadata["name"])
         params.update(scope="cluster", namespace=None, workload_namespaces=list(spec["workloadNamespaces"]))
     return params
+
+
+def upgrade_policy(resource):
+    """The resource's spec.upgradePolicy (upgrade_policy.py), its defaults when it has none; raises
+    UpgradePolicyError naming the field."""
+    metadata = resource.get("metadata") or {}
+    where = "%s %s: spec.upgradePolicy" % (resource.get("kind"), metadata.get("name"))
+    return parse_upgrade_policy((resource.get("spec") or {}).get("upgradePolicy"), where)
 
 
 def summary_status(result, now):

@@ -25,6 +25,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     image_volume,
     node_readiness_runner,
     registry_secret,
+    rollout,
     verification,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
@@ -49,6 +50,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
     group_by_cache,
     slots_from_live,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_OPTIONS
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.metadata import (
     CacheMetadataError,
@@ -332,8 +334,9 @@ def _status(spec, plan, facts):
 
 
 def _waiting(status):
-    """The current slots still to wait for: neither Extracted nor Error."""
-    return [e for e in status["entries"] if e["phase"] not in (EXTRACTED, ERROR, "Outdated", "Incompatible")]
+    """The current slots still to wait for: neither Extracted nor Error, nor held for a later upgrade wave."""
+    return [e for e in status["entries"] if e["phase"] not in (EXTRACTED, ERROR, "Outdated", "Incompatible")
+            and e.get("reason") != planner.WAITING_FOR_WAVE]
 
 
 def _unplaceable(status, waiting):
@@ -343,10 +346,19 @@ def _unplaceable(status, waiting):
 
 
 def _plan(spec, facts):
+    """The plan for these facts; in a rolling upgrade, made again with the nodes its waves hold (rollout.py)."""
     try:
-        return planner.plan(spec, facts)
+        plan = planner.plan(spec, facts)
+        waves = None
+        if spec.upgrade_policy is not None:
+            waves = rollout.wave_plan(spec, plan, _status(spec, plan, facts)["entries"],
+                                      facts.objects.get("PersistentVolumeClaim", []))
+            if rollout.held(waves):
+                plan = planner.plan(spec, facts, hold=rollout.held(waves))
     except planner.PlanError as error:
         raise DistributeError(str(error), reason=error.reason) from error
+    plan.rollout = waves
+    return plan
 
 
 def _unplaced_message(plan):
@@ -375,6 +387,8 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
         result = {"plan": _plan_result(plan)}
         if want_diff:
             result["diff"] = plan_diff(plan, facts)
+            if plan.rollout is not None and plan.rollout.active:
+                result["diff"].append(rollout.rollout_diff(spec, plan.rollout, facts.nodes))
         dry_runs = 0
         if not check_mode:
             with timings.phase("validate"):
@@ -401,6 +415,9 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
             node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff)
         with timings.phase("node_labels"):
             node_labels = node_readiness_runner.label_nodes(kube, spec, status["entries"], facts.nodes)
+            upgrade_labels = node_readiness_runner.sync_labels(
+                kube, spec, state_label_key(spec.name, spec.cache_namespace),
+                plan.rollout.labels() if plan.rollout is not None else {}, facts.nodes)
     except KubeError as error:
         raise DistributeError(str(error), writes=kube.writes) from error
     if node_objects is not None:
@@ -409,7 +426,8 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
         result["node_objects"] = node_objects
     planned_node_writes = sum((node_objects or {}).get(key, 0) for key in ("created", "patched", "deleted"))
     result.update(
-        changed=bool(plan.actions or planned_node_writes or node_labels) if check_mode else kube.writes > 0,
+        changed=bool(plan.actions or planned_node_writes or node_labels or upgrade_labels) if check_mode
+        else kube.writes > 0,
         cache={"name": spec.name, "namespace": spec.cache_namespace, "scope": spec.scope, "image": spec.image,
                "digest": spec.digest, "size": spec.size, "access_modes": spec.access_modes, "state": spec.state,
                "signature_check": verification.identity(spec.verification), "mount_mode": spec.mount_mode,
@@ -426,11 +444,29 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
         duration_seconds=round(time.monotonic() - started, 3),
         timings=timings.result(),
     )
+    if plan.rollout is not None:
+        result["rollout"] = dict(plan.rollout.to_dict(), labels=upgrade_labels)
     return result
 
 
 def _wait(kube, spec, facts, plan, deadline, scrub):
-    """Poll until every current slot is Extracted or Error, then record finished extractions on the PVCs."""
+    """Poll until every current slot is Extracted or Error, then record finished extractions on the PVCs and
+    release what they replace. That plan starts a rolling upgrade's next wave: wait for it too, until no wave
+    moves (complete, paused or stopped) or the deadline."""
+    while True:
+        facts, polled = _poll(kube, spec, facts, plan, deadline)
+        if not polled and not kube.writes:
+            return facts, plan  # nothing changed since the plan was made from these facts
+        writes = kube.writes
+        facts, plan = _mark_then_release(kube, spec, facts, deadline, scrub)
+        waves = plan.rollout
+        # A run that wrote nothing more cannot move the rollout: what is left waits for failures to be fixed.
+        if waves is None or waves.complete or waves.stopped or waves.policy.paused or kube.writes == writes:
+            return facts, plan
+
+
+def _poll(kube, spec, facts, plan, deadline):
+    """(facts, whether it polled) once every current slot of the plan is Extracted or Error (or unplaceable)."""
     status = _status(spec, plan, facts)
     polled = False
     unplaceable_since = None
@@ -452,14 +488,22 @@ def _wait(kube, spec, facts, plan, deadline, scrub):
         time.sleep(WAIT_POLL_SECONDS)
         facts = gather_facts(kube, spec)
         status = _status(spec, plan, facts)
-    if not polled and not kube.writes:
-        return facts, plan  # nothing changed since the plan was made from these facts
-    plan = _plan(spec, facts)
-    errors = execute(kube, plan, max(deadline - time.monotonic(), 10), scrub)
-    if errors:
-        raise DistributeError("recording finished extractions failed: %s" % errors[0]["error"], errors=errors)
-    if plan.actions:
+    return facts, polled
+
+
+def _mark_then_release(kube, spec, facts, deadline, scrub):
+    """Record finished extractions on their PVCs; when that plan keeps previous slots, plan once more: the marks,
+    which the webhook already sees, release them in this run (make before break: never a moment with neither)."""
+    for step in ("recording finished extractions", "releasing the previous digest's slots"):
+        plan = _plan(spec, facts)
+        errors = execute(kube, plan, max(deadline - time.monotonic(), 10), scrub)
+        if errors:
+            raise DistributeError("%s failed: %s" % (step, errors[0]["error"]), errors=errors)
+        if not plan.actions:
+            break
         facts = gather_facts(kube, spec)
+        if not any(slot.outcome == planner.PREVIOUS for slot in plan.slots):
+            break
     return facts, plan
 
 

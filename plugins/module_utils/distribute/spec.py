@@ -79,6 +79,9 @@ class CacheSpec:
         self.mount_mode = fields.get("mount_mode", PVC)
         # The cache resource the objects belong to (ownership.resource_owner), None for cache_distribute.
         self.owner = fields.get("owner")
+        # The resource's UpgradePolicy (upgrade_policy.py) when it declares one: a new digest rolls out in waves
+        # (rollout.py); None moves every node at once (still make before break).
+        self.upgrade_policy = fields.get("upgrade_policy")
 
     @property
     def per_node(self):
@@ -188,7 +191,7 @@ def cache_spec_from_params(params):
     optional = {key: params[key] for key in ("size", "compatibility", "create_pvs", "host_path_root", "prune",
                                              "force", "create_namespaces", "state", "extract_args",
                                              "set_volume_owner", "owner", "verification", "serving_pvc",
-                                             "mount_mode")
+                                             "upgrade_policy", "mount_mode")
                 if params.get(key) is not None}
     return CacheSpec(
         name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,

@@ -23,6 +23,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
+    HELD,
+    KEPT_UNTIL_REPLACED,
+    PREVIOUS,
+    WAITING_FOR_WAVE,
     SlotState,
     job_condition,
     pod_mounts,
@@ -81,6 +85,8 @@ def slot_phase(slot, pvc, job, job_pods):
     """
     if slot.outcome == "blocked":
         return PENDING, slot.reason, [], None
+    if slot.outcome == HELD:
+        return PENDING, slot.reason, [], WAITING_FOR_WAVE
     marker = ((pvc or {}).get("metadata", {}).get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
     if slot.digest and marker.split(":", 1)[-1].startswith(slot.digest):
         return EXTRACTED, None, [], None
@@ -140,8 +146,9 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
     entries, unschedulable, serving = [], [], []
     current_claims, outdated_claims = set(), set()
     for slot in slots:
-        if slot.outcome == "outdated":
-            entries.append(_entry(slot, OUTDATED, slot.reason, users=mounts.get((slot.namespace, slot.pvc))))
+        if slot.outcome in ("outdated", PREVIOUS):
+            entries.append(_entry(slot, OUTDATED, slot.reason, users=mounts.get((slot.namespace, slot.pvc)),
+                                  reason=KEPT_UNTIL_REPLACED if slot.outcome == PREVIOUS else None))
             if slot.pvc:
                 outdated_claims.add((slot.namespace, slot.pvc))
             continue
@@ -207,7 +214,9 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
 
 
 def _overall_phase(entries, counts):
-    phases = {entry["phase"] for entry in entries}
+    # A previous digest kept only until its release (make before break) says nothing about the current one; pods
+    # still reading it count in pod_outdated.
+    phases = {entry["phase"] for entry in entries if entry.get("reason") != KEPT_UNTIL_REPLACED}
     if ERROR in phases:
         return ERROR
     if not phases - {OUTDATED, INCOMPATIBLE} or phases & {PENDING, EXTRACTING}:

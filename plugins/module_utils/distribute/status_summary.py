@@ -14,6 +14,7 @@ __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import exclusion_code
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import KEPT_UNTIL_REPLACED
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import ERROR, OUTDATED, PENDING
 
 MAX_PROBLEMS = 10
@@ -25,6 +26,10 @@ _SEVERITY = {ERROR: 0, PENDING: 1, OUTDATED: 2}
 
 
 def _is_problem(entry):
+    """An error, a stuck slot, or old content kept for a pod; not a previous digest kept until its node's new
+    one is extracted (that is the upgrade working)."""
+    if entry.get("reason") == KEPT_UNTIL_REPLACED:
+        return False
     return entry["phase"] in (ERROR, OUTDATED) or (entry["phase"] == PENDING and bool(entry.get("reason")))
 
 

@@ -4,7 +4,8 @@
 
 Pure: the only input besides the review is a CacheView (webhook_view.py). For a pod labelled
 gkm.io/pvc-mutation=true, each PVC volume whose claimName names a cache visible from the pod's
-namespace is rewritten to the PVC holding the cache's current digest on the pod's node.
+namespace is rewritten to the pod's node's extracted PVC of the cache's current digest, or, until that one is
+extracted, of the previous digest the node still holds (make before break); a node with neither is denied.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -11,6 +11,9 @@ Three sources make a cache visible from a namespace:
 - a ClusterGKMCache whose spec.workloadNamespaces lists the namespace;
 - PVCs of the namespace labelled by cache_distribute (the collection can distribute without the CRDs).
 A namespaced cache shadows a cluster cache of the same name.
+A PVC is handed out only once it is marked extracted (`gkm.io/extracted-digest` at its own digest, written when
+its Job completed): the current digest's on the node, or else the newest extracted PVC of a previous digest the
+node still has (the planner keeps it until the new one is extracted: make before break).
 Why a node gets no PVC comes from the per-node objects the reconcile writes (GKMCacheNode,
 ClusterGKMCacheNode; distribute/node_objects.py): the reason of each cache excluded on the node.
 """
@@ -29,6 +32,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     label_value,
     short_digest,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING_LABEL
 
 GKM_GROUP = "gkm.io"
@@ -51,21 +55,25 @@ class CacheClaim:
     caches, whose single PVC is named as the cache and needs no rewrite.
     """
 
-    __slots__ = ("_excluded", "_node_pvcs", "digest", "name", "namespace", "read_only", "scope")
+    __slots__ = ("_excluded", "_node_pvcs", "_previous_pvc", "digest", "name", "namespace", "read_only", "scope")
 
-    def __init__(self, name, namespace, scope, digest, node_pvcs, read_only, excluded=None):
+    def __init__(self, name, namespace, scope, digest, node_pvcs, read_only, excluded=None, previous_pvc=None):
         self.name = name
         self.namespace = namespace
         self.scope = scope
         self.digest = digest
         self._node_pvcs = node_pvcs
+        # node label -> the node's newest extracted PVC of a previous digest, or None
+        self._previous_pvc = previous_pvc or (lambda node: None)
         self.read_only = read_only
         self._excluded = excluded or (lambda node: None)
 
     def pvc_for(self, node):
-        """Name of the PVC holding the current digest on node, or None."""
+        """Name of the extracted PVC of the current digest on node, else of the newest previous digest it still
+        has extracted, or None."""
         # cache_distribute writes the node label through label_value (long names get a hash).
-        return self._node_pvcs.get(label_value(node))
+        key = label_value(node)
+        return self._node_pvcs.get(key) or self._previous_pvc(key)
 
     def excluded_reason(self, node):
         """Why the last reconcile gave node no PVC (incompatible GPU, no GPU, an untolerated taint, ...), or None."""
@@ -87,14 +95,15 @@ class _DeclaredCache:
 
 
 class _PvcRecord:
-    __slots__ = ("cache", "cache_namespace", "created", "digest", "node")
+    __slots__ = ("cache", "cache_namespace", "created", "digest", "extracted", "node")
 
-    def __init__(self, cache, cache_namespace, node, digest, created):
+    def __init__(self, cache, cache_namespace, node, digest, created, extracted):
         self.cache = cache
         self.cache_namespace = cache_namespace
         self.node = node
         self.digest = digest
         self.created = created
+        self.extracted = extracted
 
 
 def _pinned_digest(image):
@@ -140,12 +149,15 @@ def _pvc_record(obj):
     if labels.get(MANAGED_BY_LABEL) != MANAGER or not labels.get(CACHE_LABEL) or labels.get(SERVING_LABEL):
         # A serving PVC (distribute/serving.py) is no node's PVC: pods mount it by the cache's name as it is.
         return None
+    digest = labels.get(DIGEST_LABEL) or ""
+    marker = (metadata.get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
     return _PvcRecord(
         cache=labels[CACHE_LABEL],
         cache_namespace=labels.get(CACHE_NAMESPACE_LABEL, ""),
         node=labels.get(NODE_LABEL) or None,
-        digest=labels.get(DIGEST_LABEL) or "",
+        digest=digest,
         created=metadata.get("creationTimestamp") or "",
+        extracted=bool(digest) and marker.split(":", 1)[-1].startswith(digest),
     )
 
 
@@ -161,7 +173,7 @@ class _PvcGroup:
     pass, not one pass per PVC.
     """
 
-    __slots__ = ("_by_digest", "_newest_digest", "_read_only", "records")
+    __slots__ = ("_by_digest", "_extracted_by_node", "_newest_digest", "_read_only", "records")
 
     def __init__(self):
         self.records = {}  # pvc name -> _PvcRecord
@@ -171,7 +183,7 @@ class _PvcGroup:
         self._by_digest = None
 
     def _derive(self):
-        by_digest = {}
+        by_digest, extracted_by_node = {}, {}
         newest = None
         read_only = False
         for pvc_name in sorted(self.records):
@@ -179,10 +191,15 @@ class _PvcGroup:
             if record.node is None:
                 read_only = True
                 continue
-            by_digest.setdefault(record.digest, {}).setdefault(record.node, pvc_name)
+            if record.extracted:
+                by_digest.setdefault(record.digest, {}).setdefault(record.node, pvc_name)
+                extracted_by_node.setdefault(record.node, []).append((record.created, record.digest, pvc_name))
             if newest is None or (record.created, record.digest) > newest:
                 newest = (record.created, record.digest)
+        for records in extracted_by_node.values():
+            records.sort(reverse=True)
         self._by_digest = by_digest
+        self._extracted_by_node = extracted_by_node
         self._newest_digest = newest[1] if newest else None
         self._read_only = read_only
 
@@ -197,9 +214,17 @@ class _PvcGroup:
         return self._read_only
 
     def node_pvcs(self, digest):
+        """{node label: PVC} of the extracted PVCs of one digest."""
         if self._by_digest is None:
             self._derive()
         return self._by_digest.get(digest, {})
+
+    def previous_pvc(self, node, digest):
+        """The node's newest extracted PVC of a digest other than `digest`, or None."""
+        if self._by_digest is None:
+            self._derive()
+        return next((name for _created, other, name in self._extracted_by_node.get(node, ()) if other != digest),
+                    None)
 
 
 _NO_PVCS = _PvcGroup()
@@ -325,4 +350,5 @@ class CacheView:
             # and keeps the old ones only while pods still mount them.
             digest = group.newest_digest()
         read_only = (declared is not None and declared.read_only) or group.read_only()
-        return CacheClaim(name, namespace, scope, digest, group.node_pvcs(digest), read_only, excluded)
+        return CacheClaim(name, namespace, scope, digest, group.node_pvcs(digest), read_only, excluded,
+                          lambda node: group.previous_pvc(node, digest))

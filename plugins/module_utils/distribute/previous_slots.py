@@ -1,0 +1,61 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Make before break, pure: which slots of a previous digest the planner (plan.py) keeps, and why.
+
+A node keeps, per namespace, the newest slot of a previous digest that was extracted until its new PVC is marked
+extracted (the webhook hands that one out from then on); a serving PVC kept at a previous digest keeps every slot
+of that digest in its namespace, since pods on any node read them through it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import DIGEST_LABEL, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
+
+
+def was_extracted(members):
+    """True when a slot's PVC is marked extracted at its own digest or its Job completed (the Job verified it)."""
+    for obj in members:
+        if obj["kind"] == "Job" and job_condition(obj, "Complete") is not None:
+            return True
+        if obj["kind"] == "PersistentVolumeClaim":
+            marker = (obj["metadata"].get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
+            digest = (obj["metadata"].get("labels") or {}).get(DIGEST_LABEL) or ""
+            if digest and marker.split(":", 1)[-1].startswith(digest):
+                return True
+    return False
+
+
+def kept_groups(groups, current_extracted, serving_kept, namespaces):
+    """The keys of the stale slot groups to keep.
+
+    groups: {(namespace, node label, short digest): live objects} not claimed by the plan.
+    current_extracted: {(namespace, node label): whether the node's current PVC is marked extracted} of the nodes
+    that get the cache. serving_kept: {namespace: short digest its serving PVC keeps}. namespaces: the cache's.
+    """
+    newest = {}
+    for key, members in groups.items():
+        namespace, node, digest = key
+        if serving_kept.get(namespace) == digest and namespace in namespaces:
+            newest[key] = ("", key)
+            continue
+        if not node or current_extracted.get((namespace, node), True) or not was_extracted(members):
+            continue
+        created = max(obj["metadata"].get("creationTimestamp") or "" for obj in members)
+        if newest.get((namespace, node), ("",))[0] <= created:
+            newest[(namespace, node)] = (created, key)
+    return {key for _created, key in newest.values()}
+
+
+def kept_reason(spec, namespace, node, digest, users):
+    """The status message of a kept slot (node '' for a serving PVC), with the pods that still read it."""
+    current = short_digest(spec.digest)
+    if node:
+        reason = "kept until digest %s is extracted on node %s (make before break)" % (current, node)
+    else:
+        reason = ("serving PVC kept at digest %s until %s is extracted on every node in namespace %s (make before "
+                  "break)" % (digest, current, namespace))
+    return reason + ("; mounted by %s" % ", ".join(u["name"] for u in users) if users else "")

@@ -1,0 +1,62 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A rolling upgrade inside one reconcile, pure: from a plan made without holds to its WavePlan (upgrade_waves.py),
+whose pending nodes the runner then plans again as held, and what `--check --diff` shows of it.
+
+Only a per-node cache whose resource declares spec.upgradePolicy rolls out in waves; any other moves every node at
+once (make before break still keeps each node's previous slot until its new one is extracted).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
+    DIGEST_LABEL,
+    NODE_LABEL,
+    label_value,
+    short_digest,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import KEPT_UNTIL_REPLACED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import (
+    WAITING,
+    node_progress,
+    plan_waves,
+    state_label_key,
+)
+
+
+def started_nodes(spec, eligible, pvcs):
+    """Names of the eligible nodes whose PVC of the current digest exists (they began the new digest)."""
+    by_label = {label_value(node["metadata"]["name"]): node["metadata"]["name"] for node in eligible}
+    digest = short_digest(spec.digest)
+    started = set()
+    for pvc in pvcs:
+        labels = pvc["metadata"].get("labels") or {}
+        if labels.get(DIGEST_LABEL) == digest and labels.get(NODE_LABEL) in by_label:
+            started.add(by_label[labels[NODE_LABEL]])
+    return started
+
+
+def wave_plan(spec, plan, entries, pvcs):
+    """The WavePlan of the cache's rollout, from a plan made without holds and its status entries; None when the
+    cache does not roll out in waves."""
+    if spec.upgrade_policy is None or not spec.per_node or spec.state != "present":
+        return None
+    eligible = plan.eligibility.eligible
+    progress = node_progress(entries, spec.digest, started_nodes(spec, eligible, pvcs), KEPT_UNTIL_REPLACED)
+    return plan_waves(spec.upgrade_policy, spec.digest, eligible, progress)
+
+
+def held(waves):
+    """The nodes the planner must keep on their previous digest."""
+    return waves.nodes_in(WAITING) if waves is not None else []
+
+
+def rollout_diff(spec, waves, nodes):
+    """The `--diff` entry of an active rollout: the nodes' state labels now, and the wave plan."""
+    key = state_label_key(spec.name, spec.cache_namespace)
+    before = {node["metadata"]["name"]: (node["metadata"].get("labels") or {})[key] for node in nodes
+              if key in (node["metadata"].get("labels") or {})}
+    header = "upgrade of %s" % "/".join(filter(None, (spec.cache_namespace, spec.name)))
+    return {"before_header": header, "before": before, "after_header": header, "after": waves.to_dict()}

@@ -1,0 +1,243 @@
+"""Cache upgrades end to end (docs/upgrades.md) against the real local control plane (kwok nodes) and registry.
+
+Make before break: while one `wait: true` run moves a cache to a new digest, every eligible node always has an
+extracted PVC to hand out, and the same run releases the previous digest's slots. Waves: a GKMCache with
+spec.upgradePolicy moves at most maxUnavailable nodes at a time, and one `wait: true` run walks every wave; a
+failed wave stops the rollout, and its node keeps serving the previous digest.
+"""
+
+import threading
+import time
+
+import pytest
+from kubernetes import client
+from urllib3.exceptions import HTTPError
+
+from tests.helpers import job_pod_stages as stages
+from tests.helpers import kcache_images
+from tests.helpers.modules import NODE_DISK, run_module
+from tests.integration.test_cache_distribute import EXTRACT_IMAGE, WORKERS, distribute, remove, tolerated, unique
+
+pytestmark = [pytest.mark.cluster, pytest.mark.registry]
+
+POLL_SECONDS = 0.1
+EXTRACTED = "gkm.io/extracted-digest"
+
+
+@pytest.fixture(scope="module")
+def images(registry):
+    return [kcache_images.build_image(
+        registry.host, "upgrades/vector-add", tag, kcache_images.CacheSpec(backend="hip", seed=seed))
+        for tag, seed in (("v1", 21), ("v2", 22))]
+
+
+def short(image):
+    return image.digest.split(":")[1][:12]
+
+
+def node_pvcs(pvcs):
+    """{node: {short digest: whether the webhook may hand that PVC out}}: marked extracted at its own digest, and
+    not terminating (a pod admitted now could not mount one that is)."""
+    by_node = {}
+    for pvc in pvcs:
+        metadata = pvc.metadata
+        if metadata.deletion_timestamp:
+            continue
+        digest = (metadata.labels or {}).get("gkm.io/digest") or ""
+        marker = (metadata.annotations or {}).get(EXTRACTED) or ""
+        by_node.setdefault(metadata.labels["gkm.io/node"], {})[digest] = bool(digest) and (
+            marker.split(":", 1)[-1].startswith(digest))
+    return by_node
+
+
+class Watcher(threading.Thread):
+    """Lists the cache's PVCs every POLL_SECONDS while a run goes: per node, how long it had no PVC to hand out
+    and which digests it handed out; per poll, the nodes upgrading (a new-digest PVC not extracted yet)."""
+
+    def __init__(self, kube, name, new_digest):
+        super().__init__(daemon=True)
+        self.core = client.CoreV1Api(kube)
+        self.selector = "gkm.io/cache=%s,gkm.io/node" % name
+        self.new_digest = new_digest
+        self.done = threading.Event()
+        self.polls = 0
+        self.missing_since = {}
+        self.longest_gap = {node: 0.0 for node in WORKERS}
+        self.digests_seen = {node: set() for node in WORKERS}
+        self.most_upgrading = 0
+        self.error = None
+
+    def run(self):
+        try:
+            while not self.done.is_set():
+                self.record(node_pvcs(self.core.list_persistent_volume_claim_for_all_namespaces(
+                    label_selector=self.selector).items), time.monotonic())
+                self.done.wait(POLL_SECONDS)
+        except (client.ApiException, HTTPError) as error:  # reported by the test, not lost with the thread
+            self.error = error
+
+    def record(self, by_node, now):
+        self.polls += 1
+        upgrading = 0
+        for node in WORKERS:
+            pvcs = by_node.get(node, {})
+            served = {digest for digest, extracted in pvcs.items() if extracted}
+            upgrading += pvcs.get(self.new_digest) is False
+            if served:
+                self.digests_seen[node] |= served
+                self.missing_since.pop(node, None)
+            else:
+                # A single poll without one counts as a gap of one poll interval at least.
+                since = self.missing_since.setdefault(node, now - POLL_SECONDS)
+                self.longest_gap[node] = max(self.longest_gap[node], now - since)
+        self.most_upgrading = max(self.most_upgrading, upgrading)
+
+    def stop(self):
+        self.done.set()
+        self.join(timeout=10)
+        assert self.error is None, self.error
+        gap = max(self.longest_gap.values())
+        return "longest gap %.2fs over %d polls every %.1fs" % (gap, self.polls, POLL_SECONDS)
+
+
+def only_new_slots(kube, name, new):
+    pvcs = client.CoreV1Api(kube).list_persistent_volume_claim_for_all_namespaces(
+        label_selector="gkm.io/cache=%s,gkm.io/node" % name).items
+    return {(p.metadata.labels["gkm.io/node"], p.metadata.labels["gkm.io/digest"]) for p in pvcs
+            if not p.metadata.deletion_timestamp} == {(node, new) for node in WORKERS}
+
+
+def test_a_digest_change_never_leaves_a_node_without_an_extracted_pvc_and_releases_the_old_in_the_same_run(
+        sim, kube, images, namespace):
+    name = unique("mbb")
+    args = tolerated(name=name, namespace=namespace, image=images[0].ref, wait=True, wait_timeout=120)
+    old, new = short(images[0]), short(images[1])
+    try:
+        first = distribute(sim, **args)
+        assert first["status"]["phase"] == "Extracted", first.get("msg") or first["status"]
+
+        watcher = Watcher(kube, name, new)
+        watcher.start()
+        started = time.monotonic()
+        changed = distribute(sim, **{**args, "image": images[1].ref})
+        figures = "%s; run %.1fs" % (watcher.stop(), time.monotonic() - started)
+        assert not changed.get("failed"), changed.get("msg")
+        assert max(watcher.longest_gap.values()) == 0, "a node had no extracted PVC: %s (%s)" % (
+            watcher.longest_gap, figures)
+        assert watcher.digests_seen == {node: {old, new} for node in WORKERS}, figures
+        # The same run released the previous digest: only the new slots are left, and nothing is kept.
+        assert only_new_slots(kube, name, new), figures
+        assert {e["phase"] for e in changed["status"]["entries"]} == {"Extracted"}, changed["status"]["entries"]
+        print("make before break: %s" % figures)
+    finally:
+        remove(sim, **args)
+
+
+def cache_manifest(name, namespace, image, policy):
+    template = tolerated()["pod_template"]
+    return {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"image": image, "podTemplate": template, "upgradePolicy": policy}}
+
+
+def reconcile(sim, name, namespace, check=False):
+    return run_module("cache_reconcile", sim.kubeconfig, check=check, diff=check, kind="GKMCache", name=name,
+                      namespace=namespace, registry_plain_http=True, extract_image=EXTRACT_IMAGE,
+                      host_path_root=NODE_DISK, serving_pvc=False, wait=True, wait_timeout=120)
+
+
+def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_one_run(
+        sim, kube, crds, images, namespace):
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
+
+    name = unique("waves")
+    old, new = short(images[0]), short(images[1])
+    core = client.CoreV1Api(kube)
+
+    def state_labels():
+        key = state_label_key(name, namespace)
+        return {node: (core.read_node(node).metadata.labels or {}).get(key) for node in WORKERS}
+
+    def update(image, policy):
+        crds.patch_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name,
+                                            {"spec": {"image": image, "upgradePolicy": policy}})
+
+    crds.create_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches",
+                                         cache_manifest(name, namespace, images[0].ref, {"maxUnavailable": 1}))
+    try:
+        first = reconcile(sim, name, namespace)
+        assert not first.get("failed"), first.get("msg")
+        # No node had a previous digest: every node takes the first one at once, and no state label goes up.
+        assert first["rollout"]["complete"] and first["rollout"]["labels"] == [], first["rollout"]
+
+        update(images[1].ref, {"maxUnavailable": 1, "paused": True})
+        # --check --diff shows the wave plan and writes nothing.
+        planned = reconcile(sim, name, namespace, check=True)
+        upgrade = [d for d in planned["diff"] if d.get("before_header") == "upgrade of %s/%s" % (namespace, name)]
+        assert len(upgrade) == 1 and upgrade[0]["after"]["waves"] == [[node] for node in WORKERS], planned["diff"]
+        assert state_labels() == {node: None for node in WORKERS}
+        paused = reconcile(sim, name, namespace)
+        assert not paused.get("failed"), paused.get("msg")
+        assert paused["rollout"]["pending"] == WORKERS and paused["rollout"]["starting"] == [], paused["rollout"]
+        assert paused["rollout"]["waves"] == [[node] for node in WORKERS], paused["rollout"]
+        assert state_labels() == {node: "pending" for node in WORKERS}
+        assert {e["reason"] for e in paused["status"]["entries"] if e["digest"] == new} == {"WaitingForWave"}
+
+        update(images[1].ref, {"maxUnavailable": 1, "paused": False})
+        watcher = Watcher(kube, name, new)
+        watcher.start()
+        started = time.monotonic()
+        rolled = reconcile(sim, name, namespace)
+        figures = "%s; at most %d node(s) upgrading at once; run %.1fs" % (
+            watcher.stop(), watcher.most_upgrading, time.monotonic() - started)
+        assert not rolled.get("failed"), rolled.get("msg")
+        assert watcher.most_upgrading == 1, figures
+        assert max(watcher.longest_gap.values()) == 0, figures
+        assert rolled["rollout"]["complete"] and rolled["rollout"]["upgraded"] == WORKERS, rolled["rollout"]
+        assert watcher.digests_seen == {node: {old, new} for node in WORKERS}, figures
+        assert only_new_slots(kube, name, new), figures
+        # Complete: the state labels are gone.
+        assert state_labels() == {node: None for node in WORKERS}
+        print("waves: %s" % figures)
+    finally:
+        run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
+                   state="absent", force=True)
+        crds.delete_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name)
+
+
+def test_a_wave_that_fails_verification_stops_the_rollout_and_its_node_keeps_the_previous_digest(
+        sim, kube, crds, images, namespace):
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
+
+    name = unique("poison")
+    old, new = short(images[0]), short(images[1])
+    core = client.CoreV1Api(kube)
+    crds.create_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches",
+                                         cache_manifest(name, namespace, images[0].ref, {"maxUnavailable": 1}))
+    try:
+        first = reconcile(sim, name, namespace)
+        assert not first.get("failed"), first.get("msg")
+        # The new digest's extraction refuses (as a failed signature or digest check would): the first wave fails.
+        crds.patch_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name, {"spec": {
+            "image": images[1].ref, "podTemplate": {"metadata": {"labels": {stages.REFUSAL_LABEL: "true"}}}}})
+        watcher = Watcher(kube, name, new)
+        watcher.start()
+        with stages.stage(kube, stages.REFUSAL):
+            stopped = reconcile(sim, name, namespace)
+        figures = watcher.stop()
+        assert not stopped.get("failed"), stopped.get("msg")
+        rollout = stopped["rollout"]
+        assert rollout["stopped"] and rollout["rolled-back"] == WORKERS[:1], rollout
+        assert rollout["pending"] == WORKERS[1:] and rollout["waves"] == [], rollout
+        assert "failureThreshold" in rollout["message"], rollout["message"]
+        # Every node still hands out the previous digest; only the failed node ever created a new slot.
+        assert max(watcher.longest_gap.values()) == 0 and watcher.most_upgrading <= 1, figures
+        assert node_pvcs(core.list_persistent_volume_claim_for_all_namespaces(
+            label_selector="gkm.io/cache=%s,gkm.io/node" % name).items) == {
+            WORKERS[0]: {old: True, new: False}, WORKERS[1]: {old: True}, WORKERS[2]: {old: True}}
+        key = state_label_key(name, namespace)
+        assert {node: (core.read_node(node).metadata.labels or {}).get(key) for node in WORKERS} == {
+            WORKERS[0]: "rolled-back", WORKERS[1]: "pending", WORKERS[2]: "pending"}
+    finally:
+        run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
+                   state="absent", force=True)
+        crds.delete_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name)

@@ -1,0 +1,67 @@
+"""A rolling upgrade inside one reconcile (distribute/rollout.py): the wave plan from a plan made without holds, then
+the plan made again with the nodes it holds, as runner._plan does, without a cluster."""
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import rollout, status
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
+from tests.unit.test_plan import DIGEST_B, WORKERS, as_live, facts, make_spec
+
+
+def two_passes(spec, cluster):
+    """runner._plan without the API: (the plan made with the holds, its WavePlan)."""
+    first = planner.plan(spec, cluster)
+    entries = status.cache_status(first.slots, WORKERS, [], {}, cluster.objects, [])["entries"]
+    waves = rollout.wave_plan(spec, first, entries, cluster.objects.get("PersistentVolumeClaim", []))
+    return planner.plan(spec, cluster, hold=rollout.held(waves)), waves
+
+
+def moved_to_b(policy):
+    live = as_live(planner.plan(make_spec(), facts()).desired, complete_jobs=True, marked=True)
+    return make_spec(DIGEST_B, upgrade_policy=parse_upgrade_policy(policy)), facts(objects=live)
+
+
+def test_one_node_at_a_time_creates_one_new_slot_and_keeps_every_previous_slot():
+    spec, cluster = moved_to_b({"maxUnavailable": 1})
+    plan, waves = two_passes(spec, cluster)
+    assert waves.starting == [WORKERS[0]] and waves.nodes_in("pending") == WORKERS[1:]
+    created = [a.body["metadata"]["labels"] for a in plan.actions if a.verb == "create" and a.kind == "Job"]
+    assert [(labels["gkm.io/node"], labels["gkm.io/digest"]) for labels in created] == [
+        (WORKERS[0], short_digest(DIGEST_B))]
+    assert not [a for a in plan.actions if a.verb == "delete"]
+    held = [s for s in plan.slots if s.outcome == planner.HELD]
+    assert sorted(s.node for s in held) == WORKERS[1:]
+    assert sorted(s.node for s in plan.slots if s.outcome == planner.PREVIOUS) == WORKERS
+
+
+def test_the_next_reconcile_counts_the_started_node_by_its_live_pvc_and_holds_the_others():
+    spec, cluster = moved_to_b({"maxUnavailable": 1})
+    plan, _waves = two_passes(spec, cluster)
+    new_objects = as_live([obj for obj in plan.desired if obj["metadata"]["labels"].get("gkm.io/digest")
+                           == short_digest(DIGEST_B)])
+    for kind, objects in new_objects.items():
+        cluster.objects[kind] = cluster.objects.get(kind, []) + objects
+    assert rollout.started_nodes(spec, plan.eligibility.eligible, cluster.objects["PersistentVolumeClaim"]) == {
+        WORKERS[0]}
+    again, waves = two_passes(spec, cluster)
+    assert waves.nodes_in("upgrading") == [WORKERS[0]] and waves.starting == [] and not again.actions
+
+
+def test_without_an_upgrade_policy_or_per_node_slots_there_are_no_waves():
+    spec, cluster = moved_to_b(None)
+    spec.upgrade_policy = None
+    assert two_passes(spec, cluster)[1] is None
+    shared = make_spec(DIGEST_B, access_modes=["ReadOnlyMany"], upgrade_policy=parse_upgrade_policy(None))
+    assert two_passes(shared, facts())[1] is None
+
+
+def test_the_diff_shows_the_state_labels_now_and_the_wave_plan():
+    spec, cluster = moved_to_b({"maxUnavailable": "50%"})
+    nodes = cluster.nodes
+    worker = next(node for node in nodes if node["metadata"]["name"] == WORKERS[1])
+    worker["metadata"].setdefault("labels", {})["upgrade.gkm.io/team-a.vector-add"] = "pending"
+    waves = two_passes(spec, cluster)[1]
+    diff = rollout.rollout_diff(spec, waves, nodes)
+    assert diff["before_header"] == "upgrade of team-a/vector-add"
+    assert diff["before"] == {WORKERS[1]: "pending"}
+    assert diff["after"]["budget"] == 1 and diff["after"]["waves"] == [[WORKERS[1]], [WORKERS[2]]]
