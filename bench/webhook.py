@@ -313,13 +313,14 @@ def daemonset_pod_review(namespace, node):
         "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
 
 
-def loopback(args, ours, floor, ca_file, body_file):
-    """Per rate, ours and the floor: throughput, latency and the server process's CPU time per request.
+def loopback(args, ours, floor, ca_file, body_file, points=None):
+    """Per (rate, connections) point, ours and the floor: throughput, latency and the server process's CPU time per
+    request; by default RATES on 8 connections and the maximum (rate 0) on 16.
 
     CPU time per request does not depend on how busy the shared machine is; latencies do.
     """
     table = []
-    points = [(rate, 8) for rate in RATES] + [(0, 16)]
+    points = points or [(rate, 8) for rate in RATES] + [(0, 16)]
     for rate, connections in points:
         row = {"target_rps": rate or "max", "connections": connections}
         for label, (url, pid) in (("ours", ours), ("floor", floor)):

@@ -133,32 +133,9 @@ def namespace(kube, request):
 @pytest.fixture(scope="session")
 def crds(kube):
     """The collection's CRDs applied as the gkm role applies them; a CustomObjectsApi once Established."""
-    import glob
+    from tests.helpers.crds import apply_crds
 
-    import yaml
-    from kubernetes import client, dynamic
-
-    extensions = client.ApiextensionsV1Api(kube)
-    crd_api = dynamic.DynamicClient(kube).resources.get(
-        api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
-    names = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "roles", "gkm", "files", "crds", "*.yaml"))):
-        with open(path) as handle:
-            crd = yaml.safe_load(handle)
-        names.append(crd["metadata"]["name"])
-        crd_api.server_side_apply(body=crd, name=crd["metadata"]["name"], field_manager="gkm.cluster",
-                                  force_conflicts=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        established = [
-            any(c.type == "Established" and c.status == "True" for c in extensions.read_custom_resource_definition(
-                name).status.conditions or [])
-            for name in names
-        ]
-        if all(established):
-            return client.CustomObjectsApi(kube)
-        time.sleep(0.2)
-    raise AssertionError("CRDs not Established: %s" % names)
+    return apply_crds(kube)
 
 
 @pytest.fixture
