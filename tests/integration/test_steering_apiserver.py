@@ -98,6 +98,10 @@ def setup(sim, kube, crds, registry, tmp_path_factory):
         core.delete_namespace(namespace)
         for name in names:
             raw.delete("Node", name)
+        # Gone before the next module runs: a playbook reconciles every cache in the cluster, and this
+        # namespace's unresolvable one ("later") would fail it while the namespace is still terminating.
+        wait_until("namespace %s deleted" % namespace, lambda: namespace not in {
+            item.metadata.name for item in core.list_namespace().items}, timeout=120, interval=0.5)
 
 
 def reconcile(sim, name, namespace, **args):

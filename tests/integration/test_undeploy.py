@@ -141,7 +141,7 @@ def plant_leftovers(kube, node):
 
 
 @pytest.fixture(scope="module")
-def deployed(sim, kube):
+def deployed(sim, kube, tools_image):
     """The sim inventory deployed, a workload pod that mounts vector-add's PVC on its node, and the leftovers.
 
     Yields (state directory, the labelled workload namespace).
@@ -151,7 +151,8 @@ def deployed(sim, kube):
     sim_dir = os.path.dirname(sim.kubeconfig)
     subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sample_caches.py")], check=True,
                    env=dict(os.environ, GKM_SIM_DIR=sim_dir), capture_output=True)
-    run = playbook("deploy.yml", sim_dir)
+    # With real nodes the webhook server runs in the cluster, from this checkout's tools image.
+    run = playbook("deploy.yml", sim_dir, "-e", "gkm_tools_image=%s" % tools_image)
     assert run.returncode == 0, run.failures()
     pvcs = client.CoreV1Api(kube).list_namespaced_persistent_volume_claim(
         WORKLOAD_NAMESPACE, label_selector=MANAGED + ",gkm.io/cache=vector-add,gkm.io/node").items
