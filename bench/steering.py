@@ -238,21 +238,11 @@ def write_results(results, args, ready_count):
         "reapply_unchanged_generation": results["apiserver"]["reapply_unchanged_generation"],
         "per_rate": results["loopback"],
         "apiserver": results["apiserver"],
-        "method": {
-            "seconds_per_point": args.seconds, "repeats": args.repeats, "statistic": "median of repeats",
-            "nodes": args.nodes, "nodes_ready": ready_count,
-            "request": "a ReplicaSet's pod naming the serving PVC, with its own required node affinity (merged)",
-            "load_generator": "bench/loadgen (Go, open-loop, HTTPS keep-alive), as bench/webhook.py",
-            "cpus": os.cpu_count(), "load_average_at_start": results["load_average_at_start"],
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-            "note": "load generator, server, floor and control plane share the same CPUs",
-        },
+        "method": webhook_bench.load_method(
+            args, results, nodes_ready=ready_count,
+            request="a ReplicaSet's pod naming the serving PVC, with its own required node affinity (merged)"),
     }
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as handle:
-        json.dump(output, handle, indent=2)
-        handle.write("\n")
-    print(json.dumps({key: output[key] for key in list(output)[:7]}, indent=2))
+    webhook_bench.save_results(RESULTS, output, 7)
 
 
 def main():

@@ -442,19 +442,29 @@ def write_results(results, args):
         "apiserver": results["apiserver"],
         "apiserver_floor": results["apiserver_floor"],
         "goals": {"p99_ms_at_1000rps": 5, "sustained_rps": 2000, "apiserver_p99_ms": 10},
-        "method": {
-            "seconds_per_point": args.seconds, "repeats": args.repeats, "statistic": "median of repeats",
-            "nodes": args.nodes, "load_generator": "bench/loadgen (Go, open-loop, HTTPS keep-alive)",
-            "cpus": os.cpu_count(), "load_average_at_start": results["load_average_at_start"],
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-            "note": "load generator, server, floor and control plane share the same CPUs",
-        },
+        "method": load_method(args, results),
     }
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as handle:
+    save_results(RESULTS, output, 6)
+
+
+def load_method(args, results, **details):
+    """The method block of a webhook benchmark's results: the load points, the machine and its load averages."""
+    return dict({
+        "seconds_per_point": args.seconds, "repeats": args.repeats, "statistic": "median of repeats",
+        "nodes": args.nodes, "load_generator": "bench/loadgen (Go, open-loop, HTTPS keep-alive)",
+        "cpus": os.cpu_count(), "load_average_at_start": results["load_average_at_start"],
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "note": "load generator, server, floor and control plane share the same CPUs",
+    }, **details)
+
+
+def save_results(path, output, headline_keys):
+    """Write the results as JSON and print their first `headline_keys` entries."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
         json.dump(output, handle, indent=2)
         handle.write("\n")
-    print(json.dumps({key: output[key] for key in list(output)[:6]}, indent=2))
+    print(json.dumps({key: output[key] for key in list(output)[:headline_keys]}, indent=2))
 
 
 if __name__ == "__main__":
