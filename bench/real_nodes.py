@@ -59,7 +59,7 @@ def summary(values):
 
 def distribute(state, **args):
     args.update(registry_plain_http=True, extract_image=state["tools_image"], host_path_root=NODE_DISK,
-                wait=True, wait_timeout=300)
+                wait=True, wait_timeout=300, node_details=True)
     args.setdefault("pod_template", real_pod_template())
     result = run_module("cache_distribute", state["kubeconfig"], **args)
     if result.get("failed"):

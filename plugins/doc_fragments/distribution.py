@@ -137,4 +137,14 @@ options:
     description: Parallel API requests.
     type: int
     default: 16
+  node_details:
+    description:
+      - Return the per-node lists - C(status.entries) (one per namespace and node), C(eligible_nodes) and
+        C(excluded_nodes) - and every unschedulable Job.
+      - Without it the result keeps the counts, the phase, at most 10 of the worst problems (C(status.problems),
+        with C(status.problem_count)), at most 10 unschedulable Jobs and one line per reason nodes do not get the
+        cache (C(excluded_reasons)), so its size does not grow with the cluster; the lists cost the Ansible
+        controller seconds at thousands of nodes. M(gkm.cluster.cache_info) reports every node's state.
+    type: bool
+    default: false
 """

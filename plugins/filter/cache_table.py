@@ -14,6 +14,8 @@ description:
     NODE-IN-USE, NODE-NOT-IN-USE, NODE-ERROR, POD-RUNNING, POD-OUTDATED).
   - With O(nodes=true), one indented line per namespace and node follows each cache (PVC, phase, message), and
     one per GPU node that does not get it (phase C(Excluded) or C(Incompatible), the reason and the message).
+    Those lines come from M(gkm.cluster.cache_info), or from distribution results run with C(node_details=true)
+    (without it a result has no per-node entries and adds no lines).
 positional: nodes
 options:
   _input:

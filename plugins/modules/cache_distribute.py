@@ -151,7 +151,9 @@ plan:
       type: list
       elements: dict
 status:
-  description: Phase per namespace and node, and GKM's counts, computed.
+  description:
+    - GKM's counts and the phase, computed; the worst problems, or with O(node_details) the phase per namespace and
+      node.
   returned: success
   type: dict
   contains:
@@ -170,10 +172,28 @@ status:
           C(Unschedulable), or the failed Job's condition reason - and message names the node.
       type: list
       elements: dict
-    unschedulable:
-      description: Jobs whose pod the scheduler cannot place, with its message and the option that would fix it.
+      returned: with node_details
+    problems:
+      description:
+        - At most 10 entries (the fields of RV(status.entries)) that are wrong - errors first, then stuck slots, then
+          old content kept for pods; within each, every distinct reason once before any repeats.
       type: list
       elements: dict
+      returned: without node_details
+    problem_count:
+      description: How many entries are wrong in all.
+      type: int
+      returned: without node_details
+    unschedulable:
+      description:
+        - Jobs whose pod the scheduler cannot place, with its message and the option that would fix it; at most 10
+          without O(node_details).
+      type: list
+      elements: dict
+    unschedulable_count:
+      description: How many Jobs the scheduler cannot place in all.
+      type: int
+      returned: without node_details
     serving:
       description:
         - The serving PVCs of a ReadWriteOnce cache at the current digest, one per namespace - namespace, pvc (the
@@ -195,14 +215,23 @@ status:
       type: str
       returned: when no node is eligible
 eligible_nodes:
-  description: Nodes that get the cache.
-  returned: success
+  description: Nodes that get the cache (their number is C(status.counts.nodes)).
+  returned: success, with node_details
   type: list
   elements: str
 excluded_nodes:
   description: Every other node with the reasons (node_selector, taints, affinity, GPU compatibility).
-  returned: success
+  returned: success, with node_details
   type: dict
+excluded_reasons:
+  description:
+    - One line per distinct reason nodes do not get the cache, most nodes first - C(reason) (a code such as
+      C(UntoleratedTaint), C(Incompatible), C(NoGPU)), C(message), C(nodeCnt) and at most 3 C(nodes); at most 16
+      lines, the rest counted in a last line with reason C(Other). The same lines as a cache resource's
+      C(status.excludedReasons), in the module's option names.
+  returned: success, without node_details
+  type: list
+  elements: dict
 node_labels:
   description:
     - The node readiness labels this run wrote, C(node) and C(value) (null when removed). A ReadWriteOnce cache

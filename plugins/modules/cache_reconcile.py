@@ -147,18 +147,25 @@ plan:
   returned: success
   type: dict
 status:
-  description: Phase per namespace and node and GKM's counts; see M(gkm.cluster.cache_distribute).
+  description:
+    - GKM's counts, the phase and the worst problems, or with O(node_details) the phase per namespace and node; see
+      M(gkm.cluster.cache_distribute).
   returned: success
   type: dict
 eligible_nodes:
   description: Nodes that get the cache.
-  returned: success
+  returned: success, with node_details
   type: list
   elements: str
 excluded_nodes:
   description: Every other node with the reasons.
-  returned: success
+  returned: success, with node_details
   type: dict
+excluded_reasons:
+  description: One line per distinct reason nodes do not get the cache; see M(gkm.cluster.cache_distribute).
+  returned: success, without node_details
+  type: list
+  elements: dict
 node_objects:
   description: Writes to the per-node objects (planned ones in check mode).
   returned: success

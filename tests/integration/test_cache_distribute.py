@@ -35,6 +35,8 @@ def distribute(sim, check=False, diff=False, **args):
     args.setdefault("host_path_root", NODE_DISK)
     # These tests count the slots' objects; test_serving_pvc.py covers the serving PVC.
     args.setdefault("serving_pvc", False)
+    # They read the per-node entries; the rerun below checks the default, bounded result.
+    args.setdefault("node_details", True)
     return run_module("cache_distribute", sim.kubeconfig, check=check, diff=diff, **args)
 
 
@@ -198,10 +200,14 @@ def test_four_scenarios_converge_and_rerun_writes_nothing(sim, kube, images, nam
                                     "pod_running": 0, "pod_outdated": 0}
 
         audit = AuditWrites()
-        again = distribute(sim, **args)
+        again = distribute(sim, **{**args, "node_details": False})
         assert again["changed"] is False and again["api_writes"] == 0, again["plan"]
         assert audit.since(name) == []
         assert again["status"]["counts"] == status["counts"]
+        # Without node_details: no per-node list, the problems (none) and one line per exclusion reason.
+        assert "entries" not in again["status"] and "eligible_nodes" not in again and "excluded_nodes" not in again
+        assert (again["status"]["problems"], again["status"]["problem_count"]) == ([], 0)
+        assert sum(line["nodeCnt"] for line in again["excluded_reasons"]) == len(result["excluded_nodes"])
         assert again["duration_seconds"] < 3
 
         info = run_module("cache_info", sim.kubeconfig, name=name,

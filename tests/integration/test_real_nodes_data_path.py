@@ -64,6 +64,7 @@ def distribute(sim, tools_image, **args):
     args.setdefault("pod_template", real_pod_template())
     args.setdefault("wait", True)
     args.setdefault("wait_timeout", 180)
+    args.setdefault("node_details", True)  # entry() reads the per-node entries
     return run_module("cache_distribute", sim.kubeconfig, **args)
 
 

@@ -83,7 +83,7 @@ def test_serving_pvc_binds_serves_any_pod_survives_a_digest_change_while_mounted
         assert running["status"]["counts"]["pod_running"] == 1 and running["status"]["phase"] == "Running"
 
         # A new digest while a pod reads the serving PVC: it keeps its PV, and the reader's node keeps its old slot.
-        changed = distribute(sim, **{**args, "image": images[1].ref})
+        changed = distribute(sim, **{**args, "image": images[1].ref, "node_details": True})
         assert not changed.get("failed"), changed.get("msg")
         assert serving_pvc(kube, namespace, name).metadata.uid == pvc.metadata.uid
         outdated = [e for e in changed["status"]["entries"] if e["phase"] == "Outdated"]

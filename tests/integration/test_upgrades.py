@@ -119,7 +119,7 @@ def test_a_digest_change_never_leaves_a_node_without_an_extracted_pvc_and_releas
         watcher = Watcher(kube, name, new)
         watcher.start()
         started = time.monotonic()
-        changed = distribute(sim, **{**args, "image": images[1].ref})
+        changed = distribute(sim, **{**args, "image": images[1].ref, "node_details": True})
         figures = "%s; run %.1fs" % (watcher.stop(), time.monotonic() - started)
         assert not changed.get("failed"), changed.get("msg")
         assert max(watcher.longest_gap.values()) == 0, "a node had no extracted PVC: %s (%s)" % (
@@ -142,7 +142,7 @@ def cache_manifest(name, namespace, image, policy):
 def reconcile(sim, name, namespace, check=False):
     return run_module("cache_reconcile", sim.kubeconfig, check=check, diff=check, kind="GKMCache", name=name,
                       namespace=namespace, registry_plain_http=True, extract_image=EXTRACT_IMAGE,
-                      host_path_root=NODE_DISK, serving_pvc=False, wait=True, wait_timeout=120)
+                      host_path_root=NODE_DISK, serving_pvc=False, wait=True, wait_timeout=120, node_details=True)
 
 
 def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_one_run(

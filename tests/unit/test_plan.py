@@ -556,3 +556,20 @@ def test_every_pvc_of_a_cache_carries_the_hash_of_its_spec_and_signature_check(k
     checked = render.verification.identity(spec.verification)
     expected = render.spec_hash(dict(body, signatureCheck=checked) if checked else body)
     assert len(pvcs) > 1 and {p["metadata"]["annotations"][render.SPEC_HASH_ANNOTATION] for p in pvcs} == {expected}
+
+
+def test_a_rerun_renders_no_job_of_an_extracted_slot_unless_its_metadata_changed(monkeypatch):
+    """The Job is a rerun's largest rendering: an extracted slot's is only compared when a write could follow."""
+    spec = make_spec()
+    first = planner.plan(spec, facts())
+    live = as_live(first.desired, complete_jobs=True, marked=True)
+    rendered = []
+    render_job = planner.render_job
+    monkeypatch.setattr(planner, "render_job", lambda *args: rendered.append(args[1]) or render_job(*args))
+    assert planner.plan(spec, facts(objects=live)).actions == [] and rendered == []
+    # A live Job that lost one of our labels is updated with the whole Job, as rendered on the first run.
+    job = by_kind(first.desired, "Job")[0]
+    del live["Job"][0]["metadata"]["labels"][naming.NODE_LABEL]
+    relabelled = planner.plan(spec, facts(objects=live))
+    assert [(a.verb, a.kind, a.body) for a in relabelled.actions] == [("update", "Job", job)]
+    assert len(rendered) == 1

@@ -33,4 +33,6 @@ DISTRIBUTION_ARG_SPEC = dict(
     wait=dict(type="bool", default=False),
     wait_timeout=dict(type="int", default=300),
     concurrency=dict(type="int", default=16),
+    # What the result reports, not how the cache is distributed; module_result.py.
+    node_details=dict(type="bool", default=False),
 )

@@ -18,7 +18,8 @@ then released (deleted unless a pod still mounts them) by the first run after th
 
 Change detection does not diff whole objects: every object carries a hash of the spec we rendered
 (`gkm.io/spec-hash`), so a re-run compares one annotation and our labels and writes nothing when
-they match.
+they match. An extracted slot's Job is not even rendered (the largest object, the most of a re-run's
+planning) unless its labels, image or owner differ: nothing else of it can lead to a write.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -44,6 +45,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
     EXTRACTED_ANNOTATION,
+    IMAGE_ANNOTATION,
     SPEC_HASH_ANNOTATION,
     render_job,
     render_namespace,
@@ -84,6 +86,14 @@ def _differs(live, desired):
         or (live_metadata.get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
         != desired["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
     )
+
+
+def _job_metadata(spec, slot):
+    """A slot's Job as render_job names, labels, annotates and owns it, without its spec or spec hash: all an
+    extracted slot's live Job is compared with (a Job whose spec differs is replaced only before extraction)."""
+    return ownership.mark({"kind": "Job", "metadata": {
+        "name": slot.job_name(), "namespace": slot.namespace, "labels": slot.labels(),
+        "annotations": {IMAGE_ANNOTATION: spec.image}}}, spec.owner)
 
 
 def _metadata_outdated(live, desired):
@@ -168,6 +178,7 @@ class Plan:
         self.eligibility = eligibility
         self.actions = []
         self.slots = []
+        # The objects rendered: all of a new or changed slot's; an extracted slot's Job only when it was compared.
         self.desired = []
         # The upgrade_waves.WavePlan whose holds this plan was made with (set by the runner), or None.
         self.rollout = None
@@ -336,7 +347,9 @@ class _Planner:
             self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = marked and not fresh
         if extracted:
             pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, True), spec.owner)
-        job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner), spec.owner)
+        job = None
+        if fresh or not extracted or (job_live is not None and _metadata_outdated(job_live, _job_metadata(spec, slot))):
+            job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner), spec.owner)
         plan.desired.extend(obj for obj in (pv, pvc, job) if obj is not None)
         if fresh:
             for desired, live in ((pv, pv_live), (pvc, pvc_live), (job, job_live)):
@@ -358,6 +371,8 @@ class _Planner:
                 plan.add("create", job, "missing")
             return
         self.claimed.add(object_ref(job_live))
+        if job is None:
+            return  # extracted, and its metadata is as rendered: a spec that differs is left alone anyway
         if _differs(job_live, job):
             if not extracted:
                 plan.add("replace", job, "pod template changed before extraction finished")

@@ -46,20 +46,36 @@ def _problem(entry):
     return problem
 
 
-def worst_problems(entries, limit=MAX_PROBLEMS):
-    """(the `limit` worst problem entries in the resource's field names, how many there are in all)."""
+def worst_entries(entries, limit=MAX_PROBLEMS):
+    """(the `limit` worst problem entries, how many there are in all). Within a severity each distinct reason comes
+    first once, so a reason on a few nodes is not crowded out by one on many."""
     problems = [entry for entry in entries if _is_problem(entry)]
     problems.sort(key=lambda e: (_SEVERITY[e["phase"]], e.get("namespace") or "", e.get("node") or ""))
-    return [_problem(entry) for entry in problems[:limit]], len(problems)
+    firsts, repeats, seen = [], [], set()
+    for entry in problems:
+        key = (entry["phase"], entry.get("reason"))
+        (repeats if key in seen else firsts).append(entry)
+        seen.add(key)
+    # A stable sort: within a severity the first of each reason, then the rest, each in namespace and node order.
+    ordered = sorted(firsts + repeats, key=lambda e: _SEVERITY[e["phase"]])
+    return ordered[:limit], len(problems)
 
 
-def excluded_reasons(excluded):
+def worst_problems(entries, limit=MAX_PROBLEMS):
+    """(the `limit` worst problem entries in the resource's field names, how many there are in all)."""
+    worst, total = worst_entries(entries, limit)
+    return [_problem(entry) for entry in worst], total
+
+
+def excluded_reasons(excluded, resource_fields=True):
     """One line per distinct reason nodes do not get the cache (so each untolerated taint and each GPU kind is
     named), most nodes first: its code, the message, the node count and a few nodes. Past MAX_REASON_LINES the
-    rest is one line with reason Other."""
+    rest is one line with reason Other. resource_fields: the messages name the resource's fields, else the
+    module's options."""
     lines = {}
     for node in sorted(excluded):
-        message = resource_message("; ".join(excluded[node]))[:MAX_MESSAGE]
+        message = "; ".join(excluded[node])
+        message = (resource_message(message) if resource_fields else message)[:MAX_MESSAGE]
         key = (exclusion_code(excluded[node]), message)
         line = lines.get(key)
         if line is None:

@@ -12,13 +12,26 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.module_result import without_node_details
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.reconcile import reconcile
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import describe, distribute
 
 
+def reported(call, work):
+    """work()'s result, or the result a refusal carries, without the per-node lists unless node_details asks."""
+    if call.params["node_details"]:
+        return work()
+    try:
+        return without_node_details(work())
+    except GkmError as error:
+        error.result = without_node_details(error.result)
+        raise
+
+
 def cache_distribute(call):
     workers = call.params["concurrency"]
-    return distribute(call.kube(workers), call.params, check_mode=call.check_mode, want_diff=call.diff)
+    return reported(call, lambda: distribute(call.kube(workers), call.params, check_mode=call.check_mode,
+                                              want_diff=call.diff))
 
 
 def cache_info(call):
@@ -33,5 +46,6 @@ def cache_reconcile(call):
     params = call.params
     options = {key: params[key] for key in DISTRIBUTION_ARG_SPEC}
     namespace = params["namespace"] if params["kind"] == "GKMCache" else None
-    return reconcile(call.kube(options["concurrency"]), params["kind"], params["name"], namespace, options,
-                     check_mode=call.check_mode, want_diff=call.diff, definition=params["definition"])
+    return reported(call, lambda: reconcile(call.kube(options["concurrency"]), params["kind"], params["name"],
+                                             namespace, options, check_mode=call.check_mode, want_diff=call.diff,
+                                             definition=params["definition"]))
