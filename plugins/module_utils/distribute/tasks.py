@@ -30,8 +30,11 @@ def reported(call, work):
 
 def cache_distribute(call):
     workers = call.params["concurrency"]
-    return reported(call, lambda: distribute(call.kube(workers), call.params, check_mode=call.check_mode,
-                                              want_diff=call.diff))
+
+    def work():
+        return distribute(call.kube(workers), call.params, check_mode=call.check_mode, want_diff=call.diff)
+
+    return reported(call, work)
 
 
 def cache_info(call):
@@ -46,6 +49,9 @@ def cache_reconcile(call):
     params = call.params
     options = {key: params[key] for key in DISTRIBUTION_ARG_SPEC}
     namespace = params["namespace"] if params["kind"] == "GKMCache" else None
-    return reported(call, lambda: reconcile(call.kube(options["concurrency"]), params["kind"], params["name"],
-                                             namespace, options, check_mode=call.check_mode, want_diff=call.diff,
-                                             definition=params["definition"]))
+
+    def work():
+        return reconcile(call.kube(options["concurrency"]), params["kind"], params["name"], namespace, options,
+                         check_mode=call.check_mode, want_diff=call.diff, definition=params["definition"])
+
+    return reported(call, work)
