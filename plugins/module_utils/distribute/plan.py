@@ -36,6 +36,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     conflicts,
+    failure_record,
     ownership,
     previous_slots,
     registry_secret,
@@ -331,11 +332,14 @@ class _Planner:
                     slot.namespace, slot.pvc_name(), ", ".join(u["name"] for u in users))
                 return
         extracted = not fresh and (marked or job_done)
+        failure = None if fresh or extracted else self._failure(pvc_live, job_live)
         if slot.node:
             # Released once the live PVC carries the mark: the webhook then hands out the new PVC (view.py).
             self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = marked and not fresh
         if extracted:
             pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, True), spec.owner)
+        elif failure is not None:
+            pvc = failure_record.record(pvc, short_digest(spec.digest), failure)
         job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner), spec.owner)
         plan.desired.extend(obj for obj in (pv, pvc, job) if obj is not None)
         if fresh:
@@ -354,15 +358,23 @@ class _Planner:
                 if _metadata_outdated(live, desired):
                     plan.add("update", desired, "labels or annotations differ")
         if job_live is None:
-            if not extracted:
+            if not extracted and failure is None:
                 plan.add("create", job, "missing")
             return
         self.claimed.add(object_ref(job_live))
         if _differs(job_live, job):
-            if not extracted:
+            if not extracted and failure is None:
                 plan.add("replace", job, "pod template changed before extraction finished")
         elif _metadata_outdated(job_live, job):
             plan.add("update", job, "labels or annotations differ")
+
+    def _failure(self, pvc_live, job_live):
+        """The slot's failed extraction: recorded on its PVC, or said by its failed Job (then recorded now); a
+        recorded slot gets no Job until its PVC is deleted (failure_record.py)."""
+        failure = failure_record.recorded(pvc_live, short_digest(self.spec.digest))
+        if failure is None and pvc_live is not None and job_live is not None:
+            failure = failure_record.job_failure(job_live, failure_record.pods_of(job_live, self.facts.pods))
+        return failure
 
     def _serving(self, namespace):
         """The namespace's serving PV and PVC (serving.py). One mounted at another digest is left to the stale

@@ -21,6 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     MANAGER,
     NODE_LABEL,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import failure_record
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
     HELD,
@@ -90,16 +91,18 @@ def slot_phase(slot, pvc, job, job_pods):
     marker = ((pvc or {}).get("metadata", {}).get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
     if slot.digest and marker.split(":", 1)[-1].startswith(slot.digest):
         return EXTRACTED, None, [], None
+    # Recorded when its Job failed: the record outlives the Job, and no Job is created for it again.
+    recorded = failure_record.recorded(pvc, slot.digest)
+    if recorded is not None:
+        return ERROR, recorded.message, [*recorded.fix, failure_record.RETRY_FIX], recorded.reason
     if job is None:
         return PENDING, "the extraction Job does not exist yet", [], None
     if job_condition(job, "Complete"):
         return EXTRACTED, None, [], None
+    failed = failure_record.job_failure(job, job_pods)
+    if failed is not None:
+        return ERROR, failed.message, failed.fix, failed.reason
     problem = pods_problem(job_pods)
-    failed = job_condition(job, "Failed")
-    if failed:
-        if problem is not None:
-            return ERROR, problem.message, problem.fix, problem.reason
-        return ERROR, "%s: %s" % (failed.get("reason"), failed.get("message")), [], failed.get("reason")
     for pod in job_pods:
         message = _unschedulable(pod)
         if message:

@@ -1,0 +1,82 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A failed extraction recorded on its slot's PVC, pure, so that the failure outlives the Job (docs/upgrades.md).
+
+A failed Job is deleted by its TTL (a day); without a record the planner would then create it again: a silent
+retry of a node a rolling upgrade rolled back. The planner records the failure on the PVC of the failed slot:
+the label `gkm.io/extraction-failed: <short digest>` (selectable, so one `kubectl delete pvc -l` retries every
+failed node) and the annotation `gkm.io/extraction-failure` (JSON: reason, message, fix, as the Job said them).
+The PVC is the record's place because the planner reads it on every run anyway, its name is the slot's digest
+(a new digest is a new slot, without the record), it exists in both modes (playbook and resource), and it is
+the object the failure is about. A recorded slot gets no Job; deleting the PVC is the retry.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition, pods_problem
+
+FAILED_LABEL = "gkm.io/extraction-failed"
+FAILURE_ANNOTATION = "gkm.io/extraction-failure"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+MAX_MESSAGE = 1024
+RETRY_FIX = "delete the PVC to retry: kubectl delete pvc -n <namespace> -l %s,gkm.io/cache=<cache>" % FAILED_LABEL
+
+
+class Failure:
+    """Why a slot's extraction failed: reason, message, fixes."""
+
+    __slots__ = ("fix", "message", "reason")
+
+    def __init__(self, reason, message, fix=()):
+        self.reason = reason
+        self.message = message
+        self.fix = list(fix)
+
+    def annotation(self):
+        return json.dumps({"reason": self.reason, "message": (self.message or "")[:MAX_MESSAGE], "fix": self.fix},
+                          sort_keys=True)
+
+
+def job_failure(job, job_pods):
+    """The Failure of a Job that failed (its newest pod's problem, else the Job's own condition), else None."""
+    failed = job_condition(job, "Failed") if job is not None else None
+    if failed is None:
+        return None
+    problem = pods_problem(job_pods)
+    if problem is not None:
+        return Failure(problem.reason, problem.message, problem.fix)
+    return Failure(failed.get("reason"), "%s: %s" % (failed.get("reason"), failed.get("message")))
+
+
+def pods_of(job, pods):
+    """The Job's pods among `pods`."""
+    namespace, name = job["metadata"].get("namespace"), job["metadata"]["name"]
+    return [pod for pod in pods if pod["metadata"].get("namespace") == namespace
+            and (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == name]
+
+
+def recorded(pvc, short):
+    """The Failure recorded on the PVC for the slot's short digest, else None."""
+    metadata = (pvc or {}).get("metadata") or {}
+    if (metadata.get("labels") or {}).get(FAILED_LABEL) != short:
+        return None
+    try:
+        said = json.loads((metadata.get("annotations") or {}).get(FAILURE_ANNOTATION) or "{}")
+    except ValueError:
+        said = {}
+    said = said if isinstance(said, dict) else {}
+    return Failure(said.get("reason") or "ExtractionFailed", said.get("message") or "the extraction failed",
+                   [fix for fix in said.get("fix") or [] if isinstance(fix, str)])
+
+
+def record(pvc, short, failure):
+    """The desired PVC with the failure recorded (a copy; labels and annotations are not shared with the input)."""
+    metadata = dict(pvc["metadata"], labels=dict(pvc["metadata"].get("labels") or {}),
+                    annotations=dict(pvc["metadata"].get("annotations") or {}))
+    metadata["labels"][FAILED_LABEL] = short
+    metadata["annotations"][FAILURE_ANNOTATION] = failure.annotation()
+    return dict(pvc, metadata=metadata)
