@@ -95,9 +95,14 @@ def test_a_record_for_another_digest_or_an_unreadable_one():
     pvc = failure_record.record({"metadata": {"name": "p"}}, SHORT_A, failure_record.Failure("R", "m" * 5000))
     assert failure_record.recorded(pvc, "b" * 12) is None
     assert len(failure_record.recorded(pvc, SHORT_A).message) == failure_record.MAX_MESSAGE
+    assert failure_record.job_failure({"metadata": {"name": "j"}, "status": {"conditions": [
+        {"type": "Failed", "status": "True"}]}}, []).reason == failure_record.UNKNOWN_REASON
     pvc["metadata"]["annotations"][failure_record.FAILURE_ANNOTATION] = "not json"
     unreadable = failure_record.recorded(pvc, SHORT_A)
     assert (unreadable.reason, unreadable.message) == ("ExtractionFailed", "the extraction failed")
+    # Written back as it was read, so a rerun never rewrites a record.
+    assert failure_record.record({"metadata": {"name": "p"}}, SHORT_A, unreadable)["metadata"]["annotations"] == {
+        failure_record.FAILURE_ANNOTATION: "not json"}
     # A Job still running is no failure; a slot recorded failed but whose PVC is gone is Pending again.
     assert failure_record.job_failure({"metadata": {"name": "j"}, "status": {}}, []) is None
     slot = planner.SlotState("current", "team-a", "n", SHORT_A, "p", "j")

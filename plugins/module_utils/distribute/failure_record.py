@@ -23,20 +23,24 @@ FAILED_LABEL = "gkm.io/extraction-failed"
 FAILURE_ANNOTATION = "gkm.io/extraction-failure"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 MAX_MESSAGE = 1024
+UNKNOWN_REASON = "ExtractionFailed"
 RETRY_FIX = "delete the PVC to retry: kubectl delete pvc -n <namespace> -l %s,gkm.io/cache=<cache>" % FAILED_LABEL
 
 
 class Failure:
-    """Why a slot's extraction failed: reason, message, fixes."""
+    """Why a slot's extraction failed: reason, message, fixes; recorded, the annotation it was read from."""
 
-    __slots__ = ("fix", "message", "reason")
+    __slots__ = ("fix", "message", "reason", "recorded")
 
-    def __init__(self, reason, message, fix=()):
+    def __init__(self, reason, message, fix=(), recorded=None):
         self.reason = reason
         self.message = message
         self.fix = list(fix)
+        self.recorded = recorded
 
     def annotation(self):
+        if self.recorded is not None:
+            return self.recorded  # written back as read: a record is never rewritten
         return json.dumps({"reason": self.reason, "message": (self.message or "")[:MAX_MESSAGE], "fix": self.fix},
                           sort_keys=True)
 
@@ -49,7 +53,8 @@ def job_failure(job, job_pods):
     problem = pods_problem(job_pods)
     if problem is not None:
         return Failure(problem.reason, problem.message, problem.fix)
-    return Failure(failed.get("reason"), "%s: %s" % (failed.get("reason"), failed.get("message")))
+    reason = failed.get("reason") or UNKNOWN_REASON
+    return Failure(reason, "%s: %s" % (reason, failed.get("message") or "the Job failed"))
 
 
 def pods_of(job, pods):
@@ -64,13 +69,14 @@ def recorded(pvc, short):
     metadata = (pvc or {}).get("metadata") or {}
     if (metadata.get("labels") or {}).get(FAILED_LABEL) != short:
         return None
+    annotation = (metadata.get("annotations") or {}).get(FAILURE_ANNOTATION) or ""
     try:
-        said = json.loads((metadata.get("annotations") or {}).get(FAILURE_ANNOTATION) or "{}")
+        said = json.loads(annotation)
     except ValueError:
         said = {}
     said = said if isinstance(said, dict) else {}
-    return Failure(said.get("reason") or "ExtractionFailed", said.get("message") or "the extraction failed",
-                   [fix for fix in said.get("fix") or [] if isinstance(fix, str)])
+    return Failure(said.get("reason") or UNKNOWN_REASON, said.get("message") or "the extraction failed",
+                   [fix for fix in said.get("fix") or [] if isinstance(fix, str)], annotation)
 
 
 def record(pvc, short, failure):
