@@ -60,15 +60,22 @@ def test_a_failed_job_is_recorded_on_its_pvc_with_what_its_pod_said_and_no_job_i
     assert fixes[-1] == failure_record.RETRY_FIX
 
 
-def test_a_job_failed_without_pod_messages_is_recorded_from_its_condition_and_a_changed_template_does_not_retry():
+def test_a_job_failed_without_pod_messages_is_recorded_from_its_condition_and_a_changed_template_retries():
     spec = make_spec()
     live, _pods = failed(as_live(planner.plan(spec, facts()).desired), refusing_pods=False)
     recorded = applied(planner.plan(spec, facts(objects=live)), live)
     said = failure_record.recorded(recorded["PersistentVolumeClaim"][0], SHORT_A)
     assert said.reason == "BackoffLimitExceeded" and "backoff limit" in said.message
-    # A new Job template (before: a replaced failed Job, a retry) leaves a recorded failure alone.
+    assert planner.plan(spec, facts(objects=recorded)).actions == []
+    # A new Job template (a fixed tools image, pod template or volume owner step) is a retry: the failed Jobs are
+    # replaced and the records cleared; with the Jobs gone (TTL), they are created.
     other = make_spec(pod_template={"spec": {"tolerations": [{"operator": "Exists"}]}})
-    assert planner.plan(other, facts(objects=recorded)).actions == []
+    retried = planner.plan(other, facts(objects=recorded))
+    assert {(a.verb, a.kind) for a in retried.actions} == {("replace", "Job"), ("update", "PersistentVolumeClaim")}
+    assert not any(failure_record.has_record(a.body) for a in retried.actions)
+    gone = dict(recorded, Job=[])
+    assert {(a.verb, a.kind) for a in planner.plan(other, facts(objects=gone)).actions} == {
+        ("create", "Job"), ("update", "PersistentVolumeClaim")}
 
 
 def test_deleting_the_pvc_retries_and_a_new_digest_starts_without_the_record():
@@ -91,18 +98,18 @@ def test_deleting_the_pvc_retries_and_a_new_digest_starts_without_the_record():
             } == {"delete"}
 
 
-def test_a_record_for_another_digest_or_an_unreadable_one():
-    pvc = failure_record.record({"metadata": {"name": "p"}}, SHORT_A, failure_record.Failure("R", "m" * 5000))
+def test_a_record_for_another_digest_or_job_or_an_unreadable_one():
+    pvc = failure_record.record({"metadata": {"name": "p"}}, SHORT_A, failure_record.Failure("R", "m" * 5000, job="h"))
     assert failure_record.recorded(pvc, "b" * 12) is None
-    assert len(failure_record.recorded(pvc, SHORT_A).message) == failure_record.MAX_MESSAGE
+    assert failure_record.recorded(pvc, SHORT_A, "other-hash") is None
+    said = failure_record.recorded(pvc, SHORT_A, "h")
+    assert len(said.message) == failure_record.MAX_MESSAGE
+    # Written back as it was read, so a rerun never rewrites a record.
+    assert failure_record.record({"metadata": {"name": "p"}}, SHORT_A, said)["metadata"] == pvc["metadata"]
     assert failure_record.job_failure({"metadata": {"name": "j"}, "status": {"conditions": [
         {"type": "Failed", "status": "True"}]}}, []).reason == failure_record.UNKNOWN_REASON
     pvc["metadata"]["annotations"][failure_record.FAILURE_ANNOTATION] = "not json"
-    unreadable = failure_record.recorded(pvc, SHORT_A)
-    assert (unreadable.reason, unreadable.message) == ("ExtractionFailed", "the extraction failed")
-    # Written back as it was read, so a rerun never rewrites a record.
-    assert failure_record.record({"metadata": {"name": "p"}}, SHORT_A, unreadable)["metadata"]["annotations"] == {
-        failure_record.FAILURE_ANNOTATION: "not json"}
+    assert failure_record.recorded(pvc, SHORT_A) is None
     # A Job still running is no failure; a slot recorded failed but whose PVC is gone is Pending again.
     assert failure_record.job_failure({"metadata": {"name": "j"}, "status": {}}, []) is None
     slot = planner.SlotState("current", "team-a", "n", SHORT_A, "p", "j")

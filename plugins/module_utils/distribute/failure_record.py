@@ -8,7 +8,8 @@ the label `gkm.io/extraction-failed: <short digest>` (selectable, so one `kubect
 failed node) and the annotation `gkm.io/extraction-failure` (JSON: reason, message, fix, as the Job said them).
 The PVC is the record's place because the planner reads it on every run anyway, its name is the slot's digest
 (a new digest is a new slot, without the record), it exists in both modes (playbook and resource), and it is
-the object the failure is about. A recorded slot gets no Job; deleting the PVC is the retry.
+the object the failure is about. A recorded slot gets no Job; deleting the PVC is the retry, and so is a change of
+the Job's template (tools image, pod template, volume owner step: the record names the Job's spec hash).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,21 +29,23 @@ RETRY_FIX = "delete the PVC to retry: kubectl delete pvc -n <namespace> -l %s,gk
 
 
 class Failure:
-    """Why a slot's extraction failed: reason, message, fixes; recorded, the annotation it was read from."""
+    """Why a slot's extraction failed: reason, message, fixes, the spec hash of the Job that failed (job);
+    recorded, the annotation it was read from."""
 
-    __slots__ = ("fix", "message", "reason", "recorded")
+    __slots__ = ("fix", "job", "message", "reason", "recorded")
 
-    def __init__(self, reason, message, fix=(), recorded=None):
+    def __init__(self, reason, message, fix=(), job=None, recorded=None):
         self.reason = reason
         self.message = message
         self.fix = list(fix)
+        self.job = job
         self.recorded = recorded
 
     def annotation(self):
         if self.recorded is not None:
             return self.recorded  # written back as read: a record is never rewritten
-        return json.dumps({"reason": self.reason, "message": (self.message or "")[:MAX_MESSAGE], "fix": self.fix},
-                          sort_keys=True)
+        return json.dumps({"reason": self.reason, "message": (self.message or "")[:MAX_MESSAGE], "fix": self.fix,
+                           "job": self.job}, sort_keys=True)
 
 
 def job_failure(job, job_pods):
@@ -64,8 +67,13 @@ def pods_of(job, pods):
             and (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == name]
 
 
-def recorded(pvc, short):
-    """The Failure recorded on the PVC for the slot's short digest, else None."""
+def has_record(pvc):
+    return FAILED_LABEL in (((pvc or {}).get("metadata") or {}).get("labels") or {})
+
+
+def recorded(pvc, short, job_hash=None):
+    """The Failure recorded on the PVC for the slot's short digest (and, when given, for the Job of that spec
+    hash), else None. An unreadable record is no record: the slot is tried again."""
     metadata = (pvc or {}).get("metadata") or {}
     if (metadata.get("labels") or {}).get(FAILED_LABEL) != short:
         return None
@@ -73,10 +81,11 @@ def recorded(pvc, short):
     try:
         said = json.loads(annotation)
     except ValueError:
-        said = {}
-    said = said if isinstance(said, dict) else {}
+        return None
+    if not isinstance(said, dict) or (job_hash is not None and said.get("job") != job_hash):
+        return None
     return Failure(said.get("reason") or UNKNOWN_REASON, said.get("message") or "the extraction failed",
-                   [fix for fix in said.get("fix") or [] if isinstance(fix, str)], annotation)
+                   [fix for fix in said.get("fix") or [] if isinstance(fix, str)], said.get("job"), annotation)
 
 
 def record(pvc, short, failure):

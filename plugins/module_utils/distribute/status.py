@@ -32,7 +32,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
     job_condition,
     pod_mounts,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
+    EXTRACTED_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING, is_serving
 
 PENDING, EXTRACTING, EXTRACTED, ERROR, INCOMPATIBLE, OUTDATED = (
@@ -91,8 +94,9 @@ def slot_phase(slot, pvc, job, job_pods):
     marker = ((pvc or {}).get("metadata", {}).get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
     if slot.digest and marker.split(":", 1)[-1].startswith(slot.digest):
         return EXTRACTED, None, [], None
-    # Recorded when its Job failed: the record outlives the Job, and no Job is created for it again.
-    recorded = failure_record.recorded(pvc, slot.digest)
+    # Recorded when its Job failed: the record outlives the Job (a live Job of another template is a retry).
+    job_hash = ((job or {}).get("metadata", {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    recorded = failure_record.recorded(pvc, slot.digest, job_hash)
     if recorded is not None:
         return ERROR, recorded.message, [*recorded.fix, failure_record.RETRY_FIX], recorded.reason
     if job is None:
