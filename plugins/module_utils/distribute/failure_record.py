@@ -18,11 +18,14 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition, pods_problem
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import (
+    JOB_NAME_LABEL,
+    job_condition,
+    pods_problem,
+)
 
 FAILED_LABEL = "gkm.io/extraction-failed"
 FAILURE_ANNOTATION = "gkm.io/extraction-failure"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 MAX_MESSAGE = 1024
 UNKNOWN_REASON = "ExtractionFailed"
 RETRY_FIX = "delete the PVC to retry: kubectl delete pvc -n <namespace> -l %s,gkm.io/cache=<cache>" % FAILED_LABEL

@@ -22,7 +22,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     NODE_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import failure_record
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import (
+    IMAGE_NOT_PULLABLE,
+    JOB_NAME_LABEL,
+    pods_problem,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
     HELD,
     KEPT_UNTIL_REPLACED,
@@ -42,7 +46,6 @@ PENDING, EXTRACTING, EXTRACTED, ERROR, INCOMPATIBLE, OUTDATED = (
     "Pending", "Extracting", "Extracted", "Error", "Incompatible", "Outdated")
 RUNNING = "Running"
 UNSCHEDULABLE = "Unschedulable"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 # Scheduler message fragments -> the option that changes the outcome.
 _FIXES = (
