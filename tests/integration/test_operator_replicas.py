@@ -8,6 +8,7 @@ per network namespace, as in a cluster, where each pod has its own. Root only (i
 import json
 import os
 import sys
+import time
 import urllib.parse
 import uuid
 
@@ -97,7 +98,7 @@ def image(registry):
 
 
 def test_one_replica_leads_and_the_other_takes_over_when_it_dies(replicas, sim, crds, kube, namespace, image,
-                                                                 sim_nodes):
+                                                                 sim_nodes, record_property):
     pool = "rep-%s" % uuid.uuid4().hex[:4]
     pool_nodes(sim_nodes, pool, 2)
     poll("both replicas serving their health probes",
@@ -114,7 +115,9 @@ def test_one_replica_leads_and_the_other_takes_over_when_it_dies(replicas, sim, 
     assert holder_replica(kube, replicas) is leader
 
     leader.kill()
+    killed = time.monotonic()
     poll("the follower holding the Lease", lambda: holder_replica(kube, replicas) is follower, 90)
+    record_property("takeover_s", round(time.monotonic() - killed, 1))
     apply(sim, "second", namespace, image.ref, pool)
     poll("second Extracted on 2 nodes", lambda: phase_is(crds, namespace, "second", "Extracted", 2), 180)
     assert ran_for(follower, "second")
