@@ -10,7 +10,8 @@ that alternate the two paths (operator first in even rounds, playbook first in o
 At the largest size, in every round and for both paths, once the cache is Extracted one more kwok node joins the pool:
 the time from its create until its PVC is Bound and its extraction Job complete (the playbook path runs the caches role
 right after the create: the best a scheduled playbook can do). Before the rounds at each size, the operator idles
-beside the pool with no cache of ours: its CPU and RSS over --idle-seconds (Node heartbeats are runs too).
+beside the pool with no cache of ours: its CPU and RSS over --idle-seconds, --settle-seconds after its start (Node
+heartbeats are runs too).
 Figures are medians of the rounds. The 1-minute load average is read before and after; results are refused when it is
 above --max-load at the start (unless --allow-busy, which marks them busy). The run's own load (the operator's Node
 runs, the control plane with 500 nodes) raises the average after, so that one is recorded, not judged.
@@ -314,9 +315,11 @@ class PlaybookPath:
 # ----------------------------------------------------------------------------- the benchmark
 
 
-def idle(cluster, seconds):
-    """The operator beside the pool, no cache of ours: its figures over `seconds`."""
+def idle(cluster, settle_seconds, seconds):
+    """The operator beside the pool, no cache of ours: its figures over `seconds`, from `settle_seconds` after it is
+    up (its first run per GPU node, the Node watch's initial list, comes at start)."""
     tree = OperatorPath(cluster, seconds).start()
+    time.sleep(settle_seconds)
     with Window(tree) as window:
         time.sleep(seconds)
     return window.figures()
@@ -326,7 +329,7 @@ def measure_size(cluster, nodes, args, join):
     log("%d nodes in the pool" % nodes)
     ensure_nodes(cluster.raw, POOL, nodes)
     paths = [OperatorPath(cluster, args.timeout), PlaybookPath(cluster, args.timeout, args.workdir)]
-    figures = {"nodes": nodes, "operator_idle": idle(cluster, args.idle_seconds), "rounds": []}
+    figures = {"nodes": nodes, "operator_idle": idle(cluster, args.settle_seconds, args.idle_seconds), "rounds": []}
     log("idle operator beside %d nodes: %s" % (nodes, figures["operator_idle"]))
     for round_number in range(args.runs):
         order = paths if round_number % 2 == 0 else paths[::-1]
@@ -377,6 +380,7 @@ def main():
     parser.add_argument("--nodes", default="3,500", help="pool sizes, comma-separated (the join is timed at the last)")
     parser.add_argument("--runs", type=int, default=3, help="rounds per size, each path once per round")
     parser.add_argument("--idle-seconds", type=int, default=60)
+    parser.add_argument("--settle-seconds", type=int, default=60, help="wait after the operator starts before idling")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds any one wait may take")
     parser.add_argument("--max-load", type=float, default=DEFAULT_MAX_LOAD,
                         help="refuse to write results when the 1-minute load average at the start is above this")
@@ -414,7 +418,7 @@ def main():
     output = dict(summary(points), points=points, method={
         "statistic": "median of rounds", "runs": args.runs, "sizes": sizes,
         "order": "operator then playbook in even rounds, playbook then operator in odd ones",
-        "poll_s": POLL_SECONDS, "idle_seconds": args.idle_seconds,
+        "poll_s": POLL_SECONDS, "idle_seconds": args.idle_seconds, "settle_seconds": args.settle_seconds,
         "apply": "kubectl apply of a GKMCache (operator) or ansible-playbook of the caches role declaring it "
                  "(playbook), until status phase Extracted with nodeCnt = the pool",
         "join": "a kwok GPU node created in the pool, until its PVC is Bound and its Job Complete; the playbook path "
