@@ -123,6 +123,7 @@ class Window:
     def __init__(self, tree):
         self.tree = tree
         self.samples = []
+        self.started = self.seconds = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 

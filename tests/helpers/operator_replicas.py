@@ -35,7 +35,7 @@ def _setns(fd):
 
 def in_namespace(path, function):
     """function() with the calling thread in the network namespace at path, then back in its own."""
-    with open("/proc/thread-self/ns/net") as own, open(path) as target:
+    with open("/proc/thread-self/ns/net", "rb") as own, open(path, "rb") as target:
         _setns(target.fileno())
         try:
             return function()
@@ -90,6 +90,7 @@ class Replica:
         self.namespace_path = "/run/netns/%s" % name
         self.relays = []
         self.process = None
+        self.log_path = None
         subprocess.run(["ip", "netns", "add", name], check=True)
         subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
         for host, port in addresses:

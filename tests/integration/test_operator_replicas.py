@@ -31,7 +31,7 @@ PORTS = {"metrics": 8080, "health": 8081}
 
 def server_addresses(sim):
     """(host, port) of the API server and of the registry, as the replicas' kubeconfig and images name them."""
-    with open(sim.kubeconfig) as handle:
+    with open(sim.kubeconfig, encoding="utf-8") as handle:
         server = urllib.parse.urlsplit(yaml.safe_load(handle)["clusters"][0]["cluster"]["server"])
     registry = urllib.parse.urlsplit("//" + sim.registry)
     return [(server.hostname, server.port), (registry.hostname, registry.port)]
