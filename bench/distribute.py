@@ -63,12 +63,12 @@ def ensure_nodes(raw, group, count):
 
 
 def wait_gone(raw, cache, timeout=600):
+    """Wait until no PVC, PV, Job or Pod of the cache is left; each poll reads one name per kind, not the lists."""
     selector = "gkm.io/cache=%s" % cache
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = sum(len(raw.list(kind, label_selector=selector)) for kind in ("PersistentVolumeClaim",
-                                                                             "PersistentVolume", "Job", "Pod"))
-        if not left:
+        if not any(next(raw.items(kind, label_selector=selector, metadata_only=True, page_size=1), None)
+                   for kind in ("PersistentVolumeClaim", "PersistentVolume", "Job", "Pod")):
             return
         time.sleep(1)
     raise TimeoutError("objects of %s still present" % cache)
@@ -82,7 +82,7 @@ def wait_jobs_done(raw, cache, expected, timeout=900):
         done = [j for j in jobs if planner.job_condition(j, "Complete")]
         if len(done) >= expected:
             return
-        time.sleep(2)
+        time.sleep(max(2, expected / 1000))  # a poll lists every Job: at 15,000 it is itself a load
     log("warning: only %d of %d Jobs completed" % (len(done), expected))
 
 

@@ -17,7 +17,7 @@ Per contender: median, min and max of wall and CPU seconds (user + system of the
 children, from RUSAGE_CHILDREN around each command), and the instruction count from `perf stat -e
 instructions` where the machine has the counter (the JSON says why not otherwise).
 Also: 10 extractions in one process (job_main.main called 10 times: the growth of the 10th over the 1st,
-with user and system time apart, beside the same 10 runs in fresh processes as a control),
+with user and system time apart, each followed by ours in a fresh process and tar -xzf as controls),
 the no-op re-run (in-process and as a fresh process) and an ansible-playbook run of cache_extract.
 Results are refused when the 1-minute load average is above --max-load before or after (unless
 --allow-busy, which marks them busy): on a busy machine every contender's time is mostly waiting.
@@ -55,16 +55,15 @@ GROWTH_RUNS = 10
 GROWTH_SCRIPT = """
 import contextlib, io, json, os, resource, sys, time
 from %s import main
-image, dest, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-samples = []
-for run in range(runs):
+image, dest = sys.argv[1], sys.argv[2]
+for run, _ in enumerate(sys.stdin):  # one extraction per line the parent writes
     os.sync()
     before, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["--image", image, "--dest", "%%s-%%d" %% (dest, run), "--plain-http"]) == 0
     after = resource.getrusage(resource.RUSAGE_SELF)
-    samples.append((after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime, time.perf_counter() - wall))
-print(json.dumps(samples))
+    print(json.dumps([after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime,
+                      time.perf_counter() - wall]), flush=True)
 """ % JOB_MAIN
 
 
@@ -176,24 +175,38 @@ def contender_table(samples):
     return table
 
 
-def growth_in_one_process(runner, env, image_ref, directories, ours_command):
-    """10 extractions in one process, and as a control the same sequence in 10 fresh processes.
+def growth_in_one_process(runner, env, image_ref, directories, controls):
+    """10 extractions in one process, each followed by one run of every control, each in a fresh process.
 
-    Growth that the control shows too comes from the machine (the file system's writeback of the earlier
-    trees), not from state the process accumulates.
+    The series alternate, so all see the same machine. Growth that the controls show too (ours in a fresh
+    process, and tar, which shares no code with us) comes from the machine (the file system filling with the
+    earlier trees), not from state the process accumulates.
     """
-    out = _run([sys.executable, "-c", GROWTH_SCRIPT, image_ref, os.path.join(directories.new(), "c"),
-                str(GROWTH_RUNS)], env).stdout
-    one_process = [{"user_s": user, "sys_s": system, "cpu_s": user + system, "wall_s": wall}
-                   for user, system, wall in json.loads(out)]
-    fresh_processes = [runner.measure(ours_command(directories.new(create=False))) for _ in range(GROWTH_RUNS)]
+    series = {"one_process": []}
+    series.update((name, []) for name in controls)
+    with subprocess.Popen([sys.executable, "-c", GROWTH_SCRIPT, image_ref, os.path.join(directories.new(), "c")],
+                          env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as process:
+        for _ in range(GROWTH_RUNS):
+            process.stdin.write("extract\n")
+            process.stdin.flush()
+            user, system, wall = json.loads(process.stdout.readline())
+            series["one_process"].append({"user_s": user, "sys_s": system, "cpu_s": user + system, "wall_s": wall})
+            for name, command in controls.items():
+                series[name].append(runner.measure(command()))
+        process.stdin.close()
+    if process.returncode:
+        raise RuntimeError("the one-process extraction series failed (exit %d)" % process.returncode)
 
     def growth(samples):
         return {key: samples[-1][key] / samples[0][key] for key in ("user_s", "cpu_s", "wall_s")}
 
-    return {"runs": GROWTH_RUNS, "one_process": one_process, "fresh_processes_control": fresh_processes,
-            "one_process_10th_over_1st": growth(one_process),
-            "fresh_processes_10th_over_1st": growth(fresh_processes)}
+    def growth_of_medians(samples):  # one extraction varies by a quarter here: three against three is steadier
+        return {key: statistics.median(run[key] for run in samples[-3:])
+                / statistics.median(run[key] for run in samples[:3]) for key in ("user_s", "cpu_s", "wall_s")}
+
+    return {"runs": GROWTH_RUNS, "series": series,
+            "10th_over_1st": {name: growth(samples) for name, samples in series.items()},
+            "last_3_over_first_3": {name: growth_of_medians(samples) for name, samples in series.items()}}
 
 
 def noop_reruns(env, image_ref, dest, runs):
@@ -285,7 +298,9 @@ def main():
         table = contender_table(measure_interleaved(runner, contenders, args.runs))
         results["contenders"] = table
         results["instructions"] = "counted" if perf_problem is None else perf_problem
-        results["growth_in_one_process"] = growth_in_one_process(runner, env, image.ref, directories, ours)
+        results["growth_in_one_process"] = growth = growth_in_one_process(
+            runner, env, image.ref, directories,
+            {"ours_fresh_process": contenders["ours"], "tar_floor": contenders["tar_floor"]})
         results["noop_rerun"] = noop_reruns(env, image.ref, os.path.join(work, "noop", "cache"), max(10, args.runs))
         if args.playbook_runs:
             results["playbook"] = playbook_timing(image, directories, args.playbook_runs)
@@ -299,10 +314,9 @@ def main():
             "ours_over_oras_tar_cpu": ratio("oras_tar", "cpu_s"),
             "ours_over_tar_floor_cpu": ratio("tar_floor", "cpu_s"),
             "ours_over_skopeo_tar_wall": ratio("skopeo_tar", "wall_s"),
-            "growth_10th_over_1st_cpu": results["growth_in_one_process"]["one_process_10th_over_1st"]["cpu_s"],
-            "growth_10th_over_1st_user": results["growth_in_one_process"]["one_process_10th_over_1st"]["user_s"],
-            "control_fresh_processes_10th_over_1st_cpu":
-                results["growth_in_one_process"]["fresh_processes_10th_over_1st"]["cpu_s"],
+            "growth_10th_over_1st_cpu": growth["10th_over_1st"]["one_process"]["cpu_s"],
+            "growth_last_3_over_first_3_cpu": {name: values["cpu_s"]
+                                               for name, values in growth["last_3_over_first_3"].items()},
         }
         results["sizes"] = {"uncompressed_bytes": raw_bytes, "files": file_count, "layer_bytes": blob_size,
                             "compression_ratio": round(raw_bytes / blob_size, 2)}

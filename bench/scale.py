@@ -44,7 +44,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner impo
     gather_facts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
-from bench.distribute import wait_jobs_done  # noqa: E402
+from bench.distribute import wait_gone, wait_jobs_done  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
 from tests.helpers.modules import ansible_cli_floor, run_module, run_module_measured  # noqa: E402
 
@@ -56,8 +56,11 @@ NAMESPACES = ["bench-scale-a", "bench-scale-b", "bench-scale-c"]
 OPTIONS = dict(registry_plain_http=True, extract_image="gkm-cluster-tools:bench", concurrency=16)
 
 
+STARTED = time.monotonic()
+
+
 def log(message):
-    print("bench-scale: %s" % message, file=sys.stderr, flush=True)
+    print("bench-scale [%6.0f s]: %s" % (time.monotonic() - STARTED, message), file=sys.stderr, flush=True)
 
 
 def state():
@@ -100,17 +103,6 @@ def reconcile(kubeconfig, name, **args):
     return result, elapsed, peak_rss
 
 
-def wait_gone(raw, cache, timeout):
-    selector = "gkm.io/cache=%s" % cache
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(raw.list(kind, label_selector=selector) for kind in ("PersistentVolumeClaim", "PersistentVolume",
-                                                                         "Job", "Pod")):
-            return
-        time.sleep(1)
-    raise TimeoutError("objects of %s still present" % cache)
-
-
 def remove(kubeconfig, raw, name, timeout):
     result = run_module("cache_reconcile", kubeconfig, kind="ClusterGKMCache", name=name, state="absent", force=True)
     assert not result.get("failed"), result.get("msg")
@@ -150,7 +142,9 @@ def measure(kubeconfig, raw, image, nodes, repeat):
         cold_writes.append(result["api_writes"])
         node_writes.append(result["node_objects"])
         rss.append(peak)
+        log("%d nodes: cold run %.1f s" % (nodes, elapsed))
         wait_jobs_done(raw, name, slots, timeout)
+        log("%d nodes: the cold run's Jobs complete" % nodes)
         _recorded, _elapsed, peak = reconcile(kubeconfig, name)  # records the finished extractions on the PVCs
         rss.append(peak)
         for _ in range(3):
@@ -164,8 +158,10 @@ def measure(kubeconfig, raw, image, nodes, repeat):
             floor.append(ansible_cli_floor())
         desired = rendered_objects(raw, name, image)
         max_bytes = max(max_bytes, largest_object(raw, name, desired))
+        log("%d nodes: no-op runs done" % nodes)
         remove(kubeconfig, raw, name, timeout)
         raw.request("DELETE", cache_cr.resource_path("ClusterGKMCache", name))
+        log("%d nodes: removed" % nodes)
 
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as manifest:
             json.dump({"apiVersion": "v1", "kind": "List", "items": desired}, manifest)
@@ -176,6 +172,7 @@ def measure(kubeconfig, raw, image, nodes, repeat):
                         "--field-manager", "bench-kubectl", "-f", manifest.name], check=True, stdout=subprocess.DEVNULL)
         ssa.append(time.monotonic() - started)
         os.unlink(manifest.name)
+        log("%d nodes: kubectl apply %.1f s" % (nodes, ssa[-1]))
         wait_jobs_done(raw, name, slots, timeout)
         remove(kubeconfig, raw, name, timeout)
         log("%d nodes, round %d: cold %.1fs (%d requests), no-op %.2fs (%d requests, %d writes), kubectl %.1fs" % (

@@ -105,8 +105,10 @@ options:
         default: 900
       ttl_seconds_after_finished:
         description:
-          - Time a finished Job is kept. Finished extractions are also recorded on the PVC, so a Job removed by
-            this TTL is not run again.
+          - Time a finished Job is kept. Finished extractions, and failed ones, are also recorded on the PVC, so a
+            Job removed by this TTL is not run again. A failed one stays Error, its PVC labelled
+            C(gkm.io/extraction-failed), until that PVC is deleted (the retry), the Job's template changes or the
+            digest changes.
         type: int
         default: 86400
   state:

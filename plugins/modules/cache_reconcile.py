@@ -24,7 +24,11 @@ description:
     C(GPULabelsUnusable), C(Incompatible), C(UntoleratedTaint)), the message and the untolerated taints.
   - The resource's own status keeps GKM's counts, the phase, the conditions, the ten worst problems with their
     total (C(problems), C(problemCnt)) and one line per reason nodes do not get the cache (C(excludedReasons),
-    C(nodeExcludedCnt)), so its size does not grow with the cluster.
+    C(nodeExcludedCnt)), so its size does not grow with the cluster. With C(spec.upgradePolicy) it also has
+    C(upgrade) (the target digest, the phase C(Progressing), C(Paused), C(Stopped) or C(Complete), the counts of
+    nodes per state) and the condition C(Upgraded).
+  - A failed extraction is recorded on its PVC (label C(gkm.io/extraction-failed)), so it outlives the Job's TTL
+    and the node is not retried unasked; deleting that PVC (or changing the Job's template) is the retry.
   - The status and the per-node objects are written only when they say something new, so a run that changes
     nothing writes nothing.
   - With O(state=absent) the cache's distributed objects are removed; the resource itself is left to the caller.

@@ -19,7 +19,8 @@ description:
     cache's PVC in C(claimName) or carries the annotation C(gkm.io/cache) gets a required node affinity (the
     node's readiness label at the digest it mounts, and the image's GPU targets), merged with its own; a pod no
     node fits is denied with the reason and the fix; C(gkm.io/cache-steering=disabled) opts out. Deployments,
-    StatefulSets and DaemonSets get the same affinity on their pod template when created or updated.
+    StatefulSets and DaemonSets are checked, and their pod template is steered (at any digest) only when the
+    workload is annotated C(gkm.io/cache-steering=template).
   - Installs, in this order, the namespace, a ServiceAccount and its RBAC, the TLS material, the server
     Deployment with a PodDisruptionBudget and a Service, waits until the server is ready, and only then registers
     the MutatingWebhookConfiguration. A half-finished install therefore never sends a pod to a server that is

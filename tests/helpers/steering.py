@@ -80,11 +80,12 @@ def pod_request(spec, annotations=None, labels=None, namespace="apps", operation
             "namespace": namespace, "object": {"metadata": metadata, "spec": spec}}
 
 
-def workload_request(kind, spec, annotations=None, namespace="apps", operation="CREATE"):
+def workload_request(kind, spec, annotations=None, namespace="apps", operation="CREATE", workload_annotations=None):
+    """annotations: the pod template's; workload_annotations: the workload's own."""
     template = {"metadata": {"annotations": annotations or {}}, "spec": spec}
+    metadata = {"name": "w", "namespace": namespace, "annotations": workload_annotations or {}}
     return {"uid": "u", "kind": {"group": "apps", "version": "v1", "kind": kind}, "operation": operation,
-            "namespace": namespace, "object": {"metadata": {"name": "w", "namespace": namespace},
-                                               "spec": {"template": template}}}
+            "namespace": namespace, "object": {"metadata": metadata, "spec": {"template": template}}}
 
 
 def terms(*term_lists):

@@ -17,12 +17,11 @@ from kubernetes import client
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import AuditWrites, run_module
+from tests.helpers.operator_caches import apply, kubectl, live, phase_is, poll, pool_nodes
 from tests.helpers.sim import SIM_SCRIPT, sim_control
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
-GROUP, VERSION = "gkm.io", "v1alpha1"
-POOL_LABEL = "gkm.test/operator-pool"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -50,49 +49,6 @@ def image(registry):
                                      kcache_images.CacheSpec(backend="hip"))
 
 
-def pool_nodes(sim_nodes, pool, count):
-    return sim_nodes([{"name": "%s-%s" % (pool, uuid.uuid4().hex[:3]), "count": count, "vendor": "amd",
-                       "labels": {POOL_LABEL: pool}}], timeout=120)
-
-
-def manifest(name, namespace, image_ref, pool):
-    template = {"spec": {"nodeSelector": {POOL_LABEL: pool},
-                         "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
-    return {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
-            "metadata": {"name": name, "namespace": namespace}, "spec": {"image": image_ref, "podTemplate": template}}
-
-
-def kubectl(sim, *args, stdin=None):
-    return subprocess.run(["kubectl", "--kubeconfig", sim.kubeconfig, *args], check=True, input=stdin, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE).stdout
-
-
-def poll(what, check, timeout):
-    """check() until it returns something true; its value, or fail naming what and the last value."""
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError("%s not reached in %ss; last: %r" % (what, timeout, value))
-
-
-def live(crds, namespace, name):
-    try:
-        return crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", name)
-    except client.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-
-
-def phase_is(crds, namespace, name, phase, node_count):
-    status = (live(crds, namespace, name) or {}).get("status") or {}
-    return status if status.get("phase") == phase and status.get("nodeCnt") == node_count else None
-
-
 def settled(crds, namespace, name, quiet_seconds=5):
     """True when the cache resource did not change for quiet_seconds."""
     version = live(crds, namespace, name)["metadata"]["resourceVersion"]
@@ -116,7 +72,7 @@ def test_kubectl_apply_then_nodes_join_then_delete_without_a_playbook(
     first = pool_nodes(sim_nodes, pool, 3)
     name = "op-cache"
     started = time.monotonic()
-    kubectl(sim, "apply", "-f", "-", stdin=json.dumps(manifest(name, namespace, image.ref, pool)))
+    apply(sim, name, namespace, image.ref, pool)
     status = poll("Extracted on 3 nodes", lambda: phase_is(crds, namespace, name, "Extracted", 3), 180)
     apply_to_extracted = time.monotonic() - started
     record_property("apply_to_extracted_s", round(apply_to_extracted, 1))
@@ -156,7 +112,7 @@ def test_kubectl_apply_then_nodes_join_then_delete_without_a_playbook(
 
 
 def test_the_operator_holds_the_leader_lease(operator, kube):
-    # A second replica cannot run on this machine (the engine's fixed ports); in a cluster each pod has its own.
+    # Two replicas, one leading: test_operator_replicas.py (each in a network namespace of its own).
     lease = poll("the operator's Lease", lambda: _lease(kube), 60)
     with open(os.path.join(sim_control.SIM_DIR, "logs", "operator.log")) as handle:
         log = handle.read()

@@ -1,12 +1,18 @@
-"""Steering on the real nodes: a bare Pod that names a GKMCache's serving PVC, with no node of its own, is steered by
-the webhook to the real AMD node (the NVIDIA node's GPU does not fit the hip image), runs there and reads the cache
-its node extracted. The file's hash is read from the registry, not by our code."""
+"""Steering on the real nodes, through the webhook server (a local process) and the kubelets:
+- a bare Pod that names a GKMCache's serving PVC, with no node of its own, is steered to the real AMD node (the NVIDIA
+  node's GPU does not fit the hip image), runs there and reads the cache its node extracted;
+- a bare Pod carrying only the annotations gkm.io/cache and gkm.io/cache-mount-path, for a GKMCache in imageVolume
+  mode, gets the digest-pinned image volume and the GPU affinity, lands on the AMD node, whose containerd pulls the
+  image from the local registry, and reads the kernel file from it.
+The files' hashes are read from the registry, not by our code."""
 
+import json
 import time
 import uuid
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
@@ -33,17 +39,44 @@ def _finished(core, namespace, name):
     return pod if pod.status.phase in ("Succeeded", "Failed") else None
 
 
-def test_a_bare_pod_naming_the_serving_pvc_is_steered_to_the_amd_node_and_reads_its_cache(
-        sim, kube, crds, registry, real_nodes, tools_image, tmp_path):
-    core = client.CoreV1Api(kube)
+@pytest.fixture(scope="module")
+def webhook(sim, tmp_path_factory):
+    """The webhook server as a local process, registered for the module's tests."""
     suffix = uuid.uuid4().hex[:6]
-    namespace = labelled_namespace(core, "t-real-steer-%s" % suffix, BASELINE)
+    certs = CertificateFiles(str(tmp_path_factory.mktemp("real-steering")))
+    server = LocalWebhookServer(sim.kubeconfig, certs.cert_file, certs.key_file)
+    hook = {"name": "rs-" + suffix, "namespace": "gkm-rs-" + suffix}
+    try:
+        server.start().wait_ready(certs.ca)
+        install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], url=server.url, ca_bundle=certs.ca)
+        yield
+    finally:
+        install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], state="absent")
+        server.stop()
+
+
+def _reader(tools_image, command, **volume_source):
+    """A bare Pod whose only placement is "a real node", running command as a non-root user."""
+    body = {"metadata": {"name": "reader"}, "spec": {
+        "restartPolicy": "Never", "tolerations": [GPU_TOLERATION], "affinity": ON_REAL_NODES,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 4321, "runAsGroup": 4321,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "app", "image": tools_image, "command": command,
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}
+    if volume_source:
+        body["spec"]["containers"][0]["volumeMounts"] = [{"name": "kernels", "mountPath": "/kernels",
+                                                          "readOnly": True}]
+        body["spec"]["volumes"] = [dict(name="kernels", **volume_source)]
+    return body
+
+
+def test_a_bare_pod_naming_the_serving_pvc_is_steered_to_the_amd_node_and_reads_its_cache(
+        sim, kube, crds, registry, real_nodes, tools_image, webhook):
+    core = client.CoreV1Api(kube)
+    namespace = labelled_namespace(core, "t-real-steer-%s" % uuid.uuid4().hex[:6], BASELINE)
     cache = "vector-add"
     spec = kcache_images.CacheSpec(backend="hip", kernels=2, seed=21)
     pushed = kcache_images.build_image(registry.host, "real-steer/vector-add", "v1", spec)
-    certs = CertificateFiles(str(tmp_path))
-    server = LocalWebhookServer(sim.kubeconfig, certs.cert_file, certs.key_file)
-    hook = {"name": "rs-" + suffix, "namespace": "gkm-rs-" + suffix}
     try:
         crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
             "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
@@ -51,21 +84,13 @@ def test_a_bare_pod_naming_the_serving_pvc_is_steered_to_the_amd_node_and_reads_
             "spec": {"image": pushed.ref, "podTemplate": real_pod_template()}})
         reconciled = reconcile(sim, cache, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
         assert not reconciled.get("failed"), reconciled.get("msg")
-        server.start().wait_ready(certs.ca)
-        install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], url=server.url, ca_bundle=certs.ca)
 
         kernel = next(e.name for e in kcache_images.cache_entries(spec)[0] if e.name.endswith(".llir"))
         expected = layer_files(sim.registry, "real-steer/vector-add", pushed.digest, {kernel})[kernel]
         started = time.monotonic()
         # Only its own placement (any real node) and the cache's PVC: steering narrows it to the AMD node.
-        core.create_namespaced_pod(namespace, {"metadata": {"name": "reader"}, "spec": {
-            "restartPolicy": "Never", "tolerations": [GPU_TOLERATION], "affinity": ON_REAL_NODES,
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 4321, "runAsGroup": 4321,
-                                "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{"name": "app", "image": tools_image, "command": ["sha256sum", "/kernels/" + kernel],
-                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                            "volumeMounts": [{"name": "kernels", "mountPath": "/kernels", "readOnly": True}]}],
-            "volumes": [{"name": "kernels", "persistentVolumeClaim": {"claimName": cache}}]}})
+        core.create_namespaced_pod(namespace, _reader(tools_image, ["sha256sum", "/kernels/" + kernel],
+                                                      persistentVolumeClaim={"claimName": cache}))
         pod = wait_until("the reader pod finished", lambda: _finished(core, namespace, "reader"), timeout=180,
                          interval=0.5)
         assert pod.spec.node_name == AMD_NODE
@@ -73,12 +98,53 @@ def test_a_bare_pod_naming_the_serving_pvc_is_steered_to_the_amd_node_and_reads_
         assert pod_logs(core, namespace, "reader").split()[0] == expected
         print("pod created -> kernel read on %s in %.1fs" % (AMD_NODE, time.monotonic() - started))
     finally:
-        install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], state="absent")
-        server.stop()
         core.delete_collection_namespaced_pod(namespace)
         # The scrub Jobs remove the node's copy: they run the tools image on the real nodes.
         removed = run_module("cache_distribute", sim.kubeconfig, name=cache, namespace=namespace, state="absent",
                              force=True, extract_image=tools_image, registry_plain_http=True,
                              host_path_root=NODE_DISK, pod_template=real_pod_template(), wait=True)
         assert not removed.get("failed"), removed.get("msg")
+        delete_namespace(core, namespace)
+
+
+def test_an_annotated_pod_gets_an_image_volume_cache_is_steered_to_the_amd_node_and_reads_the_pulled_image(
+        sim, kube, crds, registry, real_nodes, tools_image, webhook):
+    core = client.CoreV1Api(kube)
+    namespace = labelled_namespace(core, "t-real-imgvol-%s" % uuid.uuid4().hex[:6], BASELINE)
+    cache = "by-image"
+    spec = kcache_images.CacheSpec(backend="hip", kernels=2, seed=22)
+    pushed = kcache_images.build_image(registry.host, "real-steer/by-image", "v1", spec)
+    try:
+        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+            "metadata": {"name": cache, "namespace": namespace},
+            "spec": {"image": pushed.ref, "mountMode": "imageVolume"}})
+        resolved = reconcile(sim, cache, namespace)
+        assert not resolved.get("failed") and resolved["resource"]["status"]["phase"] == "Resolved", \
+            resolved.get("msg")
+
+        kernel = next(e.name for e in kcache_images.cache_entries(spec)[0] if e.name.endswith(".llir"))
+        expected = layer_files(sim.registry, "real-steer/by-image", pushed.digest, {kernel})[kernel]
+        body = _reader(tools_image, ["sha256sum", "/kernels/" + kernel])
+        body["metadata"]["annotations"] = {"gkm.io/cache": cache, "gkm.io/cache-mount-path": "/kernels"}
+
+        def created():
+            try:
+                return core.create_namespaced_pod(namespace, body)
+            except ApiException as error:  # the server's view may not hold the resolved digest yet
+                assert "has no resolved image digest yet" in json.loads(error.body)["message"], error.body
+                return None
+
+        started = time.monotonic()
+        admitted = wait_until("the reader pod admitted with its image volume", created, timeout=30, interval=0.5)
+        [volume] = [v for v in admitted.spec.volumes if v.image is not None]
+        assert volume.image.reference == pushed.digest_ref
+        pod = wait_until("the reader pod finished", lambda: _finished(core, namespace, "reader"), timeout=180,
+                         interval=0.5)
+        assert pod.spec.node_name == AMD_NODE
+        assert pod.status.phase == "Succeeded", pod.status
+        assert pod_logs(core, namespace, "reader").split()[0] == expected
+        print("pod created -> image pulled and kernel read on %s in %.1fs" % (AMD_NODE, time.monotonic() - started))
+    finally:
+        core.delete_collection_namespaced_pod(namespace)
         delete_namespace(core, namespace)

@@ -6,7 +6,8 @@ placement (never extracted), nvidia-1 and cpu-1 are selected but cannot take it.
 amd-2 only; a pod's own affinity is merged; a pod that fits nowhere, or names a cache never reconciled, is denied
 with the reason and the fix; the opt-out annotation keeps a placement; the annotation mounts the serving PVC, or
 the image itself for an imageVolume cache; a DaemonSet over the five nodes runs on the two ready ones, and its other
-pods wait Pending. Workloads themselves are never changed.
+pods wait Pending. Workloads are not changed unless annotated gkm.io/cache-steering: template: such a DaemonSet's
+template is steered, so it counts only the two ready nodes, and re-applying it changes nothing.
 """
 
 import json
@@ -17,7 +18,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import APPLY_CONTENT_TYPE, Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
@@ -229,6 +230,33 @@ def test_a_daemonset_over_partly_ready_nodes_runs_on_the_ready_ones_and_its_othe
     for pending in waiting:
         [term] = terms_of(core.api_client.sanitize_for_serialization(pending)["spec"])
         assert {"key": setup.ready_key, "operator": "In", "values": [setup.short_digest]} in term["matchExpressions"]
+
+
+def test_a_daemonset_annotated_for_template_steering_counts_only_the_ready_nodes_and_a_reapply_changes_nothing(
+        kube, setup):
+    raw, apps = Kube(kube), client.AppsV1Api(kube)
+    labels = {"app": "steered-template"}
+    template = pod("ignored", claim=setup.cache, nodeSelector={TEST_LABEL: setup.suffix})
+    template["metadata"] = {"labels": labels}
+    manifest = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {
+        "name": "steered-template", "namespace": setup.namespace, "annotations": {"gkm.io/cache-steering": "template"}},
+        "spec": {"selector": {"matchLabels": labels}, "template": template}}
+    path = "/apis/apps/v1/namespaces/%s/daemonsets/steered-template" % setup.namespace
+
+    def apply():
+        return raw.request("PATCH", path, [("fieldManager", "steering-test")], manifest, APPLY_CONTENT_TYPE)[1]
+
+    created = apply()
+    [term] = terms_of(created["spec"]["template"]["spec"])
+    assert {"key": setup.ready_key, "operator": "Exists"} in term["matchExpressions"]
+
+    def status():
+        current = apps.read_namespaced_daemon_set_status("steered-template", setup.namespace).status
+        return current if current.desired_number_scheduled == 2 and current.number_ready == 2 else None
+
+    # Of the five nodes it selects, the two that hold the cache: desired 2, all ready, none Pending.
+    assert wait_until("the DaemonSet desired and ready on the two nodes holding the cache", status, timeout=90)
+    assert apply()["metadata"]["generation"] == created["metadata"]["generation"]
 
 
 def test_the_annotation_of_an_image_volume_cache_mounts_the_pinned_image_on_a_gpu_it_fits(sim, kube, crds, setup):

@@ -3,11 +3,12 @@
 Make before break: while one `wait: true` run moves a cache to a new digest, every eligible node always has an
 extracted PVC to hand out, and the same run releases the previous digest's slots. Waves: a GKMCache with
 spec.upgradePolicy moves at most maxUnavailable nodes at a time, and one `wait: true` run walks every wave; a
-failed wave stops the rollout, and its node keeps serving the previous digest.
+failed wave stops the rollout, and its node keeps serving the previous digest, also once its failed Job is gone.
 """
 
 import threading
 import time
+import uuid
 
 import pytest
 from kubernetes import client
@@ -16,9 +17,18 @@ from urllib3.exceptions import HTTPError
 from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
-from tests.integration.test_cache_distribute import EXTRACT_IMAGE, WORKERS, distribute, remove, tolerated, unique
+from tests.integration.test_cache_distribute import (
+    EXTRACT_IMAGE,
+    GPU_TOLERATION,
+    WORKERS,
+    distribute,
+    remove,
+    tolerated,
+    unique,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
+POOL_LABEL = "gkm.test/upgrade-pool"
 
 POLL_SECONDS = 0.1
 EXTRACTED = "gkm.io/extracted-digest"
@@ -52,19 +62,24 @@ def node_pvcs(pvcs):
 
 class Watcher(threading.Thread):
     """Lists the cache's PVCs every POLL_SECONDS while a run goes: per node, how long it had no PVC to hand out
-    and which digests it handed out; per poll, the nodes upgrading (a new-digest PVC not extracted yet)."""
+    and which digests it handed out; per poll, the nodes upgrading (a new-digest PVC not extracted yet) and the
+    nodes without a PVC to hand out; with label_key, the values of that node label seen."""
 
-    def __init__(self, kube, name, new_digest):
+    def __init__(self, kube, name, new_digest, nodes=WORKERS, label_key=None):
         super().__init__(daemon=True)
         self.core = client.CoreV1Api(kube)
         self.selector = "gkm.io/cache=%s,gkm.io/node" % name
         self.new_digest = new_digest
+        self.nodes = nodes
         self.done = threading.Event()
         self.polls = 0
         self.missing_since = {}
-        self.longest_gap = {node: 0.0 for node in WORKERS}
-        self.digests_seen = {node: set() for node in WORKERS}
+        self.longest_gap = {node: 0.0 for node in nodes}
+        self.digests_seen = {node: set() for node in nodes}
         self.most_upgrading = 0
+        self.most_without = 0
+        self.label_key = label_key
+        self.labels_seen = set()
         self.error = None
 
     def run(self):
@@ -72,14 +87,17 @@ class Watcher(threading.Thread):
             while not self.done.is_set():
                 self.record(node_pvcs(self.core.list_persistent_volume_claim_for_all_namespaces(
                     label_selector=self.selector).items), time.monotonic())
+                if self.label_key:
+                    self.labels_seen.update(node.metadata.labels[self.label_key] for node in self.core.list_node(
+                        label_selector=self.label_key).items)
                 self.done.wait(POLL_SECONDS)
         except (client.ApiException, HTTPError) as error:  # reported by the test, not lost with the thread
             self.error = error
 
     def record(self, by_node, now):
         self.polls += 1
-        upgrading = 0
-        for node in WORKERS:
+        upgrading = without = 0
+        for node in self.nodes:
             pvcs = by_node.get(node, {})
             served = {digest for digest, extracted in pvcs.items() if extracted}
             upgrading += pvcs.get(self.new_digest) is False
@@ -87,10 +105,12 @@ class Watcher(threading.Thread):
                 self.digests_seen[node] |= served
                 self.missing_since.pop(node, None)
             else:
+                without += 1
                 # A single poll without one counts as a gap of one poll interval at least.
                 since = self.missing_since.setdefault(node, now - POLL_SECONDS)
                 self.longest_gap[node] = max(self.longest_gap[node], now - since)
         self.most_upgrading = max(self.most_upgrading, upgrading)
+        self.most_without = max(self.most_without, without)
 
     def stop(self):
         self.done.set()
@@ -119,7 +139,7 @@ def test_a_digest_change_never_leaves_a_node_without_an_extracted_pvc_and_releas
         watcher = Watcher(kube, name, new)
         watcher.start()
         started = time.monotonic()
-        changed = distribute(sim, **{**args, "image": images[1].ref, "node_details": True})
+        changed = distribute(sim, **{**args, "image": images[1].ref})
         figures = "%s; run %.1fs" % (watcher.stop(), time.monotonic() - started)
         assert not changed.get("failed"), changed.get("msg")
         assert max(watcher.longest_gap.values()) == 0, "a node had no extracted PVC: %s (%s)" % (
@@ -133,16 +153,17 @@ def test_a_digest_change_never_leaves_a_node_without_an_extracted_pvc_and_releas
         remove(sim, **args)
 
 
-def cache_manifest(name, namespace, image, policy):
-    template = tolerated()["pod_template"]
+def cache_manifest(name, namespace, image, policy, template=None):
+    template = template or tolerated()["pod_template"]
     return {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "metadata": {"name": name, "namespace": namespace},
             "spec": {"image": image, "podTemplate": template, "upgradePolicy": policy}}
 
 
-def reconcile(sim, name, namespace, check=False):
+def reconcile(sim, name, namespace, check=False, wait_timeout=120):
     return run_module("cache_reconcile", sim.kubeconfig, check=check, diff=check, kind="GKMCache", name=name,
                       namespace=namespace, registry_plain_http=True, extract_image=EXTRACT_IMAGE,
-                      host_path_root=NODE_DISK, serving_pvc=False, wait=True, wait_timeout=120, node_details=True)
+                      host_path_root=NODE_DISK, serving_pvc=False, wait=True, wait_timeout=wait_timeout,
+                      node_details=True)
 
 
 def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_one_run(
@@ -237,6 +258,70 @@ def test_a_wave_that_fails_verification_stops_the_rollout_and_its_node_keeps_the
         key = state_label_key(name, namespace)
         assert {node: (core.read_node(node).metadata.labels or {}).get(key) for node in WORKERS} == {
             WORKERS[0]: "rolled-back", WORKERS[1]: "pending", WORKERS[2]: "pending"}
+        upgrade = crds.get_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name)["status"]
+        assert upgrade["upgrade"]["phase"] == "Stopped" and upgrade["upgrade"]["counts"] == {
+            "pending": 2, "upgrading": 0, "upgraded": 0, "failed": 0, "rolledBack": 1}, upgrade["upgrade"]
+        assert {c["type"]: c["reason"] for c in upgrade["conditions"]}["Upgraded"] == "RolloutStopped"
+
+        # The failure outlives its Job: with the failed Job gone (as its TTL would delete it), the next run creates
+        # no Job again and the node stays rolled back, its PVC labelled with the failed digest.
+        failed = [e for e in stopped["status"]["entries"] if e["digest"] == new and e["phase"] == "Error"]
+        assert [e["node"] for e in failed] == WORKERS[:1], stopped["status"]["entries"]
+        batch = client.BatchV1Api(kube)
+        batch.delete_namespaced_job(failed[0]["job"], namespace, propagation_policy="Background")
+        again = reconcile(sim, name, namespace)
+        assert not again.get("failed"), again.get("msg")
+        assert again["rollout"]["stopped"] and again["rollout"]["rolled-back"] == WORKERS[:1], again["rollout"]
+        assert not [a for a in again["plan"]["actions"] if a["kind"] == "Job"], again["plan"]
+        entry = next(e for e in again["status"]["entries"] if e["node"] == WORKERS[0] and e["digest"] == new)
+        assert entry["phase"] == "Error" and stages.REFUSAL_MESSAGE in entry["message"], entry
+        assert [j.metadata.name for j in batch.list_namespaced_job(
+            namespace, label_selector="gkm.io/cache=%s,gkm.io/digest=%s" % (name, new)).items
+            if not j.metadata.deletion_timestamp] == []
+        recorded = core.read_namespaced_persistent_volume_claim(failed[0]["pvc"], namespace)
+        assert recorded.metadata.labels["gkm.io/extraction-failed"] == new
+    finally:
+        run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
+                   state="absent", force=True)
+        crds.delete_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name)
+
+
+def test_twenty_nodes_at_a_quarter_never_have_more_than_five_upgrading_or_without_a_verified_cache(
+        sim, kube, crds, images, namespace, sim_nodes):
+    """The issue's 20-node upgrade: kwok GPU nodes of their own, maxUnavailable 25%, the PVCs polled through the API
+    during the one `wait: true` run that walks every wave."""
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
+
+    pool = "waves-%s" % uuid.uuid4().hex[:4]
+    nodes = sim_nodes([{"name": pool, "count": 20, "vendor": "amd", "labels": {POOL_LABEL: pool}}], timeout=120)
+    template = {"spec": {"nodeSelector": {POOL_LABEL: pool}, "tolerations": [GPU_TOLERATION]}}
+    name = unique("twenty")
+    old, new = short(images[0]), short(images[1])
+    crds.create_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", cache_manifest(
+        name, namespace, images[0].ref, {"maxUnavailable": "25%"}, template))
+    try:
+        first = reconcile(sim, name, namespace, wait_timeout=300)
+        assert not first.get("failed"), first.get("msg")
+        assert sorted(first["eligible_nodes"]) == nodes and first["rollout"]["complete"], first["rollout"]
+        crds.patch_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name,
+                                            {"spec": {"image": images[1].ref}})
+        watcher = Watcher(kube, name, new, nodes, state_label_key(name, namespace))
+        watcher.start()
+        started = time.monotonic()
+        rolled = reconcile(sim, name, namespace, wait_timeout=300)
+        figures = "%s; at most %d upgrading and %d without an extracted PVC at once; run %.1fs" % (
+            watcher.stop(), watcher.most_upgrading, watcher.most_without, time.monotonic() - started)
+        assert not rolled.get("failed"), rolled.get("msg")
+        # 5 at once (a wave's new PVCs stay unmarked until all its Jobs are done), never more; no node without one.
+        assert watcher.most_upgrading == 5 and watcher.most_without == 0, figures
+        assert rolled["rollout"]["complete"] and rolled["rollout"]["upgraded"] == nodes, rolled["rollout"]
+        assert watcher.digests_seen == {node: {old, new} for node in nodes}, figures
+        # The state labels followed the waves during the run, and went at its end.
+        assert {"pending", "upgrading", "upgraded"} <= watcher.labels_seen, watcher.labels_seen
+        assert not client.CoreV1Api(kube).list_node(label_selector=state_label_key(name, namespace)).items
+        status = crds.get_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name)["status"]
+        assert status["upgrade"]["phase"] == "Complete" and status["upgrade"]["counts"]["upgraded"] == 20, status
+        print("20 nodes at 25%%: %s" % figures)
     finally:
         run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
                    state="absent", force=True)

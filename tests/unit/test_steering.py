@@ -128,6 +128,40 @@ def test_workload_templates_are_checked_but_never_changed():
         assert 'names "nope", which is neither a GKMCache' in unknown.denial
 
 
+def test_an_annotated_workloads_template_is_steered_at_any_digest_and_its_pods_then_at_theirs():
+    steering_view = view([cache("vector-add")], pvcs=[serving_pvc("vector-add")])
+    steer_template = {"gkm.io/cache-steering": "template"}
+    any_digest = {"key": READY_KEY, "operator": "Exists"}
+    for kind in ("Deployment", "StatefulSet", "DaemonSet"):
+        request = workload_request(kind, pod_spec("vector-add", affinity=terms({"matchExpressions": [ZONE]})),
+                                   workload_annotations=steer_template)
+        result = steer(request, steering_view)
+        assert result.denial is None and "template steered" in result.note
+        workload = apply_patch(request["object"], result.operations)
+        template_spec = workload["spec"]["template"]["spec"]
+        # Merged with the template's own term; the label at any digest (a template outlives digests).
+        assert required_terms(template_spec) == [{"matchExpressions": [ZONE, any_digest, *AMD_EXPRESSIONS]}]
+        # amd-2 holds the previous digest: a DaemonSet counts it, and its pod there is steered to its digest.
+        assert fitting_nodes(steering_view, dict(template_spec, affinity=terms(
+            {"matchExpressions": [any_digest, *AMD_EXPRESSIONS]}))) == ["amd-1", "amd-2"]
+        pod = steered_pod(steering_view, pod_request(template_spec, controller=kind))
+        assert required_terms(pod["spec"]) == [{"matchExpressions": [ZONE, ready_at(SHORT_A), *AMD_EXPRESSIONS]}]
+        # An update with the template as stored changes nothing.
+        again = workload_request(kind, template_spec, operation="UPDATE", workload_annotations=steer_template)
+        assert steer(again, steering_view).operations == []
+    # Not annotated, or the template opts out: left as written.
+    opted_out = workload_request("DaemonSet", pod_spec("vector-add"), annotations={"gkm.io/cache-steering": "disabled"},
+                                 workload_annotations=steer_template)
+    assert steer(opted_out, steering_view).operations == []
+
+
+def test_an_annotated_template_of_a_cache_nothing_holds_yet_is_steered_not_denied():
+    steering_view = view([cache("vector-add", digest=None)])
+    result = steer(workload_request("DaemonSet", pod_spec("vector-add"),
+                                    workload_annotations={"gkm.io/cache-steering": "template"}), steering_view)
+    assert result.denial is None and result.operations
+
+
 def test_a_daemonset_pod_keeps_its_node_pin_and_is_pinned_to_the_digest_instead_of_any():
     steering_view = view([cache("vector-add")], pvcs=[serving_pvc("vector-add")])
     pin = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["amd-1"]}],

@@ -78,7 +78,7 @@ def test_a_failure_beyond_the_threshold_stops_the_rollout_and_rolls_the_failed_n
     assert stopped.holds("gpu-05") and not stopped.holds("gpu-01")
     assert stopped.labels()["gpu-01"] == "rolled-back"
     assert "stopped: 1 node(s) failed (gpu-01), more than failureThreshold 0 allows" in stopped.message
-    assert "delete their failed extraction Jobs to retry" in stopped.message
+    assert "delete their PVCs labelled gkm.io/extraction-failed to retry" in stopped.message
 
 
 def test_failures_within_the_threshold_leave_the_rollout_running():

@@ -13,6 +13,8 @@ __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import OWNER_CONTAINER
 
+# The label the Job controller puts on its pods.
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 IMAGE_PULL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 CONTAINER_NOT_CREATED = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError")
 

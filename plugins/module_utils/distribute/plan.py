@@ -37,6 +37,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     conflicts,
+    failure_record,
     ownership,
     previous_slots,
     registry_secret,
@@ -342,14 +343,17 @@ class _Planner:
                     slot.namespace, slot.pvc_name(), ", ".join(u["name"] for u in users))
                 return
         extracted = not fresh and (marked or job_done)
+        job = None
+        if fresh or not extracted or (job_live is not None and _metadata_outdated(job_live, _job_metadata(spec, slot))):
+            job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner), spec.owner)
+        failure = None if fresh or extracted else self._failure(pvc_live, job_live, job)
         if slot.node:
             # Released once the live PVC carries the mark: the webhook then hands out the new PVC (view.py).
             self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = marked and not fresh
         if extracted:
             pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, True), spec.owner)
-        job = None
-        if fresh or not extracted or (job_live is not None and _metadata_outdated(job_live, _job_metadata(spec, slot))):
-            job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner), spec.owner)
+        elif failure is not None:
+            pvc = failure_record.record(pvc, short_digest(spec.digest), failure)
         plan.desired.extend(obj for obj in (pv, pvc, job) if obj is not None)
         if fresh:
             for desired, live in ((pv, pv_live), (pvc, pvc_live), (job, job_live)):
@@ -366,18 +370,32 @@ class _Planner:
                 self.claimed.add(object_ref(live))
                 if _metadata_outdated(live, desired):
                     plan.add("update", desired, "labels or annotations differ")
+                elif live is pvc_live and failure is None and failure_record.has_record(live):
+                    plan.add("update", desired, "the failure record is for another Job template: retried")
         if job_live is None:
-            if not extracted:
+            if not extracted and failure is None:
                 plan.add("create", job, "missing")
             return
         self.claimed.add(object_ref(job_live))
         if job is None:
             return  # extracted, and its metadata is as rendered: a spec that differs is left alone anyway
         if _differs(job_live, job):
-            if not extracted:
+            if not extracted and failure is None:
                 plan.add("replace", job, "pod template changed before extraction finished")
         elif _metadata_outdated(job_live, job):
             plan.add("update", job, "labels or annotations differ")
+
+    def _failure(self, pvc_live, job_live, job):
+        """The slot's failed extraction with the Job as now rendered: recorded on its PVC, or said by its failed Job
+        (then recorded now); such a slot gets no Job until its PVC is deleted or the Job's template changes
+        (failure_record.py)."""
+        job_hash = job["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        failure = failure_record.recorded(pvc_live, short_digest(self.spec.digest), job_hash)
+        if failure is None and pvc_live is not None and job_live is not None and not _differs(job_live, job):
+            failure = failure_record.job_failure(job_live, failure_record.pods_of(job_live, self.facts.pods))
+            if failure is not None:
+                failure.job = job_hash
+        return failure
 
     def _serving(self, namespace):
         """The namespace's serving PV and PVC (serving.py). One mounted at another digest is left to the stale

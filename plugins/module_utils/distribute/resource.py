@@ -16,6 +16,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import G
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import image_volume, status_summary
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_status import (
+    upgrade_condition,
+    upgrade_status,
+)
 
 GROUP = "gkm.io"
 VERSION = "v1alpha1"
@@ -103,14 +107,18 @@ def upgrade_policy(resource):
 
 def summary_status(result, now):
     """The status subresource for a distribution result (now: an RFC 3339 timestamp), whose size does not grow
-    with the cluster: counts, the worst problems and one line per exclusion reason; the per-node state belongs
-    to the per-node objects (node_objects.py)."""
+    with the cluster: counts, the worst problems, one line per exclusion reason and a rolling upgrade's counts
+    (upgrade_status.py); the per-node state belongs to the per-node objects (node_objects.py) and labels."""
     body = _status_head(result, now)
     for condition in body["conditions"]:
         condition["message"] = condition["message"][:MAX_CONDITION_MESSAGE]
     status = result["status"]
     incompatible = [entry["node"] for entry in status.get("entries") or [] if entry["phase"] == "Incompatible"]
     body.update(status_summary.bounded_fields(status, result.get("excluded_nodes") or {}, incompatible))
+    if result.get("rollout"):
+        # A cache with spec.upgradePolicy: where its rolling upgrade stands (counts; the nodes' labels say who).
+        body["upgrade"] = upgrade_status(result["rollout"])
+        body["conditions"].append(upgrade_condition(body["upgrade"], now))
     return body
 
 

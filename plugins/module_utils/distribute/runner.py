@@ -390,6 +390,7 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
             if plan.rollout is not None and plan.rollout.active:
                 result["diff"].append(rollout.rollout_diff(spec, plan.rollout, facts.nodes))
         dry_runs = 0
+        upgrade_labels = []
         if not check_mode:
             with timings.phase("validate"):
                 dry_runs, refusals = dry_run.validate_plan(kube, plan)
@@ -408,16 +409,15 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
                 facts = gather_facts(kube, spec)
         if params.get("wait") and spec.state == "present" and not check_mode:
             with timings.phase("wait"):
-                facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub)
+                facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub,
+                                    upgrade_labels)
         with timings.phase("status"):
             status = _status(spec, plan, facts)
         with timings.phase("node_objects"):
             node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff)
         with timings.phase("node_labels"):
             node_labels = node_readiness_runner.label_nodes(kube, spec, status["entries"], facts.nodes)
-            upgrade_labels = node_readiness_runner.sync_labels(
-                kube, spec, state_label_key(spec.name, spec.cache_namespace),
-                plan.rollout.labels() if plan.rollout is not None else {}, facts.nodes)
+            upgrade_labels.extend(_label_upgrade_states(kube, spec, plan.rollout, facts.nodes))
     except KubeError as error:
         raise DistributeError(str(error), writes=kube.writes) from error
     if node_objects is not None:
@@ -449,11 +449,15 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
     return result
 
 
-def _wait(kube, spec, facts, plan, deadline, scrub):
+def _wait(kube, spec, facts, plan, deadline, scrub, labels_written):
     """Poll until every current slot is Extracted or Error, then record finished extractions on the PVCs and
     release what they replace. That plan starts a rolling upgrade's next wave: wait for it too, until no wave
-    moves (complete, paused or stopped) or the deadline."""
+    moves (complete, paused or stopped) or the deadline; the upgrade state labels written meanwhile are added to
+    labels_written."""
     while True:
+        if plan.rollout is not None:
+            # The state labels follow each wave while the run waits for it, not only at the run's end.
+            labels_written.extend(_label_upgrade_states(kube, spec, plan.rollout, facts.nodes))
         facts, polled = _poll(kube, spec, facts, plan, deadline)
         if not polled and not kube.writes:
             return facts, plan  # nothing changed since the plan was made from these facts
@@ -463,6 +467,22 @@ def _wait(kube, spec, facts, plan, deadline, scrub):
         # A run that wrote nothing more cannot move the rollout: what is left waits for failures to be fixed.
         if waves is None or waves.complete or waves.stopped or waves.policy.paused or kube.writes == writes:
             return facts, plan
+
+
+def _label_upgrade_states(kube, spec, waves, nodes):
+    """Write the nodes' upgrade state labels, and keep `nodes` (the facts' copies) as written."""
+    key = state_label_key(spec.name, spec.cache_namespace)
+    written = node_readiness_runner.sync_labels(kube, spec, key, waves.labels() if waves is not None else {}, nodes)
+    by_name = {node["metadata"]["name"]: node for node in nodes}
+    for change in written:
+        if change["node"] not in by_name:
+            continue  # an absent cache's nodes are listed by sync_labels itself
+        labels = by_name[change["node"]]["metadata"].setdefault("labels", {})
+        if change["value"] is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = change["value"]
+    return written
 
 
 def _poll(kube, spec, facts, plan, deadline):

@@ -21,7 +21,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     MANAGER,
     NODE_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import failure_record
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import (
+    IMAGE_NOT_PULLABLE,
+    JOB_NAME_LABEL,
+    pods_problem,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
     HELD,
     KEPT_UNTIL_REPLACED,
@@ -31,14 +36,16 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
     job_condition,
     pod_mounts,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
+    EXTRACTED_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING, is_serving
 
 PENDING, EXTRACTING, EXTRACTED, ERROR, INCOMPATIBLE, OUTDATED = (
     "Pending", "Extracting", "Extracted", "Error", "Incompatible", "Outdated")
 RUNNING = "Running"
 UNSCHEDULABLE = "Unschedulable"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 # Scheduler message fragments -> the option that changes the outcome.
 _FIXES = (
@@ -90,16 +97,19 @@ def slot_phase(slot, pvc, job, job_pods):
     marker = ((pvc or {}).get("metadata", {}).get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
     if slot.digest and marker.split(":", 1)[-1].startswith(slot.digest):
         return EXTRACTED, None, [], None
+    # Recorded when its Job failed: the record outlives the Job (a live Job of another template is a retry).
+    job_hash = ((job or {}).get("metadata", {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    recorded = failure_record.recorded(pvc, slot.digest, job_hash)
+    if recorded is not None:
+        return ERROR, recorded.message, [*recorded.fix, failure_record.RETRY_FIX], recorded.reason
     if job is None:
         return PENDING, "the extraction Job does not exist yet", [], None
     if job_condition(job, "Complete"):
         return EXTRACTED, None, [], None
+    failed = failure_record.job_failure(job, job_pods)
+    if failed is not None:
+        return ERROR, failed.message, failed.fix, failed.reason
     problem = pods_problem(job_pods)
-    failed = job_condition(job, "Failed")
-    if failed:
-        if problem is not None:
-            return ERROR, problem.message, problem.fix, problem.reason
-        return ERROR, "%s: %s" % (failed.get("reason"), failed.get("message")), [], failed.get("reason")
     for pod in job_pods:
         message = _unschedulable(pod)
         if message:

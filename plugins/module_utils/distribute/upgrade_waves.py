@@ -10,13 +10,14 @@ new one is Extracted: make before break). Each node is in one state, also its no
 - upgraded: the new digest is Extracted there (the Job verified it) and no restart is outstanding;
 - failed: the new digest's extraction failed there; the node still serves the previous digest;
 - rolled-back: failed while the rollout is stopped: it stays on the previous digest and nothing retries it.
-Nothing is remembered between reconciles: the states follow from the live slots, so a plan made twice is the
-same plan, and `--check --diff` shows the waves still to come.
+Nothing is remembered between reconciles but the live slots (a failure is recorded on its slot's PVC), so a plan
+made twice is the same plan, and `--check --diff` shows the waves still to come.
 
 The policy (upgrade_policy.py): at most maxUnavailable nodes that had a previous digest are upgrading at once;
 paused starts no node; more failed nodes than failureThreshold stop the rollout (nodes already upgrading finish).
 A node with no previous digest (it joined, or never had the cache verified) has nothing to protect: it starts
-at once and counts for no budget. To retry a failed node, delete its failed extraction Job.
+at once and counts for no budget. A failure outlives its Job (failure_record.py records it on the failed slot's
+PVC): to retry a failed node, delete that PVC.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -24,6 +25,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.failure_record import FAILED_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
     ERROR,
@@ -190,8 +192,9 @@ def _message(plan, failed):
         return "every node has %s" % plan.digest
     if plan.stopped:
         return ("rollout to %s stopped: %d node(s) failed (%s), more than failureThreshold %r allows; they serve their "
-                "previous digest (%s). Fix: push a fixed image, or delete their failed extraction Jobs to retry"
-                % (plan.digest, len(failed), ", ".join(failed[:5]), plan.policy.failure_threshold, counts))
+                "previous digest (%s). Fix: push a fixed image, or delete their PVCs labelled %s to retry"
+                % (plan.digest, len(failed), ", ".join(failed[:5]), plan.policy.failure_threshold, counts,
+                   FAILED_LABEL))
     if plan.policy.paused:
         return "rollout to %s paused (%s); set upgradePolicy.paused false to go on" % (plan.digest, counts)
     return "rollout to %s, %d node(s) at a time: %s" % (plan.digest, plan.budget, counts)

@@ -8,7 +8,9 @@ Three ways, in every mode:
 - the annotation `gkm.io/cache: <cache>` with `gkm.io/cache-mount-path: <absolute path>`: the webhook adds the volume
   (an image volume in imageVolume mode, the serving PVC otherwise) and mounts it in the containers
   (`gkm.io/cache-containers: a,b` limits which; all of them by default);
-- the annotation `gkm.io/cache-steering: disabled` keeps the pod's placement as written (the mount is still added).
+- the annotation `gkm.io/cache-steering: disabled` keeps the pod's placement as written (the mount is still added);
+  on a Deployment, StatefulSet or DaemonSet, `gkm.io/cache-steering: template` asks for its pod template to be steered
+  as well (webhook/steering.py).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,6 +22,7 @@ MOUNT_PATH_ANNOTATION = "gkm.io/cache-mount-path"
 CONTAINERS_ANNOTATION = "gkm.io/cache-containers"
 STEERING_ANNOTATION = "gkm.io/cache-steering"
 STEERING_DISABLED = "disabled"
+STEERING_TEMPLATE = "template"
 
 # How a pod came to use a cache.
 BY_CLAIM = "claimName"
@@ -46,6 +49,11 @@ def _mapping(value):
 
 def steering_disabled(metadata):
     return _mapping(metadata.get("annotations")).get(STEERING_ANNOTATION) == STEERING_DISABLED
+
+
+def template_steering(metadata):
+    """True when a workload's own metadata asks for its pod template to be steered."""
+    return _mapping(metadata.get("annotations")).get(STEERING_ANNOTATION) == STEERING_TEMPLATE
 
 
 def cache_uses(metadata, spec, namespace, view):

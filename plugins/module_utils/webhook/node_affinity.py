@@ -34,7 +34,10 @@ def _mapping(value):
 
 
 def readiness_requirement(key, short_digest):
-    """The node must hold the cache extracted at the digest the pod will mount."""
+    """The node must hold the cache extracted at the digest the pod will mount; with short_digest None (a pod
+    template, which outlives digests) at any digest: the label keeps the previous one until the new is extracted."""
+    if short_digest is None:
+        return {"key": key, "operator": "Exists"}
     return {"key": key, "operator": "In", "values": [short_digest]}
 
 
@@ -74,7 +77,8 @@ class CacheRequirement:
 
 
 def cache_requirement(readiness_key, short_digest, targets):
-    """readiness_key None for a mode without one (imageVolume, ReadOnlyMany); targets [] when unknown."""
+    """readiness_key None for a mode without one (imageVolume, ReadOnlyMany); short_digest None for any digest;
+    targets [] when unknown."""
     gpu = gpu_alternatives(targets)
     if readiness_key is None:
         return CacheRequirement(gpu)

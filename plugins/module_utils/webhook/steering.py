@@ -10,8 +10,10 @@ is denied when it is a bare pod; a pod a controller owns is admitted with the af
 node is ready (a denial would only put the controller into its retry backoff).
 
 A Deployment, StatefulSet or DaemonSet is checked (a cache it names must exist, an annotated mount must be valid)
-but never changed: its pods are steered when they are created, so the workload stays as its owner wrote it
-(re-applying it changes nothing, and GitOps tools see no drift).
+and by default not changed: its pods are steered when they are created, so the workload stays as its owner wrote it
+(GitOps tools see no drift). Annotated `gkm.io/cache-steering: template`, its pod template gets the caches'
+requirement at any digest (readiness label Exists, and the GPU), so a DaemonSet's desired count is the nodes where
+its caches are usable; its pods are then steered to the digest as any other.
 
 `steer(request, view)` answers one AdmissionReview request (Pod CREATE, or CREATE/UPDATE of a workload) with JSONPatch
 operations and a denial message or None; the server combines the operations with the PVC-mutation rewrite.
@@ -30,8 +32,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_use impo
     CACHE_ANNOTATION,
     STEERING_ANNOTATION,
     STEERING_DISABLED,
+    STEERING_TEMPLATE,
     cache_uses,
     steering_disabled,
+    template_steering,
 )
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
@@ -132,6 +136,8 @@ def steer(request, view):
     if problems:
         return Steering(denial="%s: %s" % (label, "; ".join(problems)))
     if not is_pod:
+        if template_steering(metadata) and not steering_disabled(pod_metadata):
+            return _steered_template(label, spec, spec_path, uses)
         return Steering(note="%s: checked; its pods are steered when they are created" % label)
     if steering_disabled(pod_metadata):
         return Steering(operations, note="%s: steering disabled by %s" % (label, STEERING_ANNOTATION))
@@ -164,6 +170,17 @@ def _steered(label, controlled, mutation_labelled, spec, spec_path, uses, view, 
         return Steering(operations, note="%s steered to the nodes of %s; none is usable yet, it waits Pending" % (
             label, caches))
     return Steering(operations, note="%s steered to the nodes of %s" % (label, caches))
+
+
+def _steered_template(label, spec, spec_path, uses):
+    """A workload's template kept to nodes where its caches are usable at any digest; never denied for placement
+    (a workload may be applied before its cache is extracted: its controller waits for nodes)."""
+    requirements = [node_affinity.cache_requirement(use.target.readiness_key, None, use.target.targets)
+                    for use in uses]
+    terms = node_affinity.merged_terms(node_affinity.required_terms(spec), requirements)
+    return Steering(node_affinity.affinity_operations(spec, spec_path, terms),
+                    note="%s: template steered (%s: %s) to the nodes of %s" % (
+                        label, STEERING_ANNOTATION, STEERING_TEMPLATE, ", ".join(u.target.describe() for u in uses)))
 
 
 def _target_nodes(view, target, digest):

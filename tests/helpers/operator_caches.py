@@ -1,0 +1,58 @@
+"""GKMCaches the operator tests create: each on a kwok node pool of its own (a label), and polls of their state."""
+
+import json
+import subprocess
+import time
+import uuid
+
+from kubernetes import client
+
+GROUP, VERSION = "gkm.io", "v1alpha1"
+POOL_LABEL = "gkm.test/operator-pool"
+
+
+def pool_nodes(sim_nodes, pool, count):
+    return sim_nodes([{"name": "%s-%s" % (pool, uuid.uuid4().hex[:3]), "count": count, "vendor": "amd",
+                       "labels": {POOL_LABEL: pool}}], timeout=120)
+
+
+def manifest(name, namespace, image_ref, pool):
+    template = {"spec": {"nodeSelector": {POOL_LABEL: pool},
+                         "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
+    return {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"image": image_ref, "podTemplate": template}}
+
+
+def kubectl(sim, *args, stdin=None):
+    return subprocess.run(["kubectl", "--kubeconfig", sim.kubeconfig, *args], check=True, input=stdin, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE).stdout
+
+
+def apply(sim, name, namespace, image_ref, pool):
+    kubectl(sim, "apply", "-f", "-", stdin=json.dumps(manifest(name, namespace, image_ref, pool)))
+
+
+def poll(what, check, timeout):
+    """check() until it returns something true; its value, or fail naming what and the last value."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError("%s not reached in %ss; last: %r" % (what, timeout, value))
+
+
+def live(crds, namespace, name):
+    try:
+        return crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", name)
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def phase_is(crds, namespace, name, phase, node_count):
+    status = (live(crds, namespace, name) or {}).get("status") or {}
+    return status if status.get("phase") == phase and status.get("nodeCnt") == node_count else None
