@@ -88,15 +88,20 @@ class Replica:
     def __init__(self, name, addresses):
         self.name = name
         self.namespace_path = "/run/netns/%s" % name
-        self.relays = []
         self.process = None
         self.log_path = None
+        self.relays = []
         subprocess.run(["ip", "netns", "add", name], check=True)
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-        for host, port in addresses:
-            if not ipaddress.ip_address(host).is_loopback:
+        try:
+            subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+            # With real nodes the API server and the registry share the run's host address: add it once.
+            for host in sorted({host for host, _port in addresses if not ipaddress.ip_address(host).is_loopback}):
                 subprocess.run(["ip", "-n", name, "address", "add", "%s/32" % host, "dev", "lo"], check=True)
-            self.relays.append(Relay(self.namespace_path, (host, port)))
+            for address in addresses:
+                self.relays.append(Relay(self.namespace_path, address))
+        except BaseException:
+            self.remove()  # no namespace left behind by a replica that never started
+            raise
 
     def start(self, argv, environment, log_path):
         with open(log_path, "ab") as log:
@@ -127,11 +132,18 @@ class Replica:
             return handle.read()
 
     def kill(self, signal_number=signal.SIGKILL):
-        """The replica and its runs at once (SIGKILL: as a crash or a lost node would)."""
+        """The replica and its runs at once (SIGKILL: as a crash or a lost node would).
+
+        Every process in its network namespace, as when a pod dies: ansible-runner starts each run in a session of
+        its own, so the engine's process group alone would leave runs behind."""
         if self.running():
             os.killpg(self.process.pid, signal_number)
         if self.process is not None:
             self.process.wait(timeout=60)
+        pids = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True, text=True, check=False).stdout
+        for pid in pids.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
 
     def remove(self):
         self.kill(signal.SIGTERM)
