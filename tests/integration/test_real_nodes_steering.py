@@ -70,33 +70,43 @@ def _reader(tools_image, command, **volume_source):
     return body
 
 
+def _cache(crds, registry, namespace, cache, seed, **spec):
+    """A hip cache image pushed and its GKMCache created with spec: (a kernel file's name, its sha256 in the
+    registry)."""
+    cache_spec = kcache_images.CacheSpec(backend="hip", kernels=2, seed=seed)
+    pushed = kcache_images.build_image(registry.host, "real-steer/" + cache, "v1", cache_spec)
+    crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+        "metadata": {"name": cache, "namespace": namespace}, "spec": dict(spec, image=pushed.ref)})
+    kernel = next(e.name for e in kcache_images.cache_entries(cache_spec)[0] if e.name.endswith(".llir"))
+    return kernel, layer_files(registry.host, "real-steer/" + cache, pushed.digest, {kernel})[kernel]
+
+
+def _read_on_the_amd_node(core, namespace, expected, started, what):
+    """The reader pod ran on the AMD node and printed the registry's hash of the kernel file first."""
+    pod = wait_until("the reader pod finished", lambda: _finished(core, namespace, "reader"), timeout=180,
+                     interval=0.5)
+    assert pod.spec.node_name == AMD_NODE
+    assert pod.status.phase == "Succeeded", pod.status
+    assert pod_logs(core, namespace, "reader").split()[0] == expected
+    print("pod created -> %s on %s in %.1fs" % (what, AMD_NODE, time.monotonic() - started))
+
+
 def test_a_bare_pod_naming_the_serving_pvc_is_steered_to_the_amd_node_and_reads_its_cache(
         sim, kube, crds, registry, real_nodes, tools_image, webhook):
     core = client.CoreV1Api(kube)
     namespace = labelled_namespace(core, "t-real-steer-%s" % uuid.uuid4().hex[:6], BASELINE)
     cache = "vector-add"
-    spec = kcache_images.CacheSpec(backend="hip", kernels=2, seed=21)
-    pushed = kcache_images.build_image(registry.host, "real-steer/vector-add", "v1", spec)
     try:
-        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
-            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
-            "metadata": {"name": cache, "namespace": namespace},
-            "spec": {"image": pushed.ref, "podTemplate": real_pod_template()}})
+        kernel, expected = _cache(crds, registry, namespace, cache, 21, podTemplate=real_pod_template())
         reconciled = reconcile(sim, cache, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
         assert not reconciled.get("failed"), reconciled.get("msg")
 
-        kernel = next(e.name for e in kcache_images.cache_entries(spec)[0] if e.name.endswith(".llir"))
-        expected = layer_files(sim.registry, "real-steer/vector-add", pushed.digest, {kernel})[kernel]
         started = time.monotonic()
         # Only its own placement (any real node) and the cache's PVC: steering narrows it to the AMD node.
         core.create_namespaced_pod(namespace, _reader(tools_image, ["sha256sum", "/kernels/" + kernel],
                                                       persistentVolumeClaim={"claimName": cache}))
-        pod = wait_until("the reader pod finished", lambda: _finished(core, namespace, "reader"), timeout=180,
-                         interval=0.5)
-        assert pod.spec.node_name == AMD_NODE
-        assert pod.status.phase == "Succeeded", pod.status
-        assert pod_logs(core, namespace, "reader").split()[0] == expected
-        print("pod created -> kernel read on %s in %.1fs" % (AMD_NODE, time.monotonic() - started))
+        _read_on_the_amd_node(core, namespace, expected, started, "kernel read")
     finally:
         core.delete_collection_namespaced_pod(namespace)
         # The scrub Jobs remove the node's copy: they run the tools image on the real nodes.
@@ -112,19 +122,12 @@ def test_an_annotated_pod_gets_an_image_volume_cache_is_steered_to_the_amd_node_
     core = client.CoreV1Api(kube)
     namespace = labelled_namespace(core, "t-real-imgvol-%s" % uuid.uuid4().hex[:6], BASELINE)
     cache = "by-image"
-    spec = kcache_images.CacheSpec(backend="hip", kernels=2, seed=22)
-    pushed = kcache_images.build_image(registry.host, "real-steer/by-image", "v1", spec)
     try:
-        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
-            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
-            "metadata": {"name": cache, "namespace": namespace},
-            "spec": {"image": pushed.ref, "mountMode": "imageVolume"}})
+        kernel, expected = _cache(crds, registry, namespace, cache, 22, mountMode="imageVolume")
         resolved = reconcile(sim, cache, namespace)
         assert not resolved.get("failed") and resolved["resource"]["status"]["phase"] == "Resolved", \
             resolved.get("msg")
 
-        kernel = next(e.name for e in kcache_images.cache_entries(spec)[0] if e.name.endswith(".llir"))
-        expected = layer_files(sim.registry, "real-steer/by-image", pushed.digest, {kernel})[kernel]
         body = _reader(tools_image, ["sha256sum", "/kernels/" + kernel])
         body["metadata"]["annotations"] = {"gkm.io/cache": cache, "gkm.io/cache-mount-path": "/kernels"}
 
@@ -138,13 +141,9 @@ def test_an_annotated_pod_gets_an_image_volume_cache_is_steered_to_the_amd_node_
         started = time.monotonic()
         admitted = wait_until("the reader pod admitted with its image volume", created, timeout=30, interval=0.5)
         [volume] = [v for v in admitted.spec.volumes if v.image is not None]
-        assert volume.image.reference == pushed.digest_ref
-        pod = wait_until("the reader pod finished", lambda: _finished(core, namespace, "reader"), timeout=180,
-                         interval=0.5)
-        assert pod.spec.node_name == AMD_NODE
-        assert pod.status.phase == "Succeeded", pod.status
-        assert pod_logs(core, namespace, "reader").split()[0] == expected
-        print("pod created -> image pulled and kernel read on %s in %.1fs" % (AMD_NODE, time.monotonic() - started))
+        assert volume.image.reference.endswith("/real-steer/%s@%s" % (cache, resolved["resource"]["status"][
+            "resolvedDigest"]))
+        _read_on_the_amd_node(core, namespace, expected, started, "image pulled and kernel read")
     finally:
         core.delete_collection_namespaced_pod(namespace)
         delete_namespace(core, namespace)
