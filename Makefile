@@ -157,7 +157,8 @@ bench-extract: setup sim-up ## Extraction benchmark -> bench/results/extract.jso
 bench-distribute: setup sim-up ## Distribution benchmark -> bench/results/distribute.json
 	$(PY) bench/distribute.py
 
-bench-scale: setup sim-up ## Scale: one ClusterGKMCache x 3 namespaces at 500/2,000/5,000 kwok GPU nodes -> bench/results/scale.json, scale.png
+bench-scale: setup ## Scale: one ClusterGKMCache x 3 namespaces at 500/2,000/5,000 kwok GPU nodes -> bench/results/scale.json, scale.png
+	GKM_SIM_REAL_NODES=0 GKM_SIM_JOB_CONTROLLER=0 GKM_SIM_HEARTBEAT_SECONDS=300 $(SIM) up
 	$(PY) bench/scale.py $(BENCH_SCALE_ARGS)
 
 bench-webhook: setup sim-up ## Webhook benchmark -> bench/results/webhook.json
@@ -167,7 +168,7 @@ bench-steering: setup sim-up ## Steering webhook benchmark -> bench/results/stee
 	$(PY) bench/steering.py
 
 bench-operator: setup sim-up ## Operator beside playbooks: apply->Extracted at 3/500 kwok nodes, a node joining, CPU/RSS -> bench/results/operator.json
-	$(PY) bench/operator.py $(BENCH_OPERATOR_ARGS)
+	$(PY) bench/operator_mode.py $(BENCH_OPERATOR_ARGS)
 
 bench-real-nodes: export GKM_SIM_REAL_NODES ?= 2
 bench-real-nodes: setup sim-up ## Real nodes: cache applied -> readable in a pod, extraction Job vs host -> bench/results/real_nodes.json

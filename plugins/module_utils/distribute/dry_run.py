@@ -2,8 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The API server validates a cache's whole plan (server-side dry run) before its first real write.
 
-Only the objects the plan creates or recreates are sent, so a rerun that changes nothing costs no request. An object
-the server refuses fails the cache with the field named as the user wrote it; nothing is written.
+Only the objects the plan creates or recreates are sent, so a rerun that changes nothing costs no request, and of a
+node's slot objects (its PV, PVC and Job) one per kind, namespace and digest: the same renderer makes them from the same
+spec and only the node differs, so validating all 15,000 of 5,000 nodes would double a cold run's requests to learn
+nothing more. An object the server refuses fails the cache with the field named as the user wrote it; nothing is
+written.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,6 +17,7 @@ import copy
 import re
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube, KubeError, resource_path
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import DIGEST_LABEL, NODE_LABEL
 
 INVALID = "Invalid"
 # An object replaced under its own name still exists: its stand-in gets a server-made name, so the server
@@ -40,12 +44,23 @@ def user_fields(kind, message):
 
 
 def dry_run_actions(plan, new_namespaces):
-    """The actions to validate: every object created or recreated, except what lives in a namespace the plan
-    creates (the server cannot dry-run into a namespace that does not exist yet). An update only changes our
-    own labels and annotations (or a registry Secret's rendered data) on an object the server already accepted,
-    so recording finished extractions costs no dry run."""
-    return [a for a in plan.ordered_actions() if a.verb in ("create", "replace")
-            and a.kind != "Namespace" and a.namespace not in new_namespaces]
+    """The actions to validate: the objects created or recreated, one node's slot object standing for the others
+    of its kind, namespace and digest, except what lives in a namespace the plan creates (the server cannot
+    dry-run into a namespace that does not exist yet). An update only changes our own labels and annotations (or
+    a registry Secret's rendered data) on an object the server already accepted, so recording finished
+    extractions costs no dry run."""
+    chosen, shapes = [], set()
+    for action in plan.ordered_actions():
+        if action.verb not in ("create", "replace") or action.kind == "Namespace" or action.namespace in new_namespaces:
+            continue
+        labels = action.body["metadata"].get("labels") or {}
+        if NODE_LABEL in labels:
+            shape = (action.kind, action.namespace, action.verb, labels.get(DIGEST_LABEL))
+            if shape in shapes:
+                continue
+            shapes.add(shape)
+        chosen.append(action)
+    return chosen
 
 
 def _stand_in(body):

@@ -20,10 +20,7 @@ runs, the control plane with 500 nodes) raises the average after, so that one is
 import os
 import sys
 
-# This file is named as a standard module: its directory must not shadow `operator` for every import below.
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [path for path in sys.path if os.path.abspath(path or os.curdir) != HERE]
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, ".cache", "collections"), ROOT]
 
 import argparse  # noqa: E402
