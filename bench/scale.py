@@ -139,7 +139,7 @@ def remove(kubeconfig, raw, name, timeout):
 
 def delete_applied(raw, name, timeout):
     """Delete what kubectl applied, a collection per kind and namespace (nothing ran on the nodes to clean)."""
-    selector = {"labelSelector": "gkm.io/cache=%s" % name, "propagationPolicy": "Background"}
+    selector = [("labelSelector", "gkm.io/cache=%s" % name), ("propagationPolicy", "Background")]
     paths = [kube.resource_path(kind, namespace)
              for kind in ("Job", "PersistentVolumeClaim") for namespace in NAMESPACES]
     for path in [*paths, kube.resource_path("PersistentVolume")]:
@@ -170,7 +170,7 @@ def measure(kubeconfig, raw, image, nodes, repeat):
     slots = nodes * len(NAMESPACES)
     timeout = 120 + slots // 5
     cold, cold_requests, cold_writes, noop, noop_requests, noop_writes, floor, rss, ssa = ([] for _ in range(9))
-    module_noop, noop_timings, node_writes, removal, max_bytes = [], [], [], [], 0
+    module_noop, cold_timings, noop_timings, node_writes, removal, max_bytes = [], [], [], [], [], 0
     for round_number in range(repeat):
         name = "bench-scale-%s" % uuid.uuid4().hex[:5]
         raw.request("POST", cache_cr.resource_path("ClusterGKMCache"), body=cache_manifest(name, image))
@@ -178,6 +178,7 @@ def measure(kubeconfig, raw, image, nodes, repeat):
         cold.append(elapsed)
         cold_requests.append(result["api_requests"])
         cold_writes.append(result["api_writes"])
+        cold_timings.append(result["timings"])
         node_writes.append(result["node_objects"])
         rss.append(peak)
         log("%d nodes: cold run %.1f s" % (nodes, elapsed))
@@ -222,6 +223,7 @@ def measure(kubeconfig, raw, image, nodes, repeat):
         "cold_s": round(statistics.median(cold), 3),
         "cold_requests": int(statistics.median(cold_requests)),
         "cold_writes": int(statistics.median(cold_writes)),
+        "cold_timings": median_timings(cold_timings),
         "cold_node_object_writes": node_writes[-1],
         "kubectl_ssa_s": round(statistics.median(ssa), 3),
         "ratio_cold_vs_kubectl_ssa": round(statistics.median(cold) / statistics.median(ssa), 3),
