@@ -4,9 +4,9 @@
 
 Only the objects the plan creates or recreates are sent, so a rerun that changes nothing costs no request, and of a
 node's slot objects (its PV, PVC and Job) one per kind, namespace and digest: the same renderer makes them from the same
-spec and only the node differs, so validating all 15,000 of 5,000 nodes would double a cold run's requests to learn
-nothing more. An object the server refuses fails the cache with the field named as the user wrote it; nothing is
-written.
+spec and only the node differs, so validating all 15,000 of 5,000 nodes would double a cold run's requests. An
+admission rule that refuses only some nodes' objects is caught at their write instead. An object the server refuses
+fails the cache with the field named as the user wrote it; nothing is written.
 """
 
 from __future__ import absolute_import, division, print_function
