@@ -46,6 +46,11 @@ def test_a_node_whose_taint_or_cordon_puts_it_out_of_placement_affects_the_cache
     assert names(affected_caches(node(unschedulable=True), [cache()], [pvc_on_node()])) == ["vector-add"]
 
 
+def test_a_node_marked_unreachable_for_a_missed_heartbeat_affects_nothing():
+    late = node(taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}])
+    assert affected_caches(late, [cache()], [pvc_on_node()]) == []
+
+
 def test_a_toleration_keeps_a_tainted_node_placed():
     tainted = node(taints=[{"key": "gpu", "value": "amd", "effect": "NoSchedule"}])
     tolerant = cache(pod_spec={"tolerations": [{"key": "gpu", "operator": "Exists"}]})

@@ -167,6 +167,21 @@ def test_cordoned_node_is_excluded():
     assert "node.kubernetes.io/unschedulable:NoSchedule" in result.eligibility.excluded["gkm-gpu-worker-1"][0]
 
 
+def test_a_node_that_misses_a_heartbeat_keeps_its_slots_and_a_new_one_waits_for_it():
+    spec = make_spec()
+    live = as_live(planner.plan(spec, facts()).desired, complete_jobs=True, marked=True)
+    nodes = default_nodes()
+    unhealthy = next(node for node in nodes if node["metadata"]["name"] == WORKERS[0])
+    # What the node lifecycle controller adds for the moment a node's heartbeat is late.
+    unhealthy["spec"]["taints"] += [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+                                    {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
+    kept = planner.plan(spec, facts(nodes, objects=live))
+    assert WORKERS[0] in [node["metadata"]["name"] for node in kept.eligibility.eligible]
+    assert kept.actions == []
+    # A cache new to the cluster plans the node's Job too; the scheduler holds its pod until the node is back.
+    assert len(by_kind(planner.plan(spec, facts(nodes)).desired, "Job")) == 3
+
+
 # ---------------------------------------------------------------- rendering: the four scenarios
 
 

@@ -71,7 +71,10 @@ SERVICE_CIDR = "10.96.0.0/16"
 # Order matters: each component needs the ones before it.
 # Simulated nodes report every 60-90 s instead of kwok's 20-45 s: with 500 nodes the heartbeats alone
 # kept the API server a third busy and skewed every benchmark. The node lifecycle controller's grace
-# period is raised to match, so no node is marked NotReady between two heartbeats.
+# period is raised to match, so no node is marked NotReady between two heartbeats. kwok starts a stage's delay
+# again whenever the node changes, so a node whose labels a test writes every few seconds reports only when the
+# controller marks it Unknown at the grace period, and is tainted unreachable for a moment: the planner does not
+# count such condition taints (scheduling.py), as on a real cluster where a heartbeat can be late.
 # $GKM_SIM_HEARTBEAT_SECONDS stretches the interval further for thousands of nodes (jitter and grace scale with it).
 HEARTBEAT_SECONDS = int(os.environ.get("GKM_SIM_HEARTBEAT_SECONDS", "60"))
 HEARTBEAT_DELAY = {"durationMilliseconds": HEARTBEAT_SECONDS * 1000,

@@ -85,10 +85,18 @@ def node_facts(node):
             "status": {"capacity": (node.get("status") or {}).get("capacity") or {}}}
 
 
+# The node lifecycle controller taints a node while a condition lasts (a missed heartbeat, resource pressure):
+# health for now, not where the cache belongs. A node that skips one heartbeat keeps its extracted slots, and a
+# new slot's Job waits for the node (the scheduler's reason is its status); a Node deleted releases them.
+NODE_CONDITION_TAINTS = frozenset("node.kubernetes.io/%s" % condition for condition in (
+    "not-ready", "unreachable", "memory-pressure", "disk-pressure", "pid-pressure", "network-unavailable"))
+
+
 def node_taints(node):
-    """The node's taints, plus the one a cordon implies (the scheduler treats both alike)."""
+    """The node's taints but the condition ones, plus the one a cordon implies (the scheduler treats both
+    alike)."""
     spec = node.get("spec") or {}
-    taints = list(spec.get("taints") or [])
+    taints = [taint for taint in spec.get("taints") or [] if taint.get("key") not in NODE_CONDITION_TAINTS]
     if spec.get("unschedulable") and not any(t.get("key") == "node.kubernetes.io/unschedulable" for t in taints):
         taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
     return taints
