@@ -63,7 +63,8 @@ def node_pvcs(pvcs):
 class Watcher(threading.Thread):
     """Lists the cache's PVCs every POLL_SECONDS while a run goes: per node, how long it had no PVC to hand out
     and which digests it handed out; per poll, the nodes upgrading (a new-digest PVC not extracted yet) and the
-    nodes without a PVC to hand out; with label_key, the values of that node label seen."""
+    nodes without a PVC to hand out; with label_key, the values of that node label seen; per node, each change of
+    its PVCs with the time since the start (what a gap's message shows)."""
 
     def __init__(self, kube, name, new_digest, nodes=WORKERS, label_key=None):
         super().__init__(daemon=True)
@@ -80,6 +81,8 @@ class Watcher(threading.Thread):
         self.most_without = 0
         self.label_key = label_key
         self.labels_seen = set()
+        self.history = {node: [] for node in nodes}
+        self.started = time.monotonic()
         self.error = None
 
     def run(self):
@@ -99,6 +102,8 @@ class Watcher(threading.Thread):
         upgrading = without = 0
         for node in self.nodes:
             pvcs = by_node.get(node, {})
+            if not self.history[node] or self.history[node][-1][1] != pvcs:
+                self.history[node].append((round(now - self.started, 2), pvcs))
             served = {digest for digest, extracted in pvcs.items() if extracted}
             upgrading += pvcs.get(self.new_digest) is False
             if served:
@@ -117,7 +122,11 @@ class Watcher(threading.Thread):
         self.join(timeout=10)
         assert self.error is None, self.error
         gap = max(self.longest_gap.values())
-        return "longest gap %.2fs over %d polls every %.1fs" % (gap, self.polls, POLL_SECONDS)
+        # A gap says what the node's PVCs were poll by poll: which digest went, which was not marked yet.
+        changes = "; ".join("%s: %s" % (node, self.history[node]) for node, longest in self.longest_gap.items()
+                            if longest)
+        return "longest gap %.2fs over %d polls every %.1fs%s" % (
+            gap, self.polls, POLL_SECONDS, " (%s)" % changes if changes else "")
 
 
 def only_new_slots(kube, name, new):
