@@ -170,12 +170,22 @@ def _namespace_names(kube):
     return {namespace["metadata"]["name"] for namespace in kube.items("Namespace", metadata_only=True)}
 
 
+def _listed(kube, kind, **query):
+    """Every object of a LIST the planner reads, without metadata.managedFields, page by page: the server's record
+    of which manager set each field is a large part of a small object, and nothing here reads it."""
+    listed = []
+    for obj in kube.items(kind, **query):
+        obj["metadata"].pop("managedFields", None)
+        listed.append(obj)
+    return listed
+
+
 def gather_facts(kube, spec):
     """Cluster facts for the planner: one paged LIST per kind, the cache's objects by label selector, the Nodes
     kept at what the planner reads of them, the Namespaces' names only."""
     selector = cache_selector(spec.name, spec.cache_namespace)
     present = spec.state == "present"
-    calls = [lambda kind=kind: kube.list(kind, label_selector=selector) for kind in OBJECT_KINDS]
+    calls = [lambda kind=kind: _listed(kube, kind, label_selector=selector) for kind in OBJECT_KINDS]
     if present:
         calls += [lambda: _node_facts(kube), lambda: _namespace_names(kube), lambda: kube.list("StorageClass")]
     results = kube.map(lambda call: call(), calls)
@@ -232,9 +242,10 @@ def list_pods(kube, spec, objects, existing_namespaces=None):
         namespaces.update(obj["metadata"]["namespace"] for obj in objects.get(kind, []))
     if existing_namespaces is not None:
         namespaces &= existing_namespaces
-    calls = [lambda ns=ns: kube.list("Pod", namespace=ns, field_selector=UNFINISHED_PODS) for ns in sorted(namespaces)]
-    calls += [lambda ns=ns: kube.list("Pod", namespace=ns, label_selector=managed_selector(),
-                                      field_selector="status.phase=Failed")
+    calls = [lambda ns=ns: _listed(kube, "Pod", namespace=ns, field_selector=UNFINISHED_PODS)
+             for ns in sorted(namespaces)]
+    calls += [lambda ns=ns: _listed(kube, "Pod", namespace=ns, label_selector=managed_selector(),
+                                    field_selector="status.phase=Failed")
               for ns in sorted(_failing_job_namespaces(objects.get("Job", [])))]
     results = kube.map(lambda call: call(), calls)
     failures = [r for r in results if isinstance(r, Exception)]
