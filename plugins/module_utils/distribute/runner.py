@@ -270,8 +270,13 @@ def execute(kube, plan, replace_timeout, scrub):
                 errors.append({"action": action.verb, "kind": action.kind, "namespace": action.namespace,
                                "name": action.name, "error": str(result)})
 
+    def apply(action):
+        # The reply (the whole object, managedFields too) is not kept: a batch of thousands held every reply
+        # until it ended, the largest part of a run's memory when it records extractions.
+        kube.apply(action.body)
+
     namespaces = [a for a in actions if a.kind == "Namespace"]
-    record(namespaces, kube.map(lambda a: kube.apply(a.body), namespaces))
+    record(namespaces, kube.map(apply, namespaces))
     removals = scrub.clear_removals([a for a in actions if a.verb in ("delete", "replace")], errors)
     record(removals, kube.map(lambda a: kube.delete(a.kind, a.name, a.namespace), removals))
     replaced = [a for a in actions if a.verb == "replace"]
@@ -292,7 +297,7 @@ def execute(kube, plan, replace_timeout, scrub):
     # scheduled at once only if its PVC is bound; otherwise the controllers retry seconds later.
     for kind in planner.KIND_ORDER[1:]:
         batch = [a for a in applies if a.kind == kind]
-        record(batch, kube.map(lambda a: kube.apply(a.body), batch))
+        record(batch, kube.map(apply, batch))
     return errors
 
 
