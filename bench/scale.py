@@ -56,7 +56,6 @@ from tests.helpers.modules import ansible_cli_floor, run_module, run_module_meas
 BENCH_LABEL = "gkm.io/bench"
 GROUP = "gkm-bench-scale"
 RESULTS = os.path.join(ROOT, "bench", "results", "scale.json")
-PLOT = os.path.join(ROOT, "bench", "results", "scale.png")
 NAMESPACES = ["bench-scale-a", "bench-scale-b", "bench-scale-c"]
 OPTIONS = dict(registry_plain_http=True, extract_image="gkm-cluster-tools:bench", concurrency=16)
 
@@ -169,7 +168,8 @@ def measure(kubeconfig, raw, image, nodes, repeat):
     resize_nodes(raw, nodes)
     slots = nodes * len(NAMESPACES)
     timeout = 120 + slots // 5
-    cold, cold_requests, cold_writes, noop, noop_requests, noop_writes, floor, rss, ssa = ([] for _ in range(9))
+    cold, cold_requests, cold_writes, noop, noop_requests, noop_writes, floor, ssa = ([] for _ in range(8))
+    rss = {"cold": [], "recording": [], "noop": []}
     module_noop, cold_timings, noop_timings, node_writes, removal, max_bytes = [], [], [], [], [], 0
     for round_number in range(repeat):
         name = "bench-scale-%s" % uuid.uuid4().hex[:5]
@@ -180,11 +180,11 @@ def measure(kubeconfig, raw, image, nodes, repeat):
         cold_writes.append(result["api_writes"])
         cold_timings.append(result["timings"])
         node_writes.append(result["node_objects"])
-        rss.append(peak)
+        rss["cold"].append(peak)
         log("%d nodes: cold run %.1f s" % (nodes, elapsed))
         log("%d nodes: %d Jobs marked complete" % (nodes, complete_jobs(raw, "gkm.io/cache=%s" % name)))
         _recorded, _elapsed, peak = reconcile(kubeconfig, name)  # records the finished extractions on the PVCs
-        rss.append(peak)
+        rss["recording"].append(peak)
         for _ in range(3):
             again, elapsed, peak = reconcile(kubeconfig, name)
             noop.append(elapsed)
@@ -192,7 +192,7 @@ def measure(kubeconfig, raw, image, nodes, repeat):
             noop_timings.append(again["timings"])
             noop_requests.append(again["api_requests"])
             noop_writes.append(again["api_writes"] + int(again.get("status_changed", False)))
-            rss.append(peak)
+            rss["noop"].append(peak)
             floor.append(ansible_cli_floor())
         desired = rendered_objects(raw, name, image)
         max_bytes = max(max_bytes, largest_object(raw, name, desired))
@@ -236,7 +236,8 @@ def measure(kubeconfig, raw, image, nodes, repeat):
         "ansible_floor_s": round(statistics.median(floor), 3),
         "ratio_noop_vs_floor": round(statistics.median(noop) / statistics.median(floor), 3),
         "max_object_bytes": max_bytes,
-        "peak_rss_bytes": max(rss),
+        "peak_rss_bytes": max(max(peaks) for peaks in rss.values()),
+        "peak_rss_bytes_by_run": {run: max(peaks) for run, peaks in rss.items()},
     }
 
 
@@ -260,7 +261,7 @@ def linear_fit(points):
     return slope, intercept, (1 - residual / total) if total else None
 
 
-def plot(points, fit):
+def plot(points, fit, path):
     try:
         import matplotlib
 
@@ -283,7 +284,7 @@ def plot(points, fit):
     axes.legend()
     axes.grid(True, alpha=0.3)
     figure.tight_layout()
-    figure.savefig(PLOT, dpi=100)
+    figure.savefig(path, dpi=100)
     return True
 
 
@@ -292,6 +293,9 @@ def main():
     parser.add_argument("--sizes", default="500,2000,5000", help="numbers of kwok GPU nodes, comma-separated")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--keep-nodes", action="store_true", help="leave the bench nodes for the next run")
+    parser.add_argument("--results", default=RESULTS,
+                        help="JSON file to write (the plot goes beside it, .png); a partial curve need not replace "
+                             "the committed one")
     options = parser.parse_args()
     st = state()
     if st.get("job_controller", True):
@@ -310,22 +314,23 @@ def main():
             load_before = [round(x, 2) for x in os.getloadavg()]
             points.append(dict(measure(kubeconfig, raw, image.ref, nodes, options.repeat),
                                load_average_before=load_before))
-            write_results(points)  # each point as it is measured: the largest take most of an hour
+            write_results(points, options.results)  # each point as it is measured: the largest take most of an hour
     finally:
         if not options.keep_nodes:  # the cluster is shared: other tests should not see the bench nodes
             resize_nodes(raw, 0)
-    with open(RESULTS) as handle:
+    with open(options.results) as handle:
         print(handle.read())
 
 
-def write_results(points):
+def write_results(points, path):
     fit = linear_fit(points)
+    plot_path = os.path.splitext(path)[0] + ".png"
     results = {
         "points": points,
         "cold_s_per_node_namespace": round(fit[0], 6) if fit[0] is not None else None,
         "cold_fit_intercept_s": round(fit[1], 3),
         "cold_fit_r_squared": round(fit[2], 4) if fit[2] is not None else None,
-        "plot": os.path.relpath(PLOT, ROOT) if plot(points, fit) else None,
+        "plot": os.path.relpath(plot_path, ROOT) if plot(points, fit, plot_path) else None,
         "notes": "times are medians over --repeat rounds and include ansible start-up; cold = no object of the "
                  "cache exists, wait=false; noop_timings are the module's own (startup: process start to work, "
                  "then the work's phases), the rest of noop_s is the ansible controller's; noop_writes counts the "
@@ -337,8 +342,8 @@ def write_results(points):
                  "benchmark)",
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as handle:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as handle:
         json.dump(results, handle, indent=2, sort_keys=True)
         handle.write("\n")
 
