@@ -17,6 +17,7 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import job_condition, pod_mounts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub import (
+    SCRUB_LABEL,
     failure_message,
     is_slot_pv,
     job_image,
@@ -132,35 +133,57 @@ class NodeDiskScrub:
         deadline = time.monotonic() + self.timeout
         pending = list(runs)
         while pending:
-            jobs = self.kube.map(lambda run: self.kube.get("Job", run[1][2]["metadata"]["name"],
-                                                           run[1][2]["metadata"]["namespace"]), pending)
+            jobs, pods = self._scrub_jobs_and_pods({run[1][2]["metadata"]["namespace"] for run in pending})
             still = []
-            for run, job in zip(pending, jobs):
+            for run in pending:
                 entry, metadata, pinned = run[0], run[1][2]["metadata"], run[2]
-                if isinstance(job, Exception) or job is None:
+                key = (metadata["namespace"], metadata["name"])
+                job = jobs.get(key)
+                if job is None:
                     still.append(run)
                 elif job_condition(job, "Complete"):
                     entry["result"] = "removed"
                 elif job_condition(job, "Failed"):
                     entry["error"] = "scrub Job %s failed: %s" % (entry["job"], failure_message(
-                        job, self._pods(metadata), self._events(metadata)))
-                elif not self._cannot_pull(entry, metadata, pinned):
+                        job, pods.get(key, []), self._events(metadata)))
+                elif not self._cannot_pull(entry, pods.get(key, []), pinned):
                     still.append(run)
             pending = still
             if pending and time.monotonic() > deadline:
                 for entry, objects, _pinned in pending:
+                    metadata = objects[2]["metadata"]
+                    job_pods = pods.get((metadata["namespace"], metadata["name"]), [])
                     entry["error"] = "scrub Job %s did not finish in %ss: %s" % (
-                        entry["job"], self.timeout, waiting_reason(self._pods(objects[2]["metadata"]),
-                                                                   self._events(objects[2]["metadata"])))
+                        entry["job"], self.timeout, waiting_reason(job_pods, self._events(metadata)))
                 return
             if pending:
                 time.sleep(POLL_SECONDS)
 
-    def _cannot_pull(self, entry, metadata, pinned):
+    def _scrub_jobs_and_pods(self, namespaces):
+        """({(namespace, Job name): scrub Job}, {(namespace, Job name): its pods}) as listed now: one LIST of each
+        per namespace, where a GET per pending Job and a LIST of its pods made a poll cost two requests per node.
+        A namespace whose LIST failed has its Jobs pending until the next poll."""
+        selector = "%s=true" % SCRUB_LABEL
+        calls = [(kind, namespace) for namespace in sorted(namespaces) for kind in ("Job", "Pod")]
+        listings = self.kube.map(lambda call: self.kube.list(call[0], namespace=call[1], label_selector=selector),
+                                 calls)
+        jobs, pods = {}, {}
+        for (kind, namespace), listing in zip(calls, listings):
+            if isinstance(listing, Exception):
+                continue
+            for obj in listing:
+                if kind == "Job":
+                    jobs[(namespace, obj["metadata"]["name"])] = obj
+                else:
+                    job_name = (obj["metadata"].get("labels") or {}).get("job-name")
+                    pods.setdefault((namespace, job_name), []).append(obj)
+        return jobs, pods
+
+    def _cannot_pull(self, entry, pods, pinned):
         """A scrub pod that cannot pull the tools image ends its wait at once. On a node a PV is pinned to, that
         is an error (its directory stays, and so does the PV); on a node an unpinned (ReadOnlyMany) directory only
         may be on, it means no extraction of this image ever ran there, so there is nothing to remove."""
-        problem = pods_problem(self._pods(metadata))
+        problem = pods_problem(pods)
         if problem is None or problem.reason != IMAGE_NOT_PULLABLE:
             return False
         if pinned:
@@ -168,9 +191,6 @@ class NodeDiskScrub:
         else:
             entry["result"] = "nothing to remove: the node cannot pull the tools image, so no extraction ran there"
         return True
-
-    def _pods(self, metadata):
-        return self.kube.list("Pod", namespace=metadata["namespace"], label_selector="job-name=%s" % metadata["name"])
 
     def _events(self, metadata):
         query = [("fieldSelector", "involvedObject.kind=Job,involvedObject.name=%s" % metadata["name"])]
