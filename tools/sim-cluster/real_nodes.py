@@ -127,6 +127,7 @@ def _leave_host(run):
                 subprocess.run(["nft", "delete", "table", *table.split()], check=True)
         for directory, existed in baseline["dirs"].items():
             if not existed and os.path.lexists(directory):
+                _unmount_self_bind(directory)
                 _refuse_mounts_under(directory)
                 shutil.rmtree(directory)
         shutil.rmtree(plan.HOST_RUN_DIR)
@@ -442,6 +443,14 @@ def _mounts_under(directory):
     with open("/proc/self/mountinfo") as handle:
         points = [line.split()[4].encode().decode("unicode_escape") for line in handle]
     return [point for point in points if point == directory or point.startswith(prefix)]
+
+
+def _unmount_self_bind(directory):
+    """`ip netns add` (the operator replica tests) bind-mounts /run/netns onto itself and `ip netns delete` leaves
+    that mount: undo it in a directory the runs created. With a namespace still mounted inside, umount fails and
+    the removal is refused."""
+    if directory in _mounts_under(directory):
+        subprocess.run(["umount", directory], capture_output=True, check=False)
 
 
 def _refuse_mounts_under(directory):
