@@ -147,7 +147,9 @@ def test_node_progress_from_the_planner_and_the_status_of_a_digest_change():
     live = as_live(old_plan.desired, complete_jobs=True)
     spec = make_spec(DIGEST_B)
     new_plan = planner.plan(spec, facts(objects=live))
-    entries = status.cache_status(new_plan.slots, WORKERS, [], {}, live, [])["entries"]
+    # A node the image does not fit has an Incompatible entry, without a digest: no part of the rollout.
+    entries = status.cache_status(new_plan.slots, WORKERS, ["nv-1"], {"nv-1": ["cuda does not match"]}, live,
+                                  [])["entries"]
     progress = waves.node_progress(entries, spec.digest, started={WORKERS[2]}, kept_reason=planner.KEPT_UNTIL_REPLACED)
     assert {name: (fact.previous, fact.target) for name, fact in progress.items()} == {
         WORKERS[0]: (OLD, None), WORKERS[1]: (OLD, None), WORKERS[2]: (OLD, status.PENDING)}

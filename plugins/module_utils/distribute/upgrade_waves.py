@@ -75,7 +75,7 @@ def node_progress(entries, digest, started, kept_reason, evictions=None):
             continue  # a shared (ReadOnlyMany) PVC has no per-node rollout
         if entry["phase"] == OUTDATED and entry.get("reason") == kept_reason:
             progress.setdefault(node, NodeProgress()).previous = entry["digest"]
-        elif entry["digest"] == target and entry["phase"] not in (OUTDATED, INCOMPATIBLE) and node in started:
+        elif entry["phase"] not in (OUTDATED, INCOMPATIBLE) and entry["digest"] == target and node in started:
             phases.setdefault(node, set()).add(entry["phase"])
     for node, seen in phases.items():
         progress.setdefault(node, NodeProgress()).target = next(phase for phase in _PHASE_ORDER if phase in seen)
