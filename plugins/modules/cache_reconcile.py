@@ -203,6 +203,10 @@ rollout:
       the nodes per state (C(pending), C(upgrading), C(upgraded), C(failed), C(rolled-back)), C(starting), the
       C(waves) still to come, C(message), and C(labels), the node labels C(upgrade.gkm.io/<cache namespace>.<cache>)
       this run wrote (C(node), C(value), null when removed).
+    - With C(spec.upgradePolicy.restart) - C(restart) (nodes whose new digest is Extracted and whose named workloads
+      still run on the previous one), C(evict) (their pods due for eviction at the plan's time, C(namespace/name)),
+      C(evicted) (pods this run evicted) and C(eviction_refused) (C(pod), C(message)) for pods a
+      PodDisruptionBudget kept at the run's end.
   returned: success, when the resource sets spec.upgradePolicy
   type: dict
 scrub:

@@ -48,7 +48,7 @@ def images(registry, real_nodes):
 def reconcile(sim, tools_image, name, namespace, wait_timeout):
     return run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
                       registry_plain_http=True, extract_image=tools_image, host_path_root=NODE_DISK,
-                      serving_pvc=False, wait=True, wait_timeout=wait_timeout)
+                      serving_pvc=False, wait=True, wait_timeout=wait_timeout, node_details=True)
 
 
 def reader_pod(core, namespace):
@@ -87,7 +87,7 @@ def test_a_budget_holds_the_restart_until_it_allows_it_then_the_pod_reads_the_ne
 
         crds.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"image": new.ref}})
         started = time.monotonic()
-        held = reconcile(sim, tools_image, name, namespace, 45)
+        held = reconcile(sim, tools_image, name, namespace, 35)
         held_s = time.monotonic() - started
         assert not held.get("failed"), held.get("msg")
         rollout = held["rollout"]

@@ -11,8 +11,8 @@ from tests.unit.test_plan import DIGEST_B, WORKERS, as_live, facts, make_spec
 def two_passes(spec, cluster):
     """runner._plan without the API: (the plan made with the holds, its WavePlan)."""
     first = planner.plan(spec, cluster)
-    entries = status.cache_status(first.slots, WORKERS, [], {}, cluster.objects, [])["entries"]
-    waves = rollout.wave_plan(spec, first, entries, cluster.objects.get("PersistentVolumeClaim", []))
+    entries = status.cache_status(first.slots, WORKERS, [], {}, cluster.objects, cluster.pods)["entries"]
+    waves = rollout.wave_plan(spec, first, entries, cluster.objects.get("PersistentVolumeClaim", []), cluster.pods)
     return planner.plan(spec, cluster, hold=rollout.held(waves)), waves
 
 

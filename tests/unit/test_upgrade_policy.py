@@ -16,7 +16,8 @@ CRDS = pathlib.Path(__file__).resolve().parents[2] / "roles" / "gkm" / "files" /
 
 def test_defaults_are_a_quarter_unpaused_by_name_and_no_failure_tolerated():
     policy = parse_upgrade_policy(None)
-    assert policy.to_dict() == {"maxUnavailable": "25%", "paused": False, "order": "name", "failureThreshold": "0"}
+    assert policy.to_dict() == {"maxUnavailable": "25%", "paused": False, "order": "name", "failureThreshold": "0",
+                                "restart": []}
     assert (policy.unavailable_budget(20), policy.failure_budget(20)) == (5, 0)
 
 

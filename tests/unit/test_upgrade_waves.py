@@ -168,3 +168,13 @@ def test_a_node_is_as_far_as_its_slowest_namespace(phases, target):
                for index, phase in enumerate(phases)]
     progress = waves.node_progress(entries, DIGEST_B, {"n"}, planner.KEPT_UNTIL_REPLACED)
     assert progress["n"].target == target
+
+
+def test_a_node_whose_previous_slot_is_released_keeps_its_place_while_its_workloads_restart():
+    nodes = fleet(2)
+    plan = upgrade(nodes, {"maxUnavailable": 1},
+                   **{"gpu-00": waves.NodeProgress(target=status.EXTRACTED, evictions=1)})
+    assert plan.active and not plan.complete and plan.restart == ["gpu-00"]
+    assert plan.states == {"gpu-00": waves.UPGRADING, "gpu-01": waves.WAITING} and plan.starting == []
+    done = upgrade(nodes, {"maxUnavailable": 1}, **{"gpu-00": waves.NodeProgress(target=status.EXTRACTED)})
+    assert done.starting == ["gpu-01"] and done.restart == []

@@ -115,10 +115,11 @@ class Kube:
                 self.writes += 1
 
     def request(self, method, path, query=None, body=None, content_type="application/json", what=None,
-                retry_conflicts=True, accept="application/json"):
+                retry_conflicts=True, accept="application/json", retry_busy=True):
         """(status, decoded JSON or None); retries 409/429/5xx with backoff, raises KubeError otherwise.
 
         retry_conflicts=False raises a 409 at once: a write guarded by a resourceVersion must be planned again.
+        retry_busy=False raises a 429 at once: for an eviction it is the answer (a PodDisruptionBudget refuses now).
         """
         write = method in ("POST", "PUT", "PATCH", "DELETE")
         query = list(query or [])
@@ -132,7 +133,8 @@ class Kube:
                 if error.status == 404:
                     return 404, None
                 final = error.status not in RETRY_STATUS or attempt == MAX_ATTEMPTS - 1
-                if final or (error.status == 409 and not (write and retry_conflicts)):
+                if final or (error.status == 409 and not (write and retry_conflicts)) or (
+                        error.status == 429 and not retry_busy):
                     message = "%s %s failed: HTTP %s %s" % (
                         method, what or path, error.status, _server_message(error.body))
                     raise KubeError(message, error.status) from error

@@ -24,6 +24,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_wav
     plan_waves,
     state_label_key,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.workload_restarts import (
+    evictions_due,
+    outdated_pods,
+)
 
 
 def started_nodes(spec, eligible, pvcs):
@@ -38,14 +42,19 @@ def started_nodes(spec, eligible, pvcs):
     return started
 
 
-def wave_plan(spec, plan, entries, pvcs):
-    """The WavePlan of the cache's rollout, from a plan made without holds and its status entries; None when the
-    cache does not roll out in waves."""
+def wave_plan(spec, plan, entries, pvcs, pods):
+    """The WavePlan of the cache's rollout, from a plan made without holds, its status entries, the cache's live
+    PVCs and the pods of its namespaces; None when the cache does not roll out in waves. Its `evictions` are the
+    pods of upgradePolicy.restart's workloads to evict now (their node's new digest is Extracted)."""
     if spec.upgrade_policy is None or not spec.per_node or spec.state != "present":
         return None
     eligible = plan.eligibility.eligible
-    progress = node_progress(entries, spec.digest, started_nodes(spec, eligible, pvcs), KEPT_UNTIL_REPLACED)
-    return plan_waves(spec.upgrade_policy, spec.digest, eligible, progress)
+    outdated = outdated_pods(spec.upgrade_policy.restart, spec.digest, pvcs, pods)
+    progress = node_progress(entries, spec.digest, started_nodes(spec, eligible, pvcs), KEPT_UNTIL_REPLACED,
+                             {node: len(found) for node, found in outdated.items()})
+    waves = plan_waves(spec.upgrade_policy, spec.digest, eligible, progress)
+    waves.evictions = evictions_due(outdated, waves.restart)
+    return waves
 
 
 def held(waves):

@@ -51,6 +51,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
     slots_from_live,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.workload_restarts_runner import Evictions
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_OPTIONS
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.metadata import (
     CacheMetadataError,
@@ -368,7 +369,7 @@ def _plan(spec, facts):
         waves = None
         if spec.upgrade_policy is not None:
             waves = rollout.wave_plan(spec, plan, _status(spec, plan, facts)["entries"],
-                                      facts.objects.get("PersistentVolumeClaim", []))
+                                      facts.objects.get("PersistentVolumeClaim", []), facts.pods)
             if rollout.held(waves):
                 plan = planner.plan(spec, facts, hold=rollout.held(waves))
     except planner.PlanError as error:
@@ -407,6 +408,7 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
                 result["diff"].append(rollout.rollout_diff(spec, plan.rollout, facts.nodes))
         dry_runs = 0
         upgrade_labels = []
+        evictions = Evictions(kube)
         if not check_mode:
             with timings.phase("validate"):
                 dry_runs, refusals = dry_run.validate_plan(kube, plan)
@@ -426,7 +428,7 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
         if params.get("wait") and spec.state == "present" and not check_mode:
             with timings.phase("wait"):
                 facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub,
-                                    upgrade_labels)
+                                    upgrade_labels, evictions)
         with timings.phase("status"):
             status = _status(spec, plan, facts)
         with timings.phase("node_objects"):
@@ -461,28 +463,38 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
         timings=timings.result(),
     )
     if plan.rollout is not None:
-        result["rollout"] = dict(plan.rollout.to_dict(), labels=upgrade_labels)
+        result["rollout"] = dict(plan.rollout.to_dict(), labels=upgrade_labels, **evictions.report())
     return result
 
 
-def _wait(kube, spec, facts, plan, deadline, scrub, labels_written):
+def _wait(kube, spec, facts, plan, deadline, scrub, labels_written, evictions):
     """Poll until every current slot is Extracted or Error, then record finished extractions on the PVCs and
     release what they replace. That plan starts a rolling upgrade's next wave: wait for it too, until no wave
     moves (complete, paused or stopped) or the deadline; the upgrade state labels written meanwhile are added to
-    labels_written."""
+    labels_written. A node whose named workloads still run on its previous digest has their pods evicted
+    (evictions, workload_restarts_runner.py) until none is left, and stays upgrading meanwhile."""
     while True:
         if plan.rollout is not None:
             # The state labels follow each wave while the run waits for it, not only at the run's end.
             labels_written.extend(_label_upgrade_states(kube, spec, plan.rollout, facts.nodes))
         facts, polled = _poll(kube, spec, facts, plan, deadline)
-        if not polled and not kube.writes:
+        if not polled and not kube.writes and not _restarting(plan):
             return facts, plan  # nothing changed since the plan was made from these facts
         writes = kube.writes
         facts, plan = _mark_then_release(kube, spec, facts, deadline, scrub)
+        while _restarting(plan) and time.monotonic() < deadline:
+            evictions.evict(plan.rollout.evictions)
+            time.sleep(WAIT_POLL_SECONDS)  # the evicted pods' controllers replace them; a refused one is asked again
+            facts, plan = _mark_then_release(kube, spec, gather_facts(kube, spec), deadline, scrub)
         waves = plan.rollout
         # A run that wrote nothing more cannot move the rollout: what is left waits for failures to be fixed.
         if waves is None or waves.complete or waves.stopped or waves.policy.paused or kube.writes == writes:
             return facts, plan
+
+
+def _restarting(plan):
+    """True while a rolling upgrade has nodes whose named workloads still run on their previous digest."""
+    return plan.rollout is not None and bool(plan.rollout.restart)
 
 
 def _label_upgrade_states(kube, spec, waves, nodes):

@@ -10,6 +10,9 @@ Fields (the CRD's names; every one optional):
   name); default name.
 - failureThreshold: failed nodes tolerated, a count >= 0 or a percentage; one more stops the rollout and the failed
   nodes are rolled back to the previous digest; default 0 (the first failure stops it).
+- restart: the workloads whose pods are restarted onto a node's new cache once it is Extracted there, a list of
+  {kind, name, namespace}: kind one of RESTART_KINDS, namespace optional (default: any namespace of the cache);
+  default none (running pods keep the previous digest until they restart for their own reasons).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,7 +24,9 @@ import re
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 
 ORDER_BY_NAME = "name"
-DEFAULTS = {"maxUnavailable": "25%", "paused": False, "order": ORDER_BY_NAME, "failureThreshold": 0}
+DEFAULTS = {"maxUnavailable": "25%", "paused": False, "order": ORDER_BY_NAME, "failureThreshold": 0, "restart": ()}
+RESTART_KINDS = ("DaemonSet", "Deployment", "StatefulSet", "ReplicaSet")
+_RESTART_FIELDS = ("kind", "name", "namespace")
 _PERCENT = re.compile(r"^([0-9]{1,3})%$")
 # A label key: an optional DNS subdomain prefix and '/', then a name of up to 63 characters.
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
@@ -52,14 +57,29 @@ class Scale:
         return "%d%%" % self.value if self.percent else str(self.value)
 
 
-class UpgradePolicy:
-    __slots__ = ("failure_threshold", "max_unavailable", "order", "paused")
+class Workload:
+    """A workload named in restart: its pods on an upgraded node are evicted (namespace None: any of the cache's)."""
 
-    def __init__(self, max_unavailable, paused, order, failure_threshold):
+    __slots__ = ("kind", "name", "namespace")
+
+    def __init__(self, kind, name, namespace=None):
+        self.kind = kind
+        self.name = name
+        self.namespace = namespace
+
+    def to_dict(self):
+        return {key: getattr(self, key) for key in _RESTART_FIELDS if getattr(self, key) is not None}
+
+
+class UpgradePolicy:
+    __slots__ = ("failure_threshold", "max_unavailable", "order", "paused", "restart")
+
+    def __init__(self, max_unavailable, paused, order, failure_threshold, restart=()):
         self.max_unavailable = max_unavailable
         self.paused = paused
         self.order = order
         self.failure_threshold = failure_threshold
+        self.restart = list(restart)
 
     def unavailable_budget(self, total):
         """Nodes that may be upgrading at once out of `total` (at least 1: a rollout always moves unless paused)."""
@@ -71,7 +91,8 @@ class UpgradePolicy:
 
     def to_dict(self):
         return {"maxUnavailable": repr(self.max_unavailable), "paused": self.paused, "order": self.order,
-                "failureThreshold": repr(self.failure_threshold)}
+                "failureThreshold": repr(self.failure_threshold),
+                "restart": [workload.to_dict() for workload in self.restart]}
 
 
 def _scale(value, field, minimum):
@@ -97,13 +118,34 @@ def _order(value, field):
                              % (field, value))
 
 
+def _restart(value, field):
+    if not isinstance(value, (list, tuple)):
+        raise UpgradePolicyError("%s must be a list of workloads like {kind: DaemonSet, name: server}, got %r"
+                                 % (field, value))
+    workloads = []
+    for index, item in enumerate(value):
+        where = "%s[%d]" % (field, index)
+        if not isinstance(item, dict) or set(item) - set(_RESTART_FIELDS):
+            raise UpgradePolicyError("%s must be a mapping with kind, name and optionally namespace, got %r"
+                                     % (where, item))
+        if item.get("kind") not in RESTART_KINDS:
+            raise UpgradePolicyError("%s.kind must be one of %s, got %r" % (where, ", ".join(RESTART_KINDS),
+                                                                            item.get("kind")))
+        for key, required in (("name", True), ("namespace", False)):
+            text = item.get(key)
+            if (required or text is not None) and not (isinstance(text, str) and _LABEL_PREFIX.match(text)):
+                raise UpgradePolicyError("%s.%s must be the workload's %s (a DNS name), got %r"
+                                         % (where, key, key, text))
+        workloads.append(Workload(item["kind"], item["name"], item.get("namespace")))
+    return workloads
+
+
 def parse_upgrade_policy(value, field="spec.upgradePolicy"):
     """An UpgradePolicy from the resource's upgradePolicy (None: the defaults); field names it in errors."""
     if value is None:
         value = {}
     if not isinstance(value, dict):
-        raise UpgradePolicyError("%s must be a mapping with maxUnavailable, paused, order, failureThreshold, got %r"
-                                 % (field, value))
+        raise UpgradePolicyError("%s must be a mapping with %s, got %r" % (field, ", ".join(DEFAULTS), value))
     unknown = sorted(set(value) - set(DEFAULTS))
     if unknown:
         raise UpgradePolicyError("%s has unknown field(s) %s; it takes %s" % (field, ", ".join(unknown),
@@ -117,4 +159,5 @@ def parse_upgrade_policy(value, field="spec.upgradePolicy"):
                                  "%s.paused: true to hold the rollout" % (field, field))
     return UpgradePolicy(_scale(max_unavailable, field + ".maxUnavailable", 1), fields["paused"],
                          _order(fields["order"], field + ".order"),
-                         _scale(fields["failureThreshold"], field + ".failureThreshold", 0))
+                         _scale(fields["failureThreshold"], field + ".failureThreshold", 0),
+                         _restart(fields["restart"], field + ".restart"))

@@ -13,8 +13,9 @@ new one is Extracted: make before break). Each node is in one state, also its no
 Nothing is remembered between reconciles but the live slots (a failure is recorded on its slot's PVC), so a plan
 made twice is the same plan, and `--check --diff` shows the waves still to come.
 
-The policy (upgrade_policy.py): at most maxUnavailable nodes that had a previous digest are upgrading at once;
-paused starts no node; more failed nodes than failureThreshold stop the rollout (nodes already upgrading finish).
+The policy (upgrade_policy.py): at most maxUnavailable nodes that had a previous digest are upgrading at once (a
+node whose named workloads still run on the previous digest keeps its place until they restart); paused starts no
+node; more failed nodes than failureThreshold stop the rollout (nodes already upgrading finish).
 A node with no previous digest (it joined, or never had the cache verified) has nothing to protect: it starts
 at once and counts for no budget. A failure outlives its Job (failure_record.py records it on the failed slot's
 PVC): to retry a failed node, delete that PVC.
@@ -107,8 +108,9 @@ def _state(progress):
 
 class WavePlan:
     """The rollout's state: states {node: state}, starting (nodes that begin the new digest now), waves (the
-    pending nodes in the waves still to come, if every wave succeeds), restart (upgraded nodes whose workloads
-    are to be restarted now), stopped, paused, complete, budget, message."""
+    pending nodes in the waves still to come, if every wave succeeds), restart (nodes whose new digest is
+    Extracted and whose workloads are to be restarted now), evictions (their pods to evict now, set by
+    rollout.py), stopped, paused, complete, budget, message."""
 
     def __init__(self, digest, policy):
         self.digest = digest
@@ -118,6 +120,7 @@ class WavePlan:
         self.starting = []
         self.waves = []
         self.restart = []
+        self.evictions = []
         self.stopped = False
         self.complete = False
         self.budget = 0
@@ -139,7 +142,7 @@ class WavePlan:
             "digest": self.digest, "policy": self.policy.to_dict(), "active": self.active, "budget": self.budget,
             "stopped": self.stopped, "paused": self.policy.paused, "complete": self.complete,
             "starting": list(self.starting), "waves": [list(wave) for wave in self.waves],
-            "restart": list(self.restart), "message": self.message,
+            "restart": list(self.restart), "evict": [repr(pod) for pod in self.evictions], "message": self.message,
             **{state: self.nodes_in(state) for state in (WAITING, UPGRADING, UPGRADED, FAILED, ROLLED_BACK)},
         }
 
@@ -150,7 +153,8 @@ def plan_waves(policy, digest, nodes, progress):
     plan = WavePlan(short_digest(digest), policy)
     ordered = sorted(nodes, key=_order_key(policy.order))
     facts = {node["metadata"]["name"]: progress.get(node["metadata"]["name"]) or NodeProgress() for node in ordered}
-    plan.active = any(fact.previous for fact in facts.values())
+    # Pods still on a previous digest keep a rollout going after the previous slots are released.
+    plan.active = any(fact.previous or fact.evictions for fact in facts.values())
     if not plan.active:
         plan.states = {name: _state(fact) if fact.target else UPGRADING for name, fact in facts.items()}
         plan.starting = [name for name, fact in facts.items() if fact.target is None]
@@ -164,7 +168,8 @@ def plan_waves(policy, digest, nodes, progress):
     plan.stopped = len(failed) > policy.failure_budget(total)
     if plan.stopped:
         plan.states.update((name, ROLLED_BACK) for name in failed)
-    in_flight = sum(1 for name, state in plan.states.items() if state == UPGRADING and facts[name].previous)
+    in_flight = sum(1 for name, state in plan.states.items()
+                    if state == UPGRADING and (facts[name].previous or facts[name].evictions))
     for name, fact in facts.items():
         if plan.states[name] != WAITING:
             continue
