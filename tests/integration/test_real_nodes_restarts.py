@@ -87,7 +87,7 @@ def test_a_budget_holds_the_restart_until_it_allows_it_then_the_pod_reads_the_ne
 
         crds.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"image": new.ref}})
         started = time.monotonic()
-        held = reconcile(sim, tools_image, name, namespace, 35)
+        held = reconcile(sim, tools_image, name, namespace, 45)
         held_s = time.monotonic() - started
         assert not held.get("failed"), held.get("msg")
         rollout = held["rollout"]
