@@ -27,7 +27,8 @@ operator_ansible_stage() {
     sed '1s|^#!.*|#!/usr/bin/python3|' "$script" > "$1/tree/usr/local/bin/$(basename "$script")"
     chmod 0755 "$1/tree/usr/local/bin/$(basename "$script")"
   done
-  rm -rf "$target/bin"
+  # ansible-core's wheel carries ansible-test, which nothing in the image runs.
+  rm -rf "$target/bin" "$target/ansible_test"
   compile_tree "$target" "$TOOLS_SITE"
   pack_layer "$1/tree" "$1/ansible.tar"
   add_layer "$1/layout:$TAG" "$1/ansible.tar" "pip install --no-deps --target $TOOLS_SITE -r requirements/operator.txt"
