@@ -30,7 +30,6 @@ from tests.helpers.real_nodes import (
 )
 from tests.helpers.roles import run_role
 from tests.helpers.sim import SIM_SCRIPT
-from tests.helpers.webhook import KWOK_NODES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 
@@ -57,9 +56,9 @@ def cache_image(registry, real_nodes):
 
 
 def role_vars(sim, namespace, tools_image, operator_image, **extra):
-    """The webhook on kwok nodes (nothing here needs its answers), the operator on the real nodes."""
+    """The webhook and the operator on the real nodes (the API server calls the webhook for the Jobs' pods)."""
     return dict(gkm_kubeconfig=sim.kubeconfig, gkm_namespace=namespace, gkm_tools_image=tools_image,
-                gkm_webhook_node_selector=KWOK_NODES, gkm_webhook_tolerations=[GPU_TOLERATION],
+                gkm_webhook_node_selector={REAL_NODE_LABEL: "true"}, gkm_webhook_tolerations=[GPU_TOLERATION],
                 gkm_webhook_replicas=1, gkm_webhook_failure_policy="Ignore",
                 gkm_reconcile="operator", gkm_operator_local=False, gkm_operator_image=operator_image,
                 gkm_operator_node_selector={REAL_NODE_LABEL: "true"}, gkm_operator_tolerations=[GPU_TOLERATION],
