@@ -131,9 +131,11 @@ def test_the_role_runs_the_operator_in_the_cluster_and_it_reconciles_a_kubectl_c
         assert "forbidden" not in log.lower(), log[-3000:]
         print("role install %.1fs, kubectl apply to Extracted %.1fs" % (installed_after, extracted_after))
     finally:
-        kubectl(sim, "delete", "gkmcache", name, "-n", cache_namespace, "--ignore-not-found", "--timeout=60s")
-        removed = run_role("gkm", tmp_path, dict(variables, gkm_state="absent"))
-        delete_namespace(core, cache_namespace)
+        try:
+            kubectl(sim, "delete", "gkmcache", name, "-n", cache_namespace, "--ignore-not-found", "--timeout=60s")
+            removed = run_role("gkm", tmp_path, dict(variables, gkm_state="absent"))
+        finally:
+            delete_namespace(core, cache_namespace)
     assert removed.ok, removed.failures()
     assert apps.list_namespaced_deployment(namespace).items == []
     assert rbac_exists(kube, namespace) == []
