@@ -25,7 +25,7 @@ LOWEST_ENV  := PATH=$(abspath $(VENV_LOWEST))/bin:$$PATH ANSIBLE_COLLECTIONS_PAT
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno ansible-operator test pytest test-lowest lint ruff ansible-lint changelog-lint sanity venv-lowest unit integration molecule build \
-        bench-extract bench-distribute bench-scale bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator images image-tools image-pause
+        bench-extract bench-distribute bench-scale bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator images image-tools image-operator image-pause
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -140,13 +140,17 @@ molecule: setup ## The molecule scenarios (tools/ci/molecule.sh starts and stops
 build: venv ## Build the collection tarball into .cache/dist
 	$(VENV)/bin/ansible-galaxy collection build --force --output-path .cache/dist
 
-images: venv debian-packages ## Build the tools and pause images, push them to REGISTRY=host:port, print the references
+images: venv debian-packages ansible-operator ## Build the tools, operator and pause images, push them to REGISTRY=host:port, print the references
 	@test -n "$(REGISTRY)" || { echo "usage: make images REGISTRY=host:port" >&2; exit 1; }
 	@tools/images/build.sh tools --push $(REGISTRY)
+	@tools/images/build.sh operator --push $(REGISTRY)
 	@tools/images/build.sh pause --push $(REGISTRY)
 
 image-tools: venv debian-packages ## Build the tools image (and push it when REGISTRY=host:port is given)
 	@tools/images/build.sh tools $(if $(REGISTRY),--push $(REGISTRY))
+
+image-operator: venv debian-packages ansible-operator ## Build the operator image (and push it when REGISTRY=host:port is given)
+	@tools/images/build.sh operator $(if $(REGISTRY),--push $(REGISTRY))
 
 image-pause: debian-packages ## Build the pause image (and push it when REGISTRY=host:port is given)
 	@tools/images/build.sh pause $(if $(REGISTRY),--push $(REGISTRY))

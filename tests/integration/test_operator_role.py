@@ -1,5 +1,6 @@
 """The gkm role's operator mode on the simulated cluster: gkm_reconcile=operator runs the operator here, undeploy
-(gkm_state=absent) stops it, and without a local operator the role refuses before writing anything."""
+(gkm_state=absent) stops it, and the in-cluster operator without its image is refused before anything is written
+(test_operator_in_cluster.py runs it in the cluster)."""
 
 import pytest
 
@@ -19,11 +20,11 @@ def role_vars(sim, **extra):
                 gkm_reconcile="operator", **extra)
 
 
-def test_operator_mode_without_a_local_operator_is_refused_before_any_write(sim, tmp_path):
+def test_the_in_cluster_operator_without_its_image_is_refused_before_any_write(sim, tmp_path):
     run = run_role("gkm", tmp_path, role_vars(sim, gkm_operator_local=False))
     assert not run.ok
-    assert any("in-cluster Deployment is not available yet" in message for message in run.failures()), run.failures()
-    assert "Install the GKMCache and ClusterGKMCache CRDs" not in [task[0] for task in run.tasks]
+    assert any("needs gkm_operator_image" in message for message in run.failures()), run.failures()
+    assert not any("Install the cache CRDs" in task[0] for task in run.tasks), run.tasks
 
 
 def test_the_role_starts_the_operator_and_undeploy_stops_it(sim, crds, tmp_path):

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds one of the collection's images and, with --push, copies it to a registry.
 #
-#   tools/images/build.sh NAME [--push HOST:PORT]      NAME: tools or pause
+#   tools/images/build.sh NAME [--push HOST:PORT]      NAME: tools, operator or pause
 #
-# With a working podman, buildah or docker, the image is built from containers/NAME/Containerfile by it.
+# With a working podman, buildah or docker, the tools and pause images are built from containers/NAME/Containerfile
+# by it; the operator image is always assembled without one (it builds on the tools image's stages).
 # Otherwise (no engine, or one whose daemon does not answer) it is assembled without one: umoci, mmdebstrap,
 # pip, gcc, skopeo, cached by the hash of its inputs under ${XDG_CACHE_HOME:-~/.cache}/gkm-cluster/images/.
 # GKM_IMAGE_ENGINE=none forces the engine-less build, GKM_IMAGE_ENGINE=podman (...) a given engine.
@@ -16,13 +17,14 @@ cd "$(dirname "$0")/../.."
 . tools/images/lib.sh
 . tools/images/debian.sh
 . tools/images/tools.sh
+. tools/images/operator.sh
 . tools/images/pause.sh
 
-usage() { die "usage: tools/images/build.sh tools|pause [--push HOST:PORT]"; }
+usage() { die "usage: tools/images/build.sh tools|operator|pause [--push HOST:PORT]"; }
 
 NAME=${1:-}
 REGISTRY=
-case "$NAME" in tools | pause) ;; *) usage ;; esac
+case "$NAME" in tools | operator | pause) ;; *) usage ;; esac
 shift
 case "$#:${1:-}" in
   0:) ;;
@@ -80,7 +82,7 @@ build_without_engine() {
 }
 
 ENGINE=${GKM_IMAGE_ENGINE:-$(working_engine)}
-if [ -n "$ENGINE" ] && [ "$ENGINE" != none ]; then
+if [ "$NAME" != operator ] && [ -n "$ENGINE" ] && [ "$ENGINE" != none ]; then
   build_with_engine "$ENGINE"
 else
   build_without_engine

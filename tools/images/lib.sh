@@ -39,7 +39,7 @@ run_stage() {  # STAGE_DIR BASE_DIR|- STAGE_FN
     return
   fi
   log "building $(basename "$dir")"
-  STAGE_WORK=$(mktemp -d "$IMAGE_CACHE/tmp-$NAME.XXXXXX")
+  STAGE_WORK=$(mktemp -d "$IMAGE_CACHE/tmp-$(lock_name).XXXXXX")
   trap 'rm -rf "$STAGE_WORK"' EXIT
   local work=$STAGE_WORK
   if [ "$base" = - ]; then
@@ -59,13 +59,16 @@ run_stage() {  # STAGE_DIR BASE_DIR|- STAGE_FN
   trap - EXIT
 }
 
+# The operator image builds on the tools image's stages: the two take the same lock.
+lock_name() { case $NAME in operator) echo tools ;; *) echo "$NAME" ;; esac; }
+
 # One build of an image at a time per cache (tests and helpers may run side by side); what a killed build left
 # behind is removed once the lock is held.
 lock_cache() {
   mkdir -p "$IMAGE_CACHE/stages"
-  exec 9>"$IMAGE_CACHE/$NAME.lock"
+  exec 9>"$IMAGE_CACHE/$(lock_name).lock"
   flock 9
-  rm -rf "$IMAGE_CACHE/tmp-$NAME".*
+  rm -rf "$IMAGE_CACHE/tmp-$(lock_name)".*
 }
 
 # Keeps the three most recently used layouts of each stage of NAME (blobs shared with later stages stay).

@@ -52,7 +52,8 @@ tools_wheels_stage() {
   add_layer "$1/layout:$TAG" "$1/wheels.tar" "pip install --target $TOOLS_SITE -r requirements.txt"
 }
 
-tools_code_stage() {
+# The collection's module_utils as a layer of its own (the operator image adds the same layer, byte for byte).
+tools_code_layer() {
   local tree=$1/tree dir
   mkdir -p "$(dirname "$tree$TOOLS_MODULE_UTILS")"
   cp -r plugins/module_utils "$tree$TOOLS_MODULE_UTILS"
@@ -65,6 +66,10 @@ tools_code_stage() {
   compile_tree "$tree$TOOLS_COLLECTIONS" "$TOOLS_COLLECTIONS"
   pack_layer "$tree" "$1/code.tar"
   add_layer "$1/layout:$TAG" "$1/code.tar" "plugins/module_utils of gkm.cluster $TAG"
+}
+
+tools_code_stage() {
+  tools_code_layer "$1"
   umoci config --image "$1/layout:$TAG" --created "$IMAGE_CREATED" --history.created "$IMAGE_CREATED" \
     --history.created_by "image configuration" --os linux --architecture amd64 \
     --config.user 1000:1000 --config.workingdir /tmp \
@@ -77,9 +82,10 @@ tools_code_stage() {
     --config.label "org.opencontainers.image.version=$TAG"
 }
 
-# Builds (or reuses) the tools image; prints the final layout's directory.
-build_tools() {
-  local root_key wheels_key code_key build_python
+# The Python check and the root and wheels stages, which the operator image shares (TOOLS_ROOT and TOOLS_WHEELS
+# name their layouts).
+build_tools_base() {
+  local root_key wheels_key build_python
   "$BUILD_PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
     die "$BUILD_PYTHON is not Python $TOOLS_PYTHON_VERSION: set GKM_IMAGE_PYTHON to one (its byte code must fit the image's)"
   root_key=$(printf '%s\0' tools/images/{build,lib,debian,tools}.sh "$DEBIAN_LOCK" |
@@ -87,11 +93,17 @@ build_tools() {
   build_python=$("$BUILD_PYTHON" -c 'import pip, sys; print(sys.version, "pip", pip.__version__)')
   wheels_key=$(printf '%s\0' requirements.txt requirements/constraints.txt |
                hash_inputs "$root_key" "$build_python")
-  code_key=$({ tree_files plugins/module_utils; printf '%s\0' galaxy.yml; } | hash_inputs "$wheels_key")
-  run_stage "$IMAGE_CACHE/stages/tools-root-$root_key" - tools_root_stage
-  run_stage "$IMAGE_CACHE/stages/tools-wheels-$wheels_key" "$IMAGE_CACHE/stages/tools-root-$root_key" \
-    tools_wheels_stage
-  run_stage "$IMAGE_CACHE/stages/tools-code-$code_key" "$IMAGE_CACHE/stages/tools-wheels-$wheels_key" \
-    tools_code_stage
+  TOOLS_ROOT=$IMAGE_CACHE/stages/tools-root-$root_key
+  TOOLS_WHEELS=$IMAGE_CACHE/stages/tools-wheels-$wheels_key
+  run_stage "$TOOLS_ROOT" - tools_root_stage
+  run_stage "$TOOLS_WHEELS" "$TOOLS_ROOT" tools_wheels_stage
+}
+
+# Builds (or reuses) the tools image; prints the final layout's directory.
+build_tools() {
+  local code_key
+  build_tools_base
+  code_key=$({ tree_files plugins/module_utils; printf '%s\0' galaxy.yml; } | hash_inputs "${TOOLS_WHEELS##*-}")
+  run_stage "$IMAGE_CACHE/stages/tools-code-$code_key" "$TOOLS_WHEELS" tools_code_stage
   echo "$IMAGE_CACHE/stages/tools-code-$code_key"
 }

@@ -6,6 +6,8 @@ their kubeconfig (v1.42.2 ignores --proxy-port there), and its event server alwa
 per network namespace, so a second replica cannot run beside it on this machine (in a cluster each pod has its own).
 ansible-operator starts ansible-runner per event, which runs the role gkm.cluster.operator_events with this
 checkout's collection and the venv's Python.
+The in-cluster operator (roles/gkm/templates/operator.yaml.j2) runs the engine with the same flags and concurrency:
+a change here belongs there too.
 """
 
 import os

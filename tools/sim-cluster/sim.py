@@ -12,6 +12,7 @@
     sim.py webhook-up    run the collection's webhook server as a local process (url endpoint mode)
     sim.py webhook-down  stop it
     sim.py tools-image   build (or reuse) the tools image, push it to the registry, record it as "tools_image"
+    sim.py operator-image the same for the operator image (the in-cluster operator), recorded as "operator_image"
     sim.py operator-up   build (or reuse) ansible-operator and run the collection's operator here (out of cluster,
                          operator_plan.py), after applying the GKM CRDs
     sim.py operator-down stop it
@@ -606,19 +607,28 @@ def cmd_webhook_up(args):
     print(json.dumps({"changed": not running, "url": url, "ca_bundle": ca_bundle}))
 
 
-def cmd_tools_image(_args):
-    """Build (or reuse) the tools image from this checkout, push it to the run's registry, record and print it.
+def push_image(name):
+    """Build (or reuse) the image NAME from this checkout, push it to the run's registry, record it as NAME_image and
+    print it.
 
     Cheap when nothing changed (the image cache under ~/.cache); after a code change only the code layer is
     rebuilt, so tests and the demo always run the checkout's code on the real nodes.
     """
     state = load_state()
-    result = subprocess.run([os.path.join(ROOT, "tools", "images", "build.sh"), "tools", "--push", state["registry"]],
+    result = subprocess.run([os.path.join(ROOT, "tools", "images", "build.sh"), name, "--push", state["registry"]],
                             check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     state = load_state()
-    state["tools_image"] = result.stdout.strip().splitlines()[-1]
+    state["%s_image" % name] = result.stdout.strip().splitlines()[-1]
     save_state(state)
-    print(state["tools_image"])
+    print(state["%s_image" % name])
+
+
+def cmd_tools_image(_args):
+    push_image("tools")
+
+
+def cmd_operator_image(_args):
+    push_image("operator")
 
 
 def stop_recorded(name):
@@ -816,6 +826,7 @@ def main():
     commands = {"up": cmd_up, "registry-up": cmd_registry_up, "down": cmd_down, "status": cmd_status,
                 "nodes": cmd_nodes, "apply-nodes": cmd_apply_nodes,
                 "webhook-up": cmd_webhook_up, "webhook-down": cmd_webhook_down, "tools-image": cmd_tools_image,
+                "operator-image": cmd_operator_image,
                 "kyverno-up": cmd_kyverno_up, "kyverno-down": cmd_kyverno_down,
                 "operator-up": cmd_operator_up, "operator-down": cmd_operator_down}
     parser.add_argument("command", choices=sorted(commands))

@@ -1,0 +1,141 @@
+"""The operator in the cluster, as the gkm role installs it (gkm_reconcile=operator, gkm_operator_local=false): the
+operator image (sim.py operator-image) runs on a real node under the namespace's restricted Pod Security, as its own
+ServiceAccount, and a GKMCache created as kubectl would reaches Extracted with no playbook; undeploy removes it all.
+
+The operator's ClusterRole is the one the role installs, unwidened: the cache's run (distribute, the Job's wait, the
+per-node objects, the node readiness labels, the status) and its finalizer's run (the scrub, the deletes) pass with
+it, and the engine's log names no refused request.
+"""
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+
+from tests.helpers import kcache_images
+from tests.helpers.modules import NODE_DISK
+from tests.helpers.operator_caches import GROUP, VERSION, kubectl, live, poll
+from tests.helpers.real_nodes import (
+    BASELINE,
+    GPU_TOLERATION,
+    REAL_NODE_LABEL,
+    delete_namespace,
+    labelled_namespace,
+    pod_logs,
+    real_pod_template,
+)
+from tests.helpers.roles import run_role
+from tests.helpers.sim import SIM_SCRIPT
+
+pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
+
+AMD_NODE = "gkm-real-amd-1"
+OPERATOR = "gkm-operator"
+
+
+def unique(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:6])
+
+
+@pytest.fixture(scope="module")
+def operator_image(sim, real_nodes):
+    """The operator image of this checkout's code in the cluster's registry (cached builds)."""
+    result = subprocess.run([sys.executable, SIM_SCRIPT, "operator-image"], check=True, stdout=subprocess.PIPE,
+                            text=True)
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def cache_image(registry, real_nodes):
+    spec = kcache_images.CacheSpec(backend="hip", kernels=2, seed=15)
+    return kcache_images.build_image(registry.host, "real/operator-in-cluster", "v1", spec)
+
+
+def role_vars(sim, namespace, tools_image, operator_image, **extra):
+    """The webhook and the operator on the real nodes (the API server calls the webhook for the Jobs' pods)."""
+    return dict(gkm_kubeconfig=sim.kubeconfig, gkm_namespace=namespace, gkm_tools_image=tools_image,
+                gkm_webhook_node_selector={REAL_NODE_LABEL: "true"}, gkm_webhook_tolerations=[GPU_TOLERATION],
+                gkm_webhook_replicas=1, gkm_webhook_failure_policy="Ignore",
+                gkm_reconcile="operator", gkm_operator_local=False, gkm_operator_image=operator_image,
+                gkm_operator_node_selector={REAL_NODE_LABEL: "true"}, gkm_operator_tolerations=[GPU_TOLERATION],
+                gkm_operator_caches_options={"caches_host_path_root": NODE_DISK, "caches_registry_plain_http": True},
+                **extra)
+
+
+def rbac_exists(kube, namespace):
+    rbac = client.RbacAuthorizationV1Api(kube)
+    name = "gkm.cluster:%s:%s" % (namespace, OPERATOR)
+    found = []
+    for read in (lambda: rbac.read_cluster_role(name), lambda: rbac.read_cluster_role_binding(name),
+                 lambda: rbac.read_namespaced_role(OPERATOR, namespace),
+                 lambda: rbac.read_namespaced_role_binding(OPERATOR, namespace),
+                 lambda: client.CoreV1Api(kube).read_namespaced_service_account(OPERATOR, namespace)):
+        try:
+            found.append(read())
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+    return found
+
+
+def cache_objects(core, name):
+    selector = "gkm.io/cache=%s" % name
+    return (core.list_persistent_volume_claim_for_all_namespaces(label_selector=selector).items
+            + core.list_persistent_volume(label_selector=selector).items)
+
+
+def test_the_role_runs_the_operator_in_the_cluster_and_it_reconciles_a_kubectl_cache(
+        sim, kube, crds, tools_image, operator_image, cache_image, tmp_path):
+    core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
+    namespace, cache_namespace, name = unique("gkm-op"), labelled_namespace(core, unique("t-op"), BASELINE), unique("c")
+    variables = role_vars(sim, namespace, tools_image, operator_image)
+    try:
+        started = time.monotonic()
+        installed = run_role("gkm", tmp_path, variables)
+        assert installed.ok, installed.failures()
+        installed_after = time.monotonic() - started
+
+        # Running on a real node, admitted under restricted, as its own ServiceAccount.
+        assert core.read_namespace(namespace).metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+        [pod] = core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/name=%s" % OPERATOR).items
+        assert pod.status.phase == "Running"
+        assert core.read_node(pod.spec.node_name).metadata.labels.get(REAL_NODE_LABEL) == "true"
+        assert pod.spec.service_account_name == OPERATOR
+        assert pod.spec.containers[0].security_context.read_only_root_filesystem
+        assert len(rbac_exists(kube, namespace)) == 5
+
+        # A GKMCache as kubectl creates it; the operator alone takes it to Extracted (the hip image fits the AMD node).
+        manifest = {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+                    "metadata": {"name": name, "namespace": cache_namespace},
+                    "spec": {"image": cache_image.ref, "podTemplate": real_pod_template()}}
+        applied = time.monotonic()
+        kubectl(sim, "apply", "-f", "-", stdin=json.dumps(manifest))
+        status = poll("the cache Extracted", lambda: (
+            ((live(crds, cache_namespace, name) or {}).get("status") or {}).get("phase") == "Extracted"
+            and live(crds, cache_namespace, name)["status"]), timeout=90)
+        extracted_after = time.monotonic() - applied
+        assert status["nodeCnt"] >= 1, status
+        assert "gkm.io/cache-cleanup" in live(crds, cache_namespace, name)["metadata"]["finalizers"]
+        claims = core.list_namespaced_persistent_volume_claim(
+            cache_namespace, label_selector="gkm.io/node=%s" % AMD_NODE).items
+        assert [claim.status.phase for claim in claims] == ["Bound"], claims
+
+        # Its finalizer runs in the pod too: the cache's objects go before the resource.
+        kubectl(sim, "delete", "gkmcache", name, "-n", cache_namespace, "--timeout=60s")
+        assert cache_objects(core, name) == []
+        log = pod_logs(core, namespace, pod.metadata.name)
+        assert "forbidden" not in log.lower(), log[-3000:]
+        print("role install %.1fs, kubectl apply to Extracted %.1fs" % (installed_after, extracted_after))
+    finally:
+        try:
+            kubectl(sim, "delete", "gkmcache", name, "-n", cache_namespace, "--ignore-not-found", "--timeout=60s")
+            removed = run_role("gkm", tmp_path, dict(variables, gkm_state="absent"))
+        finally:
+            delete_namespace(core, cache_namespace)
+    assert removed.ok, removed.failures()
+    assert apps.list_namespaced_deployment(namespace).items == []
+    assert rbac_exists(kube, namespace) == []
