@@ -91,10 +91,7 @@ def cache_requirement(readiness_key, short_digest, targets, holders=None):
     gpu = gpu_alternatives(targets)
     if readiness_key is None:
         return CacheRequirement(gpu)
-    if holders is None:
-        readiness = readiness_requirement(readiness_key, short_digest)
-    else:
-        readiness = holders_requirement(holders)
+    readiness = readiness_requirement(readiness_key, short_digest) if holders is None else holders_requirement(holders)
     return CacheRequirement([[readiness, *alternative] for alternative in gpu] or [[readiness]], readiness_key)
 
 
