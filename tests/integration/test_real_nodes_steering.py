@@ -3,7 +3,11 @@
   node's GPU does not fit the hip image), runs there and reads the cache its node extracted;
 - a bare Pod carrying only the annotations gkm.io/cache and gkm.io/cache-mount-path, for a GKMCache in imageVolume
   mode, gets the digest-pinned image volume and the GPU affinity, lands on the AMD node, whose containerd pulls the
-  image from the local registry, and reads the kernel file from it.
+  image from the local registry, and reads the kernel file from it;
+- a 2-replica Deployment naming a serving PVC whose cache moves to a new digest: its running pods keep reading the old
+  files, a new pod naming the kept serving PVC is placed on the node still holding the old digest (the readiness
+  label shows the new one) and reads the old files too, and once the Deployment is gone the renewed serving PVC gives
+  a new pod the new files.
 The files' hashes are read from the registry, not by our code."""
 
 import json
@@ -25,6 +29,7 @@ from tests.helpers.real_nodes import (
     layer_files,
     pod_logs,
     real_pod_template,
+    running_pods,
 )
 from tests.helpers.webhook import CertificateFiles, LocalWebhookServer, install, wait_until
 from tests.integration.test_steering_apiserver import GROUP, VERSION, reconcile
@@ -32,6 +37,7 @@ from tests.integration.test_steering_apiserver import GROUP, VERSION, reconcile
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 
 AMD_NODE = "gkm-real-amd-1"
+MANIFEST = "io.triton.manifest/manifest.json"
 
 
 def _finished(core, namespace, name):
@@ -147,3 +153,130 @@ def test_an_annotated_pod_gets_an_image_volume_cache_is_steered_to_the_amd_node_
     finally:
         core.delete_collection_namespaced_pod(namespace)
         delete_namespace(core, namespace)
+
+
+def _pushed(registry, cache, tag, seed):
+    """A hip cache image pushed as real-steer/<cache>:<tag>: (its reference, the sha256 of its manifest file in the
+    registry; the file's name is the same in every image, its content is not)."""
+    pushed = kcache_images.build_image(registry.host, "real-steer/" + cache, tag,
+                                       kcache_images.CacheSpec(backend="hip", kernels=2, seed=seed))
+    return pushed.ref, layer_files(registry.host, "real-steer/" + cache, pushed.digest, {MANIFEST})[MANIFEST]
+
+
+def _last_sum(core, namespace, name):
+    """The hash a looping reader printed last (None before its first line)."""
+    lines = [line for line in pod_logs(core, namespace, name).splitlines() if line.endswith("/kernels/" + MANIFEST)]
+    return lines[-1].split()[0] if lines else None
+
+
+def _replicas_reading(core, namespace):
+    """Both replicas of the Deployment, once each runs and has printed a hash."""
+    found = [pod for pod in running_pods(core, namespace, "app=kept-reader")
+             if _last_sum(core, namespace, pod.metadata.name)]
+    return found if len(found) == 2 else None
+
+
+def _serving_digest(core, namespace, cache):
+    """The digest label of the namespace's serving PVC, None while it is being replaced."""
+    try:
+        return core.read_namespaced_persistent_volume_claim(cache, namespace).metadata.labels["gkm.io/digest"]
+    except ApiException as error:
+        if error.status != 404:
+            raise
+        return None
+
+
+def test_a_digest_change_under_a_deployment_keeps_its_files_and_new_pods_go_where_the_kept_digest_is(
+        sim, kube, crds, registry, real_nodes, tools_image, webhook):
+    core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
+    namespace = labelled_namespace(core, "t-real-kept-%s" % uuid.uuid4().hex[:6], BASELINE)
+    cache = "kept"
+    loop = ["sh", "-c", "while true; do sha256sum /kernels/%s; sleep 1; done" % MANIFEST]
+    try:
+        old_ref, old_sum = _pushed(registry, cache, "v1", 23)
+        new_ref, new_sum = _pushed(registry, cache, "v2", 24)
+        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+            "metadata": {"name": cache, "namespace": namespace},
+            "spec": {"image": old_ref, "podTemplate": real_pod_template()}})
+        first = reconcile(sim, cache, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
+        assert not first.get("failed"), first.get("msg")
+
+        # Only "a real node" and the claim: steering keeps both replicas to the node holding the hip cache.
+        template = _reader(tools_image, loop, persistentVolumeClaim={"claimName": cache})
+        template["metadata"] = {"labels": {"app": "kept-reader"}}
+        template["spec"]["restartPolicy"] = "Always"
+        apps.create_namespaced_deployment(namespace, {"metadata": {"name": "kept-reader"}, "spec": {
+            "replicas": 2, "selector": {"matchLabels": {"app": "kept-reader"}}, "template": template}})
+        pods = wait_until("both replicas reading", lambda: _replicas_reading(core, namespace), timeout=120)
+        assert {p.spec.node_name for p in pods} == {AMD_NODE}
+        assert {_last_sum(core, namespace, p.metadata.name) for p in pods} == {old_sum}
+
+        started = time.monotonic()
+        crds.patch_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", cache,
+                                            {"spec": {"image": new_ref}})
+        moved = reconcile(sim, cache, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
+        assert not moved.get("failed"), moved.get("msg")
+        new_short = moved["resource"]["status"]["resolvedDigest"].split(":")[1][:12]
+        node = core.read_node(AMD_NODE)
+        assert node.metadata.labels["cache.gkm.io/%s.%s" % (namespace, cache)] == new_short
+        old_short = _serving_digest(core, namespace, cache)
+        assert old_short != new_short  # the serving PVC is kept at the old digest while the replicas mount it
+        assert moved["resource"]["status"]["podOutdatedCnt"] == 2
+
+        # The running replicas keep printing the old file, a few seconds after the move.
+        time.sleep(2)
+        assert {p.metadata.name for p in running_pods(core, namespace, "app=kept-reader")} == {
+            p.metadata.name for p in pods}
+        assert {_last_sum(core, namespace, p.metadata.name) for p in pods} == {old_sum}
+
+        # A new pod naming the kept serving PVC needs the old digest, which no label shows any more: it is steered
+        # by hostname to the node still holding it (it was denied before) and reads the old file.
+        created = wait_until("the new reader admitted", lambda: _admitted(core, namespace, _reader(
+            tools_image, ["sha256sum", "/kernels/" + MANIFEST], persistentVolumeClaim={"claimName": cache})),
+            timeout=30, interval=0.5)
+        hostname = node.metadata.labels["kubernetes.io/hostname"]
+        for term in created.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution \
+                .node_selector_terms:
+            placement = [(e.key, e.values) for e in term.match_expressions if e.key.startswith(("cache.gkm.io/",
+                                                                                                "kubernetes.io/"))]
+            assert placement == [("kubernetes.io/hostname", [hostname])], term
+        pod = wait_until("the reader pod finished", lambda: _finished(core, namespace, "reader"), timeout=120,
+                         interval=0.5)
+        assert pod.spec.node_name == AMD_NODE and pod.status.phase == "Succeeded", pod.status
+        assert pod_logs(core, namespace, "reader").split()[0] == old_sum
+        print("digest change to new pod read under a kept serving PVC: %.1fs" % (time.monotonic() - started))
+
+        # The Deployment gone, the serving PVC is renewed: a new pod reads the new file.
+        apps.delete_namespaced_deployment("kept-reader", namespace)
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        wait_until("the readers gone", lambda: not core.list_namespaced_pod(namespace).items, timeout=60)
+        renewed = reconcile(sim, cache, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
+        assert not renewed.get("failed"), renewed.get("msg")
+        wait_until("the serving PVC renewed at the new digest", lambda: _serving_digest(
+            core, namespace, cache) == new_short, timeout=30)
+        wait_until("the new reader admitted", lambda: _admitted(core, namespace, _reader(
+            tools_image, ["sha256sum", "/kernels/" + MANIFEST], persistentVolumeClaim={"claimName": cache})),
+            timeout=30, interval=0.5)
+        pod = wait_until("the reader pod finished", lambda: _finished(core, namespace, "reader"), timeout=120,
+                         interval=0.5)
+        assert pod.spec.node_name == AMD_NODE and pod.status.phase == "Succeeded", pod.status
+        assert pod_logs(core, namespace, "reader").split()[0] == new_sum
+    finally:
+        apps.delete_collection_namespaced_deployment(namespace)
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        wait_until("the readers gone", lambda: not core.list_namespaced_pod(namespace).items, timeout=60)
+        removed = run_module("cache_distribute", sim.kubeconfig, name=cache, namespace=namespace, state="absent",
+                             force=True, extract_image=tools_image, registry_plain_http=True,
+                             host_path_root=NODE_DISK, pod_template=real_pod_template(), wait=True)
+        assert not removed.get("failed"), removed.get("msg")
+        delete_namespace(core, namespace)
+
+
+def _admitted(core, namespace, body):
+    """The created pod, or None while the server's view has not seen the latest PVC marks and labels yet."""
+    try:
+        return core.create_namespaced_pod(namespace, body)
+    except ApiException as error:
+        assert "no node holds it extracted" in json.loads(error.body)["message"], error.body
+        return None

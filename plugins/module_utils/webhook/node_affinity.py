@@ -3,7 +3,8 @@
 """The required node affinity that keeps a pod to nodes where its caches are usable, pure.
 
 A cache contributes alternatives (one list of matchExpressions each, any one of which will do): its readiness label
-(distribute/node_readiness.py) for PVC modes, and one alternative per (backend, warp size) of its GPU targets with
+(distribute/node_readiness.py) for PVC modes (or the hostnames of the nodes holding the digest, while some hold it
+without the label saying so), and one alternative per (backend, warp size) of its GPU targets with
 the node GPU labels of oci/gpu_compat.py. The pod's own terms are kept: every term is combined with every choice of
 one alternative per cache (nodeSelectorTerms are ORed, expressions within a term ANDed), so nothing the pod asked
 for is lost.
@@ -18,6 +19,7 @@ __metaclass__ = type
 
 import itertools
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import HOSTNAME_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import required_affinity_matches
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     NODE_LABEL_ARCH,
@@ -76,13 +78,20 @@ class CacheRequirement:
         return any(expression == owned for alternative in self.alternatives for owned in alternative)
 
 
-def cache_requirement(readiness_key, short_digest, targets):
+def holders_requirement(hostnames):
+    """The node must be one of these: the nodes holding the digest when the readiness label does not show them all
+    (a serving PVC kept at an old digest). One expression, not one matchFields term per node: matchFields takes a
+    single value."""
+    return {"key": HOSTNAME_LABEL, "operator": "In", "values": sorted(hostnames)}
+
+
+def cache_requirement(readiness_key, short_digest, targets, holders=None):
     """readiness_key None for a mode without one (imageVolume, ReadOnlyMany); short_digest None for any digest;
-    targets [] when unknown."""
+    targets [] when unknown; holders: hostnames that replace the readiness label, None to use the label."""
     gpu = gpu_alternatives(targets)
     if readiness_key is None:
         return CacheRequirement(gpu)
-    readiness = readiness_requirement(readiness_key, short_digest)
+    readiness = readiness_requirement(readiness_key, short_digest) if holders is None else holders_requirement(holders)
     return CacheRequirement([[readiness, *alternative] for alternative in gpu] or [[readiness]], readiness_key)
 
 

@@ -5,9 +5,11 @@ where the cache is usable, and is denied with the reason and the fix when no nod
 
 Usable means: GPU labels fitting the image's targets (every mode), and for a per-node PVC cache the readiness label
 at the digest the pod will mount (the serving PVC's digest, which stays the old one while pods keep it; for a
-gkm.io/pvc-mutation pod the cache's current digest, which its claim is rewritten to). A pod that fits no node now
-is denied when it is a bare pod; a pod a controller owns is admitted with the affinity and waits Pending until a
-node is ready (a denial would only put the controller into its retry backoff).
+gkm.io/pvc-mutation pod the cache's current digest, which its claim is rewritten to). While a kept serving PVC's old
+digest is held by nodes whose label has moved to the new one, the nodes holding it (their slot PVCs marked extracted)
+are named by hostname instead. A pod that fits no node now is denied when it is a bare pod; a pod a controller owns is
+admitted with the affinity and waits Pending until a node is ready (a denial would only put the controller into its
+retry backoff).
 
 A Deployment, StatefulSet or DaemonSet is checked (a cache it names must exist, an annotated mount must be valid)
 and by default not changed: its pods are steered when they are created, so the workload stays as its owner wrote it
@@ -87,18 +89,36 @@ def _pod_digest(target, mutation_labelled):
     return target.serving_digest
 
 
-def _requirement(use, mutation_labelled):
-    """(CacheRequirement, the digest the pod needs on its node or None, why the pod cannot use the cache or None)."""
+def _holders(view, target, digest, mutation_labelled):
+    """The nodes that hold the serving PVC's digest when some of them are not labelled at it (the label moved on to a
+    new digest while the serving PVC is kept at the old one), else None: the label says it all. Only nodes with a
+    hostname label can be named. Looked up only while the serving PVC is at another digest than the cache, so
+    steady-state admissions cost nothing more."""
+    if mutation_labelled or digest == target.short_digest:
+        return None
+    labelled = view.ready_nodes(target.readiness_key, digest)
+    unlabelled = view.holding_nodes(target, digest) - labelled
+    named = {name for name in labelled | unlabelled if view.hostname(name)}
+    return named if unlabelled & named else None
+
+
+def _requirement(use, mutation_labelled, view):
+    """(CacheRequirement, the digest the pod needs on its node or None, the nodes named as holding it or None, why
+    the pod cannot use the cache or None)."""
     target = use.target
-    digest = None
+    digest = holders = None
     if target.readiness_key:
         digest = _pod_digest(target, mutation_labelled)
         if digest is None:
-            return None, None, ("has not been resolved or extracted yet", "wait for its first reconcile "
-                                "(gkm.cluster.cache_info shows its state)")
+            return None, None, None, ("has not been resolved or extracted yet", "wait for its first reconcile "
+                                      "(gkm.cluster.cache_info shows its state)")
+        holders = _holders(view, target, digest, mutation_labelled)
     if target.mode == IMAGE_VOLUME and target.image_reference() is None:
-        return None, None, ("has no resolved image digest yet", "wait for its first reconcile (status.resolvedDigest)")
-    return node_affinity.cache_requirement(target.readiness_key, digest, target.targets), digest, None
+        return None, None, None, ("has no resolved image digest yet",
+                                  "wait for its first reconcile (status.resolvedDigest)")
+    hostnames = None if holders is None else {view.hostname(name) for name in holders}
+    return node_affinity.cache_requirement(target.readiness_key, digest, target.targets, hostnames), digest, \
+        holders, None
 
 
 def steer(request, view):
@@ -153,17 +173,17 @@ def _controlled(metadata):
 def _steered(label, controlled, mutation_labelled, spec, spec_path, uses, view, operations):
     requirements, needs, unusable = [], [], []
     for use in uses:
-        requirement, digest, problem = _requirement(use, mutation_labelled)
+        requirement, digest, holders, problem = _requirement(use, mutation_labelled, view)
         if problem is not None:
             unusable.append((use.target, problem))
             continue
         requirements.append(requirement)
-        needs.append((use.target, digest))
+        needs.append((use.target, digest, holders))
     if unusable:
         return Steering(denial=_denial(label, unusable))
     terms = node_affinity.merged_terms(node_affinity.required_terms(spec), requirements)
     operations = operations + node_affinity.affinity_operations(spec, spec_path, terms)
-    caches = ", ".join(target.describe() for target, _digest in needs)
+    caches = ", ".join(target.describe() for target, _digest, _holders in needs)
     if not any(node_affinity.node_fits(view.node(name), spec, terms) for name in _candidates(view, needs)):
         if not controlled:
             return Steering(denial=_denial(label, _why_nowhere(view, needs)))
@@ -183,11 +203,11 @@ def _steered_template(label, spec, spec_path, uses):
                         label, STEERING_ANNOTATION, STEERING_TEMPLATE, ", ".join(u.target.describe() for u in uses)))
 
 
-def _target_nodes(view, target, digest):
+def _target_nodes(view, target, digest, holders):
     """Names of the nodes usable for one cache, None when the cache restricts no node."""
     nodes = None
     if target.readiness_key:
-        nodes = view.ready_nodes(target.readiness_key, digest)
+        nodes = view.ready_nodes(target.readiness_key, digest) if holders is None else holders
     if target.targets:
         gpu_nodes = view.gpu_nodes(target.targets)
         nodes = gpu_nodes if nodes is None else nodes & gpu_nodes
@@ -196,8 +216,8 @@ def _target_nodes(view, target, digest):
 
 def _candidates(view, needs):
     candidates = None
-    for target, digest in needs:
-        nodes = _target_nodes(view, target, digest)
+    for target, digest, holders in needs:
+        nodes = _target_nodes(view, target, digest, holders)
         if nodes is not None:
             candidates = nodes if candidates is None else candidates & nodes
     return view.all_nodes() if candidates is None else candidates
@@ -206,20 +226,20 @@ def _candidates(view, needs):
 def _why_nowhere(view, needs):
     """[(target, (why, fix))] for a pod no node fits, computed only on the way to a denial."""
     reasons = []
-    for target, digest in needs:
+    for target, digest, holders in needs:
         if target.targets and not view.gpu_nodes(target.targets):
             reasons.append((target, ("no node has a GPU it was built for (%s)" % ", ".join(
                 "%s/%s/%s" % (t["backend"], t["arch"], t["warp_size"]) for t in target.targets),
                 "add nodes with such a GPU (labels gkm.io/gpu-backend, gkm.io/gpu-arch, gkm.io/gpu-warp-size) or "
                 "build the cache for the cluster's GPUs")))
-        elif target.readiness_key and not _target_nodes(view, target, digest):
+        elif target.readiness_key and not _target_nodes(view, target, digest, holders):
             elsewhere = len(view.ready_nodes(target.readiness_key))
             reasons.append((target, ("no node holds it extracted at digest %s yet%s" % (digest, (
                 " (%d node(s) hold another digest)" % elsewhere) if elsewhere else ""),
                 "wait for its extraction; gkm.cluster.cache_info shows each node's state and why a node does not "
                 "get it")))
     if not reasons:
-        caches = ", ".join(target.describe() for target, _digest in needs)
+        caches = ", ".join(target.describe() for target, _digest, _holders in needs)
         usable = len(_candidates(view, needs))
         return [(None, ("no node is usable for %s and also fits the pod's own nodeName, nodeSelector and required "
                         "node affinity (%d node(s) are usable for the caches)" % (caches, usable),

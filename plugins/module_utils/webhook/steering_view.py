@@ -6,6 +6,8 @@
   reconcile writes, the resolved digest and the image's GPU targets (`status.targets`).
 - Serving PVCs (distribute/serving.py), from the managed-PVC watch the PVC-mutation view already runs: the digest a
   pod naming the cache in claimName mounts, which stays the old one while pods keep an outdated serving PVC.
+- Node slot PVCs marked extracted, from the same watch: which nodes hold a digest on disk, also the old one a kept
+  serving PVC reads after their readiness label has moved on.
 - Nodes (a Node watch; the webhook's ServiceAccount needs list and watch on nodes): their labels, to answer "is any
   node usable for this pod?" before admitting it, indexed by readiness label and by GPU.
 """
@@ -18,6 +20,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     DIGEST_LABEL,
+    label_value,
     short_digest,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import (
@@ -26,6 +29,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volum
     pinned_reference,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import LABEL_PREFIX, label_key
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import HOSTNAME_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import is_serving
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
@@ -36,6 +40,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
     CLUSTER_KIND,
     NAMESPACED_KIND,
     READ_ONLY_MANY,
+    pvc_record,
 )
 
 
@@ -140,6 +145,9 @@ class SteeringView:
         self._cluster_by_name = {}
         self._serving = {}  # (namespace, pvc name) -> (cache, cache namespace, short digest)
         self._nodes = {}  # name -> Node with metadata (name, labels) only
+        self._node_by_label = {}  # label_value(name), as slot PVCs name their node -> name
+        self._held = {}  # (namespace, cache, cache namespace, short digest) -> {node label value}
+        self._held_by_pvc = {}  # (namespace, pvc name) -> (that key, node label value)
         self._ready = {}  # readiness key -> short digest -> {node}
         self._by_gpu = {}  # normalized GPU -> {node}
 
@@ -162,16 +170,30 @@ class SteeringView:
             self._cluster_by_name = {name: cache for (_namespace, name), cache in self._caches[kind].items()}
 
     def apply_pvc_event(self, event_type, obj):
-        """A managed PVC's event: only serving PVCs matter here."""
+        """A managed PVC's event: serving PVCs, and node slot PVCs marked extracted (not being deleted)."""
         key = _key(obj)
         self._serving.pop(key, None)
-        if event_type != "DELETED" and is_serving(obj):
+        self._forget_held(key)
+        if event_type == "DELETED":
+            return
+        if is_serving(obj):
             labels = obj["metadata"].get("labels") or {}
             self._serving[key] = (labels.get(CACHE_LABEL), labels.get(CACHE_NAMESPACE_LABEL, ""),
                                   labels.get(DIGEST_LABEL))
+            return
+        record = pvc_record(obj)
+        if record is not None and record.node and record.extracted and not obj["metadata"].get("deletionTimestamp"):
+            held = (key[0], record.cache, record.cache_namespace, record.digest)
+            self._held.setdefault(held, set()).add(record.node)
+            self._held_by_pvc[key] = (held, record.node)
+
+    def _forget_held(self, key):
+        held, node = self._held_by_pvc.pop(key, (None, None))
+        if held is not None:
+            _discard(self._held, held, node)
 
     def replace_pvcs(self, items):
-        self._serving = {}
+        self._serving, self._held, self._held_by_pvc = {}, {}, {}
         for obj in items:
             self.apply_pvc_event("ADDED", obj)
 
@@ -182,6 +204,7 @@ class SteeringView:
             return
         labels = dict((obj.get("metadata") or {}).get("labels") or {})
         self._nodes[name] = {"metadata": {"name": name, "labels": labels}}
+        self._node_by_label[label_value(name)] = name
         for key, value in labels.items():
             if key.startswith(LABEL_PREFIX):
                 self._ready.setdefault(key, {}).setdefault(value, set()).add(name)
@@ -190,7 +213,7 @@ class SteeringView:
             self._by_gpu.setdefault(gpu, set()).add(name)
 
     def replace_nodes(self, items):
-        self._nodes, self._ready, self._by_gpu = {}, {}, {}
+        self._nodes, self._node_by_label, self._ready, self._by_gpu = {}, {}, {}, {}
         for obj in items:
             self.apply_node_event("ADDED", obj)
 
@@ -198,6 +221,7 @@ class SteeringView:
         node = self._nodes.pop(name, None)
         if node is None:
             return
+        self._node_by_label.pop(label_value(name), None)
         labels = node["metadata"]["labels"]
         for key, value in labels.items():
             if key.startswith(LABEL_PREFIX):
@@ -235,6 +259,18 @@ class SteeringView:
         if digest is not None:
             return set(by_digest.get(digest, ()))
         return set().union(*by_digest.values()) if by_digest else set()
+
+    def holding_nodes(self, target, digest):
+        """Names of the nodes whose slot of the cache in the target's namespace is extracted at that short digest,
+        labelled or not (the planner keeps an old digest's slots while pods on the node read them through the serving
+        PVC, or until every node has the new digest)."""
+        cache_namespace = target.namespace if target.scope == "namespaced" else ""
+        labels = self._held.get((target.namespace, target.name, cache_namespace, digest), ())
+        return {self._node_by_label[value] for value in labels if value in self._node_by_label}
+
+    def hostname(self, name):
+        """The node's kubernetes.io/hostname label, None when it has none."""
+        return self._nodes[name]["metadata"]["labels"].get(HOSTNAME_LABEL)
 
     def gpu_nodes(self, targets):
         """Names of the nodes whose GPU labels fit one of the (normalized) targets."""

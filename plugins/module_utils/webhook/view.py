@@ -142,7 +142,7 @@ def _declared_cache(obj, kind):
     )
 
 
-def _pvc_record(obj):
+def pvc_record(obj):
     """A _PvcRecord for a PVC written by cache_distribute, or None for anything else."""
     metadata = obj.get("metadata") or {}
     labels = metadata.get("labels") or {}
@@ -249,7 +249,7 @@ class CacheView:
         self._forget_pvc(key)
         if event_type == "DELETED":
             return
-        record = _pvc_record(obj)
+        record = pvc_record(obj)
         if record is None:
             return
         group_key = (key[0], record.cache, record.cache_namespace)
