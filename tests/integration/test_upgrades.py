@@ -191,6 +191,12 @@ def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_o
         crds.patch_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name,
                                             {"spec": {"image": image, "upgradePolicy": policy}})
 
+    def upgrade_states():
+        """{node: upgradeState of its per-node object's entry at the new digest}, as `kubectl get gkmcachenodes`."""
+        objects = crds.list_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcachenodes")["items"]
+        return {obj["metadata"]["name"]: obj["status"]["caches"][name].get(images[1].digest, {}).get("upgradeState")
+                for obj in objects if obj["metadata"]["name"] in WORKERS and name in obj["status"].get("caches", {})}
+
     crds.create_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches",
                                          cache_manifest(name, namespace, images[0].ref, {"maxUnavailable": 1}))
     try:
@@ -211,6 +217,8 @@ def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_o
         assert paused["rollout"]["waves"] == [[node] for node in WORKERS], paused["rollout"]
         assert state_labels() == {node: "pending" for node in WORKERS}
         assert {e["reason"] for e in paused["status"]["entries"] if e["digest"] == new} == {"WaitingForWave"}
+        # Each node's per-node entry of the new digest says what its label says.
+        assert upgrade_states() == {node: "pending" for node in WORKERS}
 
         update(images[1].ref, {"maxUnavailable": 1, "paused": False})
         watcher = Watcher(kube, name, new)
@@ -225,8 +233,9 @@ def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_o
         assert rolled["rollout"]["complete"] and rolled["rollout"]["upgraded"] == WORKERS, rolled["rollout"]
         assert watcher.digests_seen == {node: {old, new} for node in WORKERS}, figures
         assert only_new_slots(kube, name, new), figures
-        # Complete: the state labels are gone.
+        # Complete: the state labels are gone, and so are the entries' upgrade states.
         assert state_labels() == {node: None for node in WORKERS}
+        assert upgrade_states() == {node: None for node in WORKERS}
         print("waves: %s" % figures)
     finally:
         run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,

@@ -2,10 +2,10 @@
 the plan made again with the nodes it holds, as runner._plan does, without a cluster."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_status, rollout, status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import rollout, status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
-from tests.unit.test_plan import DIGEST_B, WORKERS, as_live, facts, make_spec
+from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec
 
 
 def two_passes(spec, cluster):
@@ -65,3 +65,35 @@ def test_the_diff_shows_the_state_labels_now_and_the_wave_plan():
     assert diff["before_header"] == "upgrade of team-a/vector-add"
     assert diff["before"] == {WORKERS[1]: "pending"}
     assert diff["after"]["budget"] == 1 and diff["after"]["waves"] == [[WORKERS[1]], [WORKERS[2]]]
+
+
+def per_node_states(spec, cluster, plan, waves):
+    """The per-node objects' states of the cache after this plan (node_writer.sync_for_spec's input)."""
+    entries = status.cache_status(plan.slots, WORKERS, [], {}, cluster.objects, [])["entries"]
+    return node_status.node_cache_states(spec, plan.eligibility, entries, cluster.nodes, [],
+                                         rollout.upgrade_states(waves))
+
+
+def test_each_node_entry_of_the_new_digest_carries_its_upgrade_state_as_its_label_does():
+    spec, cluster = moved_to_b({"maxUnavailable": 1})
+    plan, waves = two_passes(spec, cluster)
+    states = per_node_states(spec, cluster, plan, waves)
+    assert {node: states[node][DIGEST_B].get("upgradeState") for node in WORKERS} == waves.labels() == {
+        WORKERS[0]: "upgrading", WORKERS[1]: "pending", WORKERS[2]: "pending"}
+    # The previous digest's entry (kept until replaced) says nothing of the rollout.
+    assert all("upgradeState" not in states[node][DIGEST_A[7:19]] for node in WORKERS)
+
+
+def test_no_upgrade_state_without_waves_or_once_every_node_is_upgraded():
+    spec, cluster = moved_to_b(None)
+    spec.upgrade_policy = None
+    plan, waves = two_passes(spec, cluster)
+    assert waves is None and rollout.upgrade_states(waves) == {}
+    assert not [node for node, digests in per_node_states(spec, cluster, plan, waves).items()
+                for state in digests.values() if "upgradeState" in state]
+    # Every node Extracted at the new digest and nothing kept: the rollout is complete, its labels and states go.
+    done = make_spec(DIGEST_B, upgrade_policy=parse_upgrade_policy({"maxUnavailable": 1}))
+    live = facts(objects=as_live(planner.plan(done, facts()).desired, complete_jobs=True, marked=True))
+    plan, waves = two_passes(done, live)
+    assert waves.complete and rollout.upgrade_states(waves) == {}
+    assert all("upgradeState" not in per_node_states(done, live, plan, waves)[node][DIGEST_B] for node in WORKERS)

@@ -6,10 +6,11 @@ From the facts a reconcile already has (the nodes, the planner's eligibility and
 entries of every slot, the pods) to `{node: {digest: state}}` in GKM's CacheStatus shape: compatible
 and incompatible GPU ids, per workload namespace the PVC, PV and Job names with one GKM
 condition (Pending, Downloading, Extracted, Running, Outdated, Error), and the pods that mount it.
-Our additions say what GKM leaves to the logs: `state` (the node's state of the cache), and for a GPU
+Our additions say what GKM leaves to the logs: `state` (the node's state of the cache), for a GPU
 node that does not get the cache `reason` (NotSelected, NoGPU, GPULabelsUnusable, Incompatible,
-UntoleratedTaint), `message` and `untoleratedTaints`. Nodes without a GPU that do not get the cache
-have no entry: the cache's own status counts them (status_summary.py).
+UntoleratedTaint), `message` and `untoleratedTaints`, and while the cache rolls out in waves the node's
+`upgradeState` on its entry of the current digest (upgrade_waves.py; the value of its state label).
+Nodes without a GPU that do not get the cache have no entry: the cache's own status counts them (status_summary.py).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -182,11 +183,12 @@ class _NodeStates:
         return self.states
 
 
-def node_cache_states(spec, eligibility, entries, nodes, pods):
+def node_cache_states(spec, eligibility, entries, nodes, pods, upgrade_states=None):
     """{node name: {digest: state}} of one cache.
 
     spec: the CacheSpec (digest, targets, tolerations). eligibility: the plan's Eligibility.
     entries: the status entries of every slot (status.cache_status). nodes, pods: the facts the plan used.
+    upgrade_states: {node: state} of a rollout in waves (rollout.upgrade_states; none without one).
     A ReadOnlyMany cache's shared PVC is listed on every node that gets the cache.
     """
     by_name = {node["metadata"]["name"]: node for node in nodes}
@@ -216,4 +218,6 @@ def node_cache_states(spec, eligibility, entries, nodes, pods):
         current = digests.get(spec.digest)
         if current is not None and name in by_name:
             current.update(_gpu_fit(by_name[name], spec.targets))
+        if current is not None and name in (upgrade_states or {}):
+            current["upgradeState"] = upgrade_states[name]
     return states.finish()

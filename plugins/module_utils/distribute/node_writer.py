@@ -144,12 +144,14 @@ def node_objects_kind(spec):
     return None
 
 
-def sync_for_spec(kube, spec, eligibility, status, facts, check_mode=False, want_diff=False):
-    """sync_node_objects for one reconcile's outcome (None when the cache has no per-node objects)."""
+def sync_for_spec(kube, spec, eligibility, status, facts, check_mode=False, want_diff=False, upgrade_states=None):
+    """sync_node_objects for one reconcile's outcome (None when the cache has no per-node objects).
+
+    upgrade_states: {node: state} of a rollout in waves (rollout.upgrade_states)."""
     kind = node_objects_kind(spec)
     if kind is None:
         return None
-    states = node_cache_states(spec, eligibility, status["entries"], facts.nodes, facts.pods) if (
+    states = node_cache_states(spec, eligibility, status["entries"], facts.nodes, facts.pods, upgrade_states) if (
         spec.state == "present") else {}
     return sync_node_objects(kube, kind, spec.cache_namespace or None, spec.name, states, facts.nodes,
                              check_mode, want_diff)

@@ -62,6 +62,12 @@ def held(waves):
     return waves.nodes_in(WAITING) if waves is not None else []
 
 
+def upgrade_states(waves):
+    """{node: upgrade state} while a rollout runs, {} otherwise: the nodes' state labels, and the `upgradeState` of
+    their per-node entries (node_status.py)."""
+    return waves.labels() if waves is not None else {}
+
+
 def rollout_diff(spec, waves, nodes):
     """The `--diff` entry of an active rollout: the nodes' state labels now, and the wave plan."""
     key = state_label_key(spec.name, spec.cache_namespace)

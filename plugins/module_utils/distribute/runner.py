@@ -432,7 +432,8 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
         with timings.phase("status"):
             status = _status(spec, plan, facts)
         with timings.phase("node_objects"):
-            node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff)
+            node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff,
+                                         rollout.upgrade_states(plan.rollout))
         with timings.phase("node_labels"):
             node_labels = node_readiness_runner.label_nodes(kube, spec, status["entries"], facts.nodes)
             upgrade_labels.extend(_label_upgrade_states(kube, spec, plan.rollout, facts.nodes))
@@ -500,7 +501,7 @@ def _restarting(plan):
 def _label_upgrade_states(kube, spec, waves, nodes):
     """Write the nodes' upgrade state labels, and keep `nodes` (the facts' copies) as written."""
     key = state_label_key(spec.name, spec.cache_namespace)
-    written = node_readiness_runner.sync_labels(kube, spec, key, waves.labels() if waves is not None else {}, nodes)
+    written = node_readiness_runner.sync_labels(kube, spec, key, rollout.upgrade_states(waves), nodes)
     by_name = {node["metadata"]["name"]: node for node in nodes}
     for change in written:
         if change["node"] not in by_name:
