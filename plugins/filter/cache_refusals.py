@@ -44,18 +44,22 @@ import json  # noqa: E402
 
 
 def _server_message(message):
-    """The Status message inside kubernetes.core's "Failed to ...: b'{...}'" error, else the error as it is."""
-    start = message.find("b'")
-    if start < 0:
-        start = message.find('b"')
-    body = message[message.find("{"):] if start < 0 else None
+    """The Status message inside kubernetes.core's error, else the error as it is. Older clients put the body in as
+    a bytes repr ("Failed to create object: b'{...}'"), newer ones as text; only a literal that opens the JSON counts
+    as one (a name ending in b, quoted inside the JSON, reads b" too)."""
+    text = message
+    for opening in ("b'{", 'b"{'):
+        start = message.find(opening)
+        if start >= 0:
+            try:
+                text = ast.literal_eval(message[start:].strip()).decode("utf-8", "replace")
+            except (ValueError, SyntaxError, AttributeError):
+                return message
+            break
     try:
-        if body is None:
-            body = ast.literal_eval(message[start:].strip())
-        if isinstance(body, bytes):
-            body = body.decode("utf-8", "replace")
-        return json.loads(body).get("message") or message
-    except (ValueError, SyntaxError, AttributeError):
+        status, _end = json.JSONDecoder().raw_decode(text[text.index("{"):])
+        return status.get("message") or message
+    except (ValueError, AttributeError):
         return message
 
 

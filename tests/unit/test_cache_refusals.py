@@ -33,6 +33,11 @@ def test_one_declared_cache_and_an_unparsable_error():
     as_text = {"error": {"msg": "Failed to create object: %s\n" % json.dumps(STATUS)}}
     assert cache_refusals([cache("x")], as_text) == [
         'GKMCache team-a/x: GKMCache.gkm.io "x" is invalid: spec.image: Required value']
+    # A name ending in b puts b" inside the JSON text: no bytes literal for all that.
+    named_b = dict(STATUS, message='GKMCache.gkm.io "no-image-5441b" is invalid', details={"name": "no-image-5441b"})
+    as_text = {"error": {"msg": "Failed to create object: %s\n" % json.dumps(named_b, separators=(",", ":"))}}
+    assert cache_refusals([cache("no-image-5441b")], as_text) == [
+        'GKMCache team-a/no-image-5441b: GKMCache.gkm.io "no-image-5441b" is invalid']
     odd = {"error": {"msg": "namespaces \"team-z\" not found"}}
     assert cache_refusals([{"kind": "ClusterGKMCache", "metadata": {"name": "c"}}], odd) == [
         'ClusterGKMCache c: namespaces "team-z" not found']
