@@ -6,17 +6,25 @@ import json
 import os
 import tarfile
 import urllib.request
+import uuid
 import zlib
 
 from kubernetes import client
 
 REAL_NODE_LABEL = "gkm.io/real-node"
+# The real node with an AMD GPU (hip caches fit it; the other real node is NVIDIA).
+AMD_NODE = "gkm-real-amd-1"
 GPU_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
 # Pods that must run on the real nodes (kwok nodes "run" anything and read nothing).
 ON_REAL_NODES = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": REAL_NODE_LABEL, "operator": "In", "values": ["true"]}]}]}}}
 # Pod Security for the namespaces of the extraction Jobs: baseline is what their permission step needs.
 BASELINE = {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "latest"}
+
+
+def unique(prefix):
+    """A name no earlier run used: the cluster is shared by the whole session."""
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:6])
 
 
 def real_pod_template(**spec):

@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 from kubernetes import client
@@ -20,6 +19,7 @@ from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK
 from tests.helpers.operator_caches import GROUP, VERSION, kubectl, live, poll
 from tests.helpers.real_nodes import (
+    AMD_NODE,
     BASELINE,
     GPU_TOLERATION,
     REAL_NODE_LABEL,
@@ -27,18 +27,14 @@ from tests.helpers.real_nodes import (
     labelled_namespace,
     pod_logs,
     real_pod_template,
+    unique,
 )
 from tests.helpers.roles import run_role
 from tests.helpers.sim import SIM_SCRIPT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 
-AMD_NODE = "gkm-real-amd-1"
 OPERATOR = "gkm-operator"
-
-
-def unique(prefix):
-    return "%s-%s" % (prefix, uuid.uuid4().hex[:6])
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,15 @@ budget allows it the pod is evicted, its replacement gets the new digest, and th
 """
 
 import time
-import uuid
 
 import pytest
 from kubernetes import client
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
+from tests.helpers.operator_caches import GROUP, VERSION
 from tests.helpers.real_nodes import (
+    AMD_NODE,
     BASELINE,
     delete_namespace,
     labelled_namespace,
@@ -23,20 +24,16 @@ from tests.helpers.real_nodes import (
     real_pod_template,
     run_daemonset,
     running_pods,
+    unique,
 )
 from tests.helpers.webhook import wait_until
 from tests.integration.test_webhook_in_cluster import install_server, real_options, remove
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 
-AMD_NODE = "gkm-real-amd-1"
-GROUP, VERSION, PLURAL = "gkm.io", "v1alpha1", "gkmcaches"
+PLURAL = "gkmcaches"
 # sh as PID 1 ignores SIGTERM unless it traps it: without the trap each eviction would wait out the grace period.
 READER = "trap 'exit 0' TERM; cat /kernels/.gkm-cache.json; echo; sleep 3600 & wait"
-
-
-def unique(prefix):
-    return "%s-%s" % (prefix, uuid.uuid4().hex[:6])
 
 
 @pytest.fixture(scope="module")
