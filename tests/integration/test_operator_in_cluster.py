@@ -136,7 +136,6 @@ def test_the_role_runs_the_operator_in_the_cluster_and_it_reconciles_a_kubectl_c
     assert apps.list_namespaced_deployment(namespace).items == []
     assert rbac_exists(kube, namespace) == []
     # Nothing of ours is left on the real node: its namespace goes only once the kubelet has torn its pods down
-    # (their network namespaces too). A teardown still pending when another test runs `ip netns add` (the operator
-    # replicas) could never finish: that bind-mounts /run/netns over the pod's namespace file.
+    # (their network namespaces too).
     poll("the operator's namespace %s gone" % namespace, lambda: namespace not in {
         item.metadata.name for item in core.list_namespace().items}, timeout=120)

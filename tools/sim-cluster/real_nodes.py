@@ -27,7 +27,8 @@ import real_nodes_plan as plan
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
-BASELINE_DIRS = ["/run/containerd", "/opt/containerd", "/run/netns", "/var/lib/cni", "/var/log/containers",
+NETNS_DIR = "/run/netns"
+BASELINE_DIRS = ["/run/containerd", "/opt/containerd", NETNS_DIR, "/var/lib/cni", "/var/log/containers",
                  "/var/log/pods"]
 CNI_RESULTS = "/var/lib/cni/results"
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
@@ -106,8 +107,20 @@ def _join_host(run):
         with open(IP_FORWARD) as handle:
             forward = handle.read().strip()
         _write(baseline, json.dumps({"ip_forward": forward, "dirs": {d: os.path.lexists(d) for d in BASELINE_DIRS},
+                                     "mount_points": [d for d in BASELINE_DIRS if d in _mounts_under(d)],
                                      "nft_tables": _nft_tables()}))
+    _share_netns_dir()
     _write(os.path.join(plan.HOST_RUN_DIR, "runs", run.network["run"]), run.sim_dir)
+
+
+def _share_netns_dir():
+    """Make /run/netns a shared mount of itself before any pod starts, as `ip netns add` (the operator replica tests)
+    would on its first call. Made later, with pods' network namespaces mounted inside, that bind mount hides theirs:
+    containerd then unmounts only the copy, the file stays busy, and the pod never finishes tearing down."""
+    os.makedirs(NETNS_DIR, exist_ok=True)
+    if NETNS_DIR not in _mounts_under(NETNS_DIR):
+        subprocess.run(["mount", "--bind", NETNS_DIR, NETNS_DIR], check=True)
+    subprocess.run(["mount", "--make-shared", NETNS_DIR], check=True)
 
 
 def _leave_host(run):
@@ -126,8 +139,9 @@ def _leave_host(run):
             if not [line for line in _iptables_save(table.split()[-1]) if line.startswith("-A")]:
                 subprocess.run(["nft", "delete", "table", *table.split()], check=True)
         for directory, existed in baseline["dirs"].items():
-            if not existed and os.path.lexists(directory):
+            if directory not in baseline["mount_points"]:
                 _unmount_self_bind(directory)
+            if not existed and os.path.lexists(directory):
                 _refuse_mounts_under(directory)
                 shutil.rmtree(directory)
         shutil.rmtree(plan.HOST_RUN_DIR)
@@ -446,9 +460,8 @@ def _mounts_under(directory):
 
 
 def _unmount_self_bind(directory):
-    """`ip netns add` (the operator replica tests) bind-mounts /run/netns onto itself and `ip netns delete` leaves
-    that mount: undo it in a directory the runs created. With a namespace still mounted inside, umount fails and
-    the removal is refused."""
+    """Undo the runs' bind mount of a directory onto itself (/run/netns, _share_netns_dir). With a namespace still
+    mounted inside, umount fails, and so does the removal of a directory the runs created."""
     if directory in _mounts_under(directory):
         subprocess.run(["umount", directory], capture_output=True, check=False)
 

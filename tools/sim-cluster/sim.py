@@ -776,11 +776,14 @@ def cmd_down(_args):
     started = time.monotonic()
     state = load_state()
     if state.get("network"):
-        run = real_nodes_run(state, ensure_pki(state))
+        pki = ensure_pki(state)
+        run = real_nodes_run(state, pki)
         # Controllers first, so the real nodes' pods, once deleted, are not made again.
         for name in ("kube-controller-manager", "kube-scheduler"):
             stop_process(name, state["processes"].get(name))
-        if is_running(state["processes"].get("kube-apiserver")):
+        # An API server that runs but cannot be reached (its host interface gone) has no pods to give: stopping the
+        # kubelets and containerds then takes the pods down with them.
+        if readiness_check("kube-apiserver", state, pki)():
             real_nodes.drain(run)
         real_nodes.stop(run)
     for name in ["operator", "kyverno", "webhook", *reversed([*CONTROL_PLANE, "registry"])]:
