@@ -224,7 +224,7 @@ def render_scrub(target, namespace, image, deadline_seconds):
     return [pv, pvc, job]
 
 
-def _refusals(events):
+def pod_refusals(events):
     """The Job controller's FailedCreate events: admission (Pod Security, quotas) refusing the Job's pod."""
     return ["pod refused: %s" % event.get("message") for event in events if event.get("reason") == "FailedCreate"][-1:]
 
@@ -239,7 +239,7 @@ def failure_message(job, pods, events=()):
             if terminated.get("exitCode"):
                 messages.append("exit %s: %s" % (terminated["exitCode"],
                                                  (terminated.get("message") or terminated.get("reason") or "").strip()))
-    messages = messages or _refusals(events)
+    messages = messages or pod_refusals(events)
     if messages:
         return "; ".join(messages)
     for condition in (job.get("status") or {}).get("conditions") or []:
@@ -250,7 +250,7 @@ def failure_message(job, pods, events=()):
 
 def waiting_reason(pods, events=()):
     """What a scrub pod that has not finished waits for (image pull, admission), for a timeout message."""
-    reasons = _refusals(events) if not pods else []
+    reasons = pod_refusals(events) if not pods else []
     for pod in pods:
         status = pod.get("status") or {}
         for container in status.get("containerStatuses") or []:

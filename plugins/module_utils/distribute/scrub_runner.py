@@ -23,6 +23,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub impor
     job_image,
     pick_namespace,
     plan_scrub,
+    pod_refusals,
     render_scrub,
     waiting_reason,
 )
@@ -132,6 +133,7 @@ class NodeDiskScrub:
     def _wait(self, runs):
         deadline = time.monotonic() + self.timeout
         pending = list(runs)
+        first_poll = True
         while pending:
             jobs, pods = self._scrub_jobs_and_pods({run[1][2]["metadata"]["namespace"] for run in pending})
             still = []
@@ -146,9 +148,13 @@ class NodeDiskScrub:
                 elif job_condition(job, "Failed"):
                     entry["error"] = "scrub Job %s failed: %s" % (entry["job"], failure_message(
                         job, pods.get(key, []), self._events(metadata)))
+                elif not pods.get(key):
+                    # A pod normally exists by the second poll: only then are the Job's events worth a read.
+                    if first_poll or not self._refused(entry, metadata):
+                        still.append(run)
                 elif not self._cannot_pull(entry, pods.get(key, []), pinned):
                     still.append(run)
-            pending = still
+            pending, first_poll = still, False
             if pending and time.monotonic() > deadline:
                 for entry, objects, _pinned in pending:
                     metadata = objects[2]["metadata"]
@@ -191,6 +197,14 @@ class NodeDiskScrub:
         else:
             entry["result"] = "nothing to remove: the node cannot pull the tools image, so no extraction ran there"
         return True
+
+    def _refused(self, entry, metadata):
+        """A Job whose pod admission refuses (Pod Security, a quota) ends its wait at once: the Job controller is
+        refused again until someone changes the namespace, and a later run scrubs the PVs it holds back."""
+        refusals = pod_refusals(self._events(metadata))
+        if refusals:
+            entry["error"] = "scrub Job %s: %s" % (entry["job"], refusals[0])
+        return bool(refusals)
 
     def _events(self, metadata):
         query = [("fieldSelector", "involvedObject.kind=Job,involvedObject.name=%s" % metadata["name"])]
