@@ -53,7 +53,7 @@ POOL = "gkm-bench-operator"
 NAMESPACE = "bench-operator"
 DEFAULT_MAX_LOAD = 1.5
 POLL_SECONDS = 0.25
-# Both paths distribute with these (the operator's runs get them through sim.py operator-up --caches-options): a
+# Both paths distribute with these (the operator's runs get them through sim.py operator-up --run-vars): a
 # 500-node wait must not time out, or the two paths would stop at different points.
 CACHES_OPTIONS = {"caches_wait_timeout": 900}
 
@@ -218,7 +218,7 @@ class OperatorPath:
         self.timeout = timeout
 
     def start(self):
-        sim("operator-up", "--tools-image", self.cluster.tools_image, "--caches-options", json.dumps(CACHES_OPTIONS))
+        sim("operator-up", "--tools-image", self.cluster.tools_image, "--run-vars", json.dumps(CACHES_OPTIONS))
         return ProcessTree(sim_control.load_state()["processes"]["operator"]["pid"])
 
     def apply(self, name, nodes):

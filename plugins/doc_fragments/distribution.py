@@ -129,10 +129,15 @@ options:
       - Wait until every extraction Job has finished (or failed), then record finished extractions on the PVCs.
       - When no node is eligible nothing is waited for - the status is C(Pending) with the reasons and fixes
         (C(status.unplaced)), and the run does not fail.
+      - A rolling upgrade (a resource's C(spec.upgradePolicy), M(gkm.cluster.cache_reconcile)) is waited for wave
+        after wave. One still moving at O(wait_timeout) ends the wait with a warning instead of failing - every node
+        that had a verified digest still serves it, and the next run goes on where this one stopped.
     type: bool
     default: false
   wait_timeout:
-    description: Seconds to wait for extractions, and for replaced objects to be deleted.
+    description:
+      - Seconds to wait for extractions.
+      - Scrub Jobs and the deletion of replaced objects wait this long too, and at least 60 seconds.
     type: int
     default: 300
   concurrency:

@@ -201,8 +201,10 @@ rollout:
     - The rolling upgrade of a ReadWriteOnce cache whose resource sets C(spec.upgradePolicy) (docs/upgrades.md) - its
       C(digest), C(policy), C(budget) (nodes upgrading at once), C(active), C(paused), C(stopped), C(complete),
       the nodes per state (C(pending), C(upgrading), C(upgraded), C(failed), C(rolled-back)), C(starting), the
-      C(waves) still to come, C(message), and C(labels), the node labels C(upgrade.gkm.io/<cache namespace>.<cache>)
-      this run wrote (C(node), C(value), null when removed).
+      C(waves) still to come, C(moving) (a later run can move it on - neither complete, stopped nor paused, some node
+      upgrading or pending; the operator reconciles the cache again soon while it is), C(message), and C(labels),
+      the node labels C(upgrade.gkm.io/<cache namespace>.<cache>) this run wrote (C(node), C(value), null when
+      removed).
     - With C(spec.upgradePolicy.restart) - C(restart) (nodes whose new digest is Extracted and whose named workloads
       still run on the previous one), C(evict) (their pods due for eviction at the plan's time, C(namespace/name)),
       C(evicted) (pods this run evicted) and C(eviction_refused) (C(pod), C(message)) for pods a

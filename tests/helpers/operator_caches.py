@@ -16,11 +16,14 @@ def pool_nodes(sim_nodes, pool, count):
                        "labels": {POOL_LABEL: pool}}], timeout=120)
 
 
-def manifest(name, namespace, image_ref, pool):
+def manifest(name, namespace, image_ref, pool, upgrade_policy=None):
     template = {"spec": {"nodeSelector": {POOL_LABEL: pool},
                          "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
+    spec = {"image": image_ref, "podTemplate": template}
+    if upgrade_policy is not None:
+        spec["upgradePolicy"] = upgrade_policy
     return {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
-            "metadata": {"name": name, "namespace": namespace}, "spec": {"image": image_ref, "podTemplate": template}}
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
 def kubectl(sim, *args, stdin=None):
@@ -28,11 +31,11 @@ def kubectl(sim, *args, stdin=None):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE).stdout
 
 
-def apply(sim, name, namespace, image_ref, pool):
-    kubectl(sim, "apply", "-f", "-", stdin=json.dumps(manifest(name, namespace, image_ref, pool)))
+def apply(sim, name, namespace, image_ref, pool, upgrade_policy=None):
+    kubectl(sim, "apply", "-f", "-", stdin=json.dumps(manifest(name, namespace, image_ref, pool, upgrade_policy)))
 
 
-def poll(what, check, timeout):
+def poll(what, check, timeout, interval=0.5):
     """check() until it returns something true; its value, or fail naming what and the last value."""
     deadline = time.monotonic() + timeout
     value = None
@@ -40,7 +43,7 @@ def poll(what, check, timeout):
         value = check()
         if value:
             return value
-        time.sleep(0.5)
+        time.sleep(interval)
     raise AssertionError("%s not reached in %ss; last: %r" % (what, timeout, value))
 
 
@@ -56,3 +59,23 @@ def live(crds, namespace, name):
 def phase_is(crds, namespace, name, phase, node_count):
     status = (live(crds, namespace, name) or {}).get("status") or {}
     return status if status.get("phase") == phase and status.get("nodeCnt") == node_count else None
+
+
+def cache_objects(kube, namespace, name):
+    """The cache's PVCs, Jobs and PVs (by the labels every object of a cache carries)."""
+    selector = "gkm.io/cache=%s,gkm.io/cache-namespace=%s" % (name, namespace)
+    return {
+        "pvcs": client.CoreV1Api(kube).list_persistent_volume_claim_for_all_namespaces(label_selector=selector).items,
+        "jobs": client.BatchV1Api(kube).list_job_for_all_namespaces(label_selector=selector).items,
+        "pvs": client.CoreV1Api(kube).list_persistent_volume(label_selector=selector).items,
+    }
+
+
+def per_node(objects):
+    """{node: count} of the objects labelled with a node (a cache's slot PVCs, PVs and Jobs)."""
+    counts = {}
+    for obj in objects:
+        node = (obj.metadata.labels or {}).get("gkm.io/node")
+        if node:
+            counts[node] = counts.get(node, 0) + 1
+    return counts

@@ -5,6 +5,7 @@ The operator reconciles every cache of the cluster while it runs, so the module 
 each test's cache is placed on a node pool of its own (a label), so other caches and nodes play no part.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ from kubernetes import client
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import AuditWrites, run_module
-from tests.helpers.operator_caches import apply, kubectl, live, phase_is, poll, pool_nodes
+from tests.helpers.operator_caches import apply, cache_objects, kubectl, live, phase_is, poll, pool_nodes
 from tests.helpers.sim import SIM_SCRIPT, sim_control
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
@@ -54,16 +55,6 @@ def settled(crds, namespace, name, quiet_seconds=5):
     version = live(crds, namespace, name)["metadata"]["resourceVersion"]
     time.sleep(quiet_seconds)
     return live(crds, namespace, name)["metadata"]["resourceVersion"] == version
-
-
-def cache_objects(kube, namespace, name):
-    """The cache's PVCs, Jobs and PVs (by the labels every object of a cache carries)."""
-    selector = "gkm.io/cache=%s,gkm.io/cache-namespace=%s" % (name, namespace)
-    return {
-        "pvcs": client.CoreV1Api(kube).list_persistent_volume_claim_for_all_namespaces(label_selector=selector).items,
-        "jobs": client.BatchV1Api(kube).list_job_for_all_namespaces(label_selector=selector).items,
-        "pvs": client.CoreV1Api(kube).list_persistent_volume(label_selector=selector).items,
-    }
 
 
 def test_kubectl_apply_then_nodes_join_then_delete_without_a_playbook(
@@ -109,6 +100,77 @@ def test_kubectl_apply_then_nodes_join_then_delete_without_a_playbook(
     kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
     poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
     poll("every object of the cache gone", lambda: not any(cache_objects(kube, namespace, name).values()), 60)
+
+
+# A run of the operator waits this long walking a rollout's waves. Each wave polls its Job at least once (1 s), so
+# every run of a 3-node rollout at maxUnavailable 1 ends still moving after one wave: the next run comes from the
+# requeue, not from the reconcile period.
+SHORT_WAIT_SECONDS = 1
+# Shorter than the role's 15 s default, to keep the test short; the mechanism is the same.
+REQUEUE_PERIOD = "5s"
+REQUEUE_LOGGED = "Set the reconciliation to occur after %s" % REQUEUE_PERIOD
+
+
+@contextlib.contextmanager
+def operator_with(sim, run_vars):
+    """The operator restarted with these variables for its runs inside the block, as the module fixture starts it
+    after."""
+    sim_command("operator-down")
+    try:
+        sim_command("operator-up", "--tools-image", tools_image(sim), "--run-vars", json.dumps(run_vars))
+        yield
+    finally:
+        sim_command("operator-down")
+        sim_command("operator-up", "--tools-image", tools_image(sim))
+
+
+def requeues_logged(name):
+    """The engine's log lines of requeue_after periods it set for the named resource."""
+    with open(os.path.join(sim_control.SIM_DIR, "logs", "operator.log")) as handle:
+        return sum(1 for line in handle if REQUEUE_LOGGED in line and '"name":"%s"' % name in line)
+
+
+def test_a_rollout_longer_than_a_run_is_requeued_and_completes_without_a_playbook(
+        operator, sim, crds, namespace, image, registry, sim_nodes, record_property):
+    """The cache moves to a new digest with upgradePolicy maxUnavailable 1 over 3 kwok nodes: the operator's runs
+    end with the rollout still moving, have the engine requeue the cache (roles/operator_events), and complete it long
+    before the 5-minute reconcile period."""
+    pool = "roll-%s" % uuid.uuid4().hex[:4]
+    pool_nodes(sim_nodes, pool, 3)
+    name = "op-roll-%s" % uuid.uuid4().hex[:4]
+    moved = kcache_images.build_image(registry.host, "operator/vector-add", "v2",
+                                      kcache_images.CacheSpec(backend="hip", seed=31))
+    policy = {"maxUnavailable": 1}
+    apply(sim, name, namespace, image.ref, pool, policy)
+    try:
+        poll("Extracted on 3 nodes", lambda: phase_is(crds, namespace, name, "Extracted", 3), 180)
+        with operator_with(sim, {"caches_wait_timeout": SHORT_WAIT_SECONDS,
+                                 "operator_events_rollout_requeue": REQUEUE_PERIOD}):
+            started = time.monotonic()
+            apply(sim, name, namespace, moved.ref, pool, policy)
+            status = poll("the rollout Complete", lambda: _upgrade_complete(crds, namespace, name, moved.digest), 240)
+            rollout_seconds = time.monotonic() - started
+            requeues = requeues_logged(name)
+            record_property("rollout_3_nodes_s", round(rollout_seconds, 1))
+            assert status["resolvedDigest"] == moved.digest and status["upgrade"]["counts"]["upgraded"] == 3, status
+            # Runs ended with the rollout moving, and the engine took the short period from them.
+            assert requeues >= 1, "no requeue_after in the operator's log for %s" % name
+            # The run that completed it asked for none: the watch's period is back.
+            poll("the operator settled", lambda: settled(crds, namespace, name), 60)
+            assert requeues_logged(name) == requeues
+        print("operator rollout: 3 nodes, maxUnavailable 1, runs waiting %ds: Complete %.1fs after the move, "
+              "%d requeue(s)" % (SHORT_WAIT_SECONDS, rollout_seconds, requeues))
+        assert rollout_seconds < 150, "the rollout took %.1fs, half the reconcile period" % rollout_seconds
+    finally:
+        kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
+        poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
+
+
+def _upgrade_complete(crds, namespace, name, digest):
+    """The status once status.upgrade says Complete at the digest (the first install's says so at its own)."""
+    status = (live(crds, namespace, name) or {}).get("status") or {}
+    upgrade = status.get("upgrade") or {}
+    return status if upgrade.get("phase") == "Complete" and upgrade.get("digest") == digest[7:19] else None
 
 
 def test_the_operator_holds_the_leader_lease(operator, kube):

@@ -178,3 +178,24 @@ def test_a_node_whose_previous_slot_is_released_keeps_its_place_while_its_worklo
     assert plan.states == {"gpu-00": waves.UPGRADING, "gpu-01": waves.WAITING} and plan.starting == []
     done = upgrade(nodes, {"maxUnavailable": 1}, **{"gpu-00": waves.NodeProgress(target=status.EXTRACTED)})
     assert done.starting == ["gpu-01"] and done.restart == []
+
+
+def test_a_rollout_is_moving_until_only_time_cannot_move_it():
+    """What the operator requeues the cache soon for (roles/operator_events): nodes upgrading or pending, and
+    nothing holding the rollout."""
+    nodes = fleet(4)
+    plan = upgrade(nodes, {"maxUnavailable": 1})
+    assert plan.moving() and plan.to_dict()["moving"]
+    paused = waves.plan_waves(parse_upgrade_policy({"maxUnavailable": 1, "paused": True}), DIGEST_B, nodes,
+                              progress_after(plan, ()))
+    assert not paused.moving()
+    stopped = waves.plan_waves(plan.policy, DIGEST_B, nodes, progress_after(plan, (), fail=["gpu-00"]))
+    assert stopped.stopped and not stopped.moving()
+    # Every node done but one failed within the threshold: not complete, yet nothing moves until someone retries it.
+    tolerant = parse_upgrade_policy({"maxUnavailable": 4, "failureThreshold": 1})
+    fresh = {n["metadata"]["name"]: waves.NodeProgress(previous=OLD) for n in nodes}
+    started = waves.plan_waves(tolerant, DIGEST_B, nodes, fresh)
+    left = waves.plan_waves(tolerant, DIGEST_B, nodes, progress_after(started, ["gpu-01", "gpu-02", "gpu-03"],
+                                                                      fail=["gpu-00"]))
+    assert not left.complete and not left.stopped and not left.moving()
+    assert not waves.plan_waves(parse_upgrade_policy(None), DIGEST_B, nodes, {}).moving()

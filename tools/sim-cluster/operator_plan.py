@@ -31,14 +31,14 @@ def watches_file(root):
     return os.path.join(root, "roles", "gkm", "files", "operator", "watches.yaml")
 
 
-def extra_vars(tools_image, kubeconfig, caches_options=None):
+def extra_vars(tools_image, kubeconfig, run_vars=None):
     """The caches role's options for every run (given to ansible-playbook with -e @file).
 
     kubeconfig: the cluster's own. The runs' modules reach the API server with it, not through the engine's proxy,
     which answers reads from its informer cache: stale for the resourceVersion-guarded writes of the per-node
     objects, and it does not page lists.
-    caches_options: the caches_* variables the playbooks run with (the gkm role passes the inventory's), so the
-    operator distributes exactly as they do and neither undoes the other's objects.
+    run_vars: the caches_* variables the playbooks run with (the gkm role passes the inventory's), so the
+    operator distributes exactly as they do and neither undoes the other's objects, and operator_events_*.
     """
     return dict({
         "caches_kubeconfig": kubeconfig,
@@ -46,7 +46,7 @@ def extra_vars(tools_image, kubeconfig, caches_options=None):
         "caches_registry_plain_http": True,
         "caches_wait": True,
         "caches_wait_timeout": 120,
-    }, **(caches_options or {}))
+    }, **(run_vars or {}))
 
 
 def environment(base, root, venv_bin, kubeconfig):

@@ -668,7 +668,7 @@ def cmd_operator_up(args):
         vars_file = os.path.join(directory, "vars.json")
         tools_image = args.tools_image or state.get("tools_image") or "%s/gkm-cluster/tools:sim" % state["registry"]
         with open(vars_file, "w") as handle:
-            options = json.loads(args.caches_options or "{}")
+            options = json.loads(args.run_vars or "{}")
             json.dump(operator_plan.extra_vars(tools_image, KUBECONFIG, options), handle)
         start_process(state, "operator", operator_plan.argv(binary, ROOT, vars_file, ports),
                       operator_plan.environment(os.environ, ROOT, os.path.dirname(sys.executable), KUBECONFIG))
@@ -836,7 +836,7 @@ def main():
     parser.add_argument("--dry-run", action="store_true", help="webhook-up: say what would be started, start nothing")
     parser.add_argument("--purge", action="store_true", help="kyverno-down: also remove Kyverno's webhook "
                         "configurations, CRDs (and with them all policies) and namespace")
-    parser.add_argument("--caches-options", help="operator-up: the caches_* variables of the playbooks, as JSON")
+    parser.add_argument("--run-vars", help="operator-up: its runs' variables (caches_*, operator_events_*), JSON")
     parser.add_argument("--tools-image", help="operator-up: the extraction Jobs' image (default: sim.py tools-image's)")
     args = parser.parse_args()
     commands[args.command](args)

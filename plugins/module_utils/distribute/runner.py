@@ -67,6 +67,9 @@ OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job", "Secret")
 DEFAULT_STORAGE_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 WAIT_POLL_SECONDS = 1.0
 UNSCHEDULABLE_GRACE_SECONDS = 5.0
+# Scrub Jobs and replaced objects' deletion get at least this long, whatever wait_timeout says: a short wait (an
+# operator's runs, walking a rollout across requeues) must not fail a node's scrub or a deletion mid-way.
+CLEANUP_MIN_SECONDS = 60
 
 
 class DistributeError(GkmError):
@@ -415,9 +418,11 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
             if refusals:
                 raise DistributeError(dry_run.refusal_message(refusals, len(plan.actions)), reason=dry_run.INVALID,
                                       refusals=refusals, writes=kube.writes, **result)
-        scrub = NodeDiskScrub(kube, spec.extract_image, params.get("wait_timeout") or 120)
+        wait_timeout = params.get("wait_timeout") or 120
+        cleanup_timeout = max(wait_timeout, CLEANUP_MIN_SECONDS)
+        scrub = NodeDiskScrub(kube, spec.extract_image, cleanup_timeout)
         with timings.phase("write"):
-            errors = execute(kube, plan, params.get("wait_timeout") or 120, scrub)
+            errors = execute(kube, plan, cleanup_timeout, scrub)
         if errors:
             raise DistributeError("%d of %d writes failed; first: %s" % (len(errors), len(plan.actions),
                                                                          errors[0]["error"]),
@@ -427,7 +432,7 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
                 facts = gather_facts(kube, spec)
         if params.get("wait") and spec.state == "present" and not check_mode:
             with timings.phase("wait"):
-                facts, plan = _wait(kube, spec, facts, plan, started + (params.get("wait_timeout") or 120), scrub,
+                facts, plan = _wait(kube, spec, facts, plan, started + wait_timeout, scrub,
                                     upgrade_labels, evictions)
         with timings.phase("status"):
             status = _status(spec, plan, facts)
@@ -465,15 +470,19 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
     )
     if plan.rollout is not None:
         result["rollout"] = dict(plan.rollout.to_dict(), labels=upgrade_labels, **evictions.report())
+        if params.get("wait") and not check_mode and plan.rollout.moving():
+            result["warnings"] = [*result["warnings"], "%s: still moving when this run's wait ended (wait_timeout "
+                                  "%ss); the next run goes on from here" % (plan.rollout.message, wait_timeout)]
     return result
 
 
 def _wait(kube, spec, facts, plan, deadline, scrub, labels_written, evictions):
     """Poll until every current slot is Extracted or Error, then record finished extractions on the PVCs and
     release what they replace. That plan starts a rolling upgrade's next wave: wait for it too, until no wave
-    moves (complete, paused or stopped) or the deadline; the upgrade state labels written meanwhile are added to
-    labels_written. A node whose named workloads still run on its previous digest has their pods evicted
-    (evictions, workload_restarts_runner.py) until none is left, and stays upgrading meanwhile."""
+    moves (complete, paused, stopped, or only failed nodes left) or the deadline, which ends a moving rollout's wait
+    without failing (see _poll); the upgrade state labels written meanwhile are added to labels_written. A node
+    whose named workloads still run on its previous digest has their pods evicted (evictions,
+    workload_restarts_runner.py) until none is left, and stays upgrading meanwhile."""
     while True:
         if plan.rollout is not None:
             # The state labels follow each wave while the run waits for it, not only at the run's end.
@@ -489,7 +498,7 @@ def _wait(kube, spec, facts, plan, deadline, scrub, labels_written, evictions):
             facts, plan = _mark_then_release(kube, spec, gather_facts(kube, spec), deadline, scrub)
         waves = plan.rollout
         # A run that wrote nothing more cannot move the rollout: what is left waits for failures to be fixed.
-        if waves is None or waves.complete or waves.stopped or waves.policy.paused or kube.writes == writes:
+        if waves is None or not waves.moving() or kube.writes == writes or time.monotonic() > deadline:
             return facts, plan
 
 
@@ -515,7 +524,10 @@ def _label_upgrade_states(kube, spec, waves, nodes):
 
 
 def _poll(kube, spec, facts, plan, deadline):
-    """(facts, whether it polled) once every current slot of the plan is Extracted or Error (or unplaceable)."""
+    """(facts, whether it polled) once every current slot of the plan is Extracted or Error (or unplaceable), or at
+    the deadline while a rolling upgrade moves: every node that had a verified digest still serves it, and the next
+    run goes on from the live slots (the operator's comes soon, roles/operator_events), so a rollout longer than one
+    run is no failure. Any other wait past the deadline fails."""
     status = _status(spec, plan, facts)
     polled = False
     unplaceable_since = None
@@ -532,6 +544,8 @@ def _poll(kube, spec, facts, plan, deadline):
             unplaceable_since = None
         polled = True
         if time.monotonic() > deadline:
+            if plan.rollout is not None and plan.rollout.moving():
+                break
             raise DistributeError("timed out waiting for extraction: %s" % _phase_counts(status),
                                   status=status, plan=_plan_result(plan), writes=kube.writes)
         time.sleep(WAIT_POLL_SECONDS)
@@ -545,7 +559,7 @@ def _mark_then_release(kube, spec, facts, deadline, scrub):
     which the webhook already sees, release them in this run (make before break: never a moment with neither)."""
     for step in ("recording finished extractions", "releasing the previous digest's slots"):
         plan = _plan(spec, facts)
-        errors = execute(kube, plan, max(deadline - time.monotonic(), 10), scrub)
+        errors = execute(kube, plan, max(deadline - time.monotonic(), CLEANUP_MIN_SECONDS), scrub)
         if errors:
             raise DistributeError("%s failed: %s" % (step, errors[0]["error"]), errors=errors)
         if not plan.actions:

@@ -137,12 +137,20 @@ class WavePlan:
         """{node: state label value} while the rollout runs; {} once it is complete (the labels go)."""
         return dict(self.states) if self.active and not self.complete else {}
 
+    def moving(self):
+        """True while a later run can move the rollout on: neither complete, stopped nor paused, and some node is
+        upgrading (its Job runs, or its workloads restart) or pending. Failed nodes alone wait for a fix, not for
+        time."""
+        return (self.active and not (self.complete or self.stopped or self.policy.paused)
+                and any(state in (UPGRADING, WAITING) for state in self.states.values()))
+
     def to_dict(self):
         return {
             "digest": self.digest, "policy": self.policy.to_dict(), "active": self.active, "budget": self.budget,
             "stopped": self.stopped, "paused": self.policy.paused, "complete": self.complete,
             "starting": list(self.starting), "waves": [list(wave) for wave in self.waves],
-            "restart": list(self.restart), "evict": [repr(pod) for pod in self.evictions], "message": self.message,
+            "restart": list(self.restart), "evict": [repr(pod) for pod in self.evictions], "moving": self.moving(),
+            "message": self.message,
             **{state: self.nodes_in(state) for state in (WAITING, UPGRADING, UPGRADED, FAILED, ROLLED_BACK)},
         }
 
