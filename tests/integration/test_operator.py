@@ -18,7 +18,7 @@ from kubernetes import client
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import AuditWrites, run_module
-from tests.helpers.operator_caches import apply, cache_objects, kubectl, live, phase_is, poll, pool_nodes
+from tests.helpers.operator_caches import apply, cache_objects, kubectl, live, per_node, phase_is, poll, pool_nodes
 from tests.helpers.sim import SIM_SCRIPT, sim_control
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
@@ -100,6 +100,52 @@ def test_kubectl_apply_then_nodes_join_then_delete_without_a_playbook(
     kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
     poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
     poll("every object of the cache gone", lambda: not any(cache_objects(kube, namespace, name).values()), 60)
+
+
+def test_a_node_whose_gpu_changes_loses_the_cache_and_gets_it_back_without_a_playbook(
+        operator, sim, crds, kube, namespace, image, sim_nodes, record_property):
+    """A hip cache on 2 kwok AMD nodes. One node's GPU labels become an NVIDIA GPU's: its Node event alone has the
+    operator remove the cache's objects there (the image cannot run on it) and count it Incompatible; with its AMD
+    labels back, the node gets the cache again."""
+    pool = "gpu-%s" % uuid.uuid4().hex[:4]
+    nodes = pool_nodes(sim_nodes, pool, 2)
+    name = "op-gpu-%s" % uuid.uuid4().hex[:4]
+    core = client.CoreV1Api(kube)
+    apply(sim, name, namespace, image.ref, pool)
+    try:
+        poll("Extracted on 2 nodes", lambda: phase_is(crds, namespace, name, "Extracted", 2), 180)
+        amd = {key: value for key, value in core.read_node(nodes[0]).metadata.labels.items()
+               if key.startswith("gkm.io/gpu-") or key == "amd.com/gpu.present"}
+        started = time.monotonic()
+        core.patch_node(nodes[0], {"metadata": {"labels": dict(NVIDIA_GPU_LABELS, **{"amd.com/gpu.present": None})}})
+        status = poll("the node left out as Incompatible", lambda: _held_on(kube, crds, namespace, name, [nodes[1]]),
+                      120)
+        to_incompatible = time.monotonic() - started
+        assert status["nodeIncompatibleCnt"] == 1, status
+
+        started = time.monotonic()
+        core.patch_node(nodes[0], {"metadata": {"labels": dict(amd, **{"nvidia.com/gpu.present": None})}})
+        poll("the cache back on both nodes", lambda: _held_on(kube, crds, namespace, name, nodes), 120)
+        to_extracted = time.monotonic() - started
+        record_property("gpu_change_to_removed_s", round(to_incompatible, 1))
+        record_property("gpu_back_to_extracted_s", round(to_extracted, 1))
+        print("operator: GPU labels to NVIDIA -> objects removed, Incompatible %.1fs; back to AMD -> Extracted %.1fs"
+              % (to_incompatible, to_extracted))
+    finally:
+        kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
+        poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
+
+
+NVIDIA_GPU_LABELS = {"gkm.io/gpu-backend": "cuda", "gkm.io/gpu-arch": "90", "gkm.io/gpu-warp-size": "32",
+                     "nvidia.com/gpu.present": "true"}
+
+
+def _held_on(kube, crds, namespace, name, nodes):
+    """The cache's status once it is Extracted on exactly these nodes, each with its slot PVC and PV, and no other."""
+    status = phase_is(crds, namespace, name, "Extracted", len(nodes))
+    objects = cache_objects(kube, namespace, name)
+    held = [sorted(per_node(objects[kind])) for kind in ("pvcs", "pvs")]
+    return status if held == [sorted(nodes)] * 2 else None
 
 
 # A run of the operator waits this long walking a rollout's waves. Each wave polls its Job at least once (1 s), so

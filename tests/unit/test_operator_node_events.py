@@ -1,5 +1,6 @@
 """Which caches a Node event re-reconciles (module_utils/operator/node_events.py), pure."""
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import node_gpus
 from ansible_collections.gkm.cluster.plugins.module_utils.operator.node_events import affected_caches
 
 GPU_LABELS = {"gkm.io/gpu-backend": "hip", "gkm.io/gpu-arch": "gfx90a", "gkm.io/gpu-warp-size": "64"}
@@ -82,3 +83,36 @@ def test_objects_of_a_cache_of_another_namespace_or_kind_do_not_count_as_held():
     held = [pvc_on_node(cache_namespace="team-a")]
     assert names(affected_caches(node(), [cache(namespace="team-b"), cluster_cache], held)) == [
         "vector-add", "vector-add"]
+
+
+NVIDIA_LABELS = {"gkm.io/gpu-backend": "cuda", "gkm.io/gpu-arch": "90", "gkm.io/gpu-warp-size": "32"}
+
+
+def judged_on(gpu_node, state):
+    """gpu-1's per-node status object as the cache's last reconcile wrote it, GPUs included, for gpu_node."""
+    status_object = node_status(state)
+    status_object["status"]["gpus"] = node_gpus(gpu_node)
+    return status_object
+
+
+def test_a_node_whose_gpus_changed_since_the_last_reconcile_affects_the_caches_placed_or_held_there():
+    recorded = [judged_on(node(), "Extracted")]
+    # A heartbeat: the GPUs the reconcile judged are still there.
+    assert affected_caches(node(), [cache()], [pvc_on_node()], node_statuses=recorded) == []
+    # The node now has other GPUs: whether the image still runs there is the reconcile's to judge.
+    regpu = node(labels=dict(NVIDIA_LABELS))
+    assert names(affected_caches(regpu, [cache()], [pvc_on_node()], node_statuses=recorded)) == ["vector-add"]
+    # Left out as Incompatible on its old GPUs, the node may fit now.
+    left_out = [judged_on(regpu, "Incompatible")]
+    assert affected_caches(regpu, [cache()], [], node_statuses=left_out) == []
+    assert names(affected_caches(node(), [cache()], [], node_statuses=left_out)) == ["vector-add"]
+
+
+def test_a_gpu_change_affects_only_the_caches_whose_per_node_object_judged_the_node():
+    regpu = node(labels=dict(NVIDIA_LABELS))
+    recorded = [judged_on(node(), "Extracted")]
+    elsewhere = cache("elsewhere", pod_spec={"nodeSelector": {"pool": "b"}})
+    other_namespace = cache(namespace="team-b")
+    assert affected_caches(regpu, [elsewhere], [], node_statuses=recorded) == []
+    # team-b's cache has no per-node object on gpu-1: it joins as any placed node does.
+    assert names(affected_caches(regpu, [other_namespace], [], node_statuses=recorded)) == ["vector-add"]

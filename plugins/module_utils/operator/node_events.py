@@ -8,6 +8,10 @@ A cache is affected when what its placement says about the node disagrees with w
 - the placement selects the node, the cache holds nothing there, and the node's per-node status object
   (GKMCacheNode / ClusterGKMCacheNode) does not already say the cache left it out (a node that joined, or
   became placeable): the reconcile distributes to it.
+- the node's GPUs (its gkm.io/gpu-* labels, as GKM's status.gpus) differ from those its per-node status object
+  recorded at the cache's last reconcile, and the placement selects the node or the cache holds objects there: the
+  reconcile judges the new GPUs against the image (a node now compatible gets the cache, one no longer compatible
+  loses it).
 A GPU node the placement selects whose GPUs the image cannot run stays excluded in its per-node object, so
 its heartbeats reconcile nothing. GPU compatibility itself needs the image's targets (a registry read): the
 reconcile judges it, not this filter.
@@ -22,7 +26,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     CACHE_NAMESPACE_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_objects import NODE_KINDS
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import EXCLUDED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import EXCLUDED, node_gpus
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import (
     required_affinity_matches,
     selector_mismatches,
@@ -65,18 +69,29 @@ def placement_selects(resource, node, compatibility="skip"):
     return compatibility == "ignore" or _is_gpu_node(labels)
 
 
-def _left_out_on_node(resource, node_statuses):
-    """Whether the node's per-node status object says the cache's last reconcile left the node out."""
-    name, namespace = _cache_key(resource)
+def _node_status_of(resource, node_statuses):
+    """The status of the node's per-node object the cache's reconcile writes (its kind and namespace), or None."""
+    namespace = _cache_key(resource)[1]
     node_kind = NODE_KINDS[resource.get("kind")][0]
     for status_object in node_statuses:
         metadata = status_object.get("metadata") or {}
-        if status_object.get("kind") != node_kind or (metadata.get("namespace") or "") != namespace:
-            continue
-        digests = ((status_object.get("status") or {}).get("caches") or {}).get(name) or {}
-        if any(state.get("state") in LEFT_OUT for state in digests.values()):
-            return True
-    return False
+        if status_object.get("kind") == node_kind and (metadata.get("namespace") or "") == namespace:
+            return status_object.get("status") or {}
+    return None
+
+
+def _left_out_on_node(resource, status):
+    """Whether the node's per-node status says the cache's last reconcile left the node out."""
+    digests = ((status or {}).get("caches") or {}).get(_cache_key(resource)[0]) or {}
+    return any(state.get("state") in LEFT_OUT for state in digests.values())
+
+
+def _gpus_changed(resource, node, status):
+    """Whether the node's GPUs differ from those recorded when the cache's last reconcile judged the node (a record
+    without GPUs compares with nothing)."""
+    if status is None or "gpus" not in status or _cache_key(resource)[0] not in (status.get("caches") or {}):
+        return False
+    return status["gpus"] != node_gpus(node)
 
 
 def holders(node_objects):
@@ -99,8 +114,10 @@ def affected_caches(node, resources, node_objects, compatibility="skip", node_st
     for resource in resources:
         selected = placement_selects(resource, node, compatibility)
         holds = _cache_key(resource) in held
+        status = _node_status_of(resource, node_statuses)
         leaving = holds and not selected
-        joining = selected and not holds and not _left_out_on_node(resource, node_statuses)
-        if leaving or joining:
+        joining = selected and not holds and not _left_out_on_node(resource, status)
+        regpu = (selected or holds) and _gpus_changed(resource, node, status)
+        if leaving or joining or regpu:
             affected.append(resource)
     return affected
