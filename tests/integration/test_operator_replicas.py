@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 
 from tests.helpers import kcache_images
-from tests.helpers.operator_caches import apply, kubectl, live, phase_is, poll, pool_nodes
+from tests.helpers.operator_caches import apply, cache_objects, kubectl, live, per_node, phase_is, poll, pool_nodes
 from tests.helpers.operator_replicas import Replica
 from tests.helpers.sim import sim_control
 
@@ -97,8 +97,8 @@ def image(registry):
     return kcache_images.build_image(registry.host, "operator/replicas", "v1", kcache_images.CacheSpec(backend="hip"))
 
 
-def test_one_replica_leads_and_the_other_takes_over_when_it_dies(replicas, sim, crds, kube, namespace, image,
-                                                                 sim_nodes, record_property):
+def test_one_replica_leads_and_the_other_takes_over_mid_run_when_it_dies(
+        replicas, sim, crds, kube, namespace, image, sim_nodes, record_property):
     pool = "rep-%s" % uuid.uuid4().hex[:4]
     pool_nodes(sim_nodes, pool, 2)
     poll("both replicas serving their health probes",
@@ -114,13 +114,21 @@ def test_one_replica_leads_and_the_other_takes_over_when_it_dies(replicas, sim, 
     assert follower.running() and "successfully acquired lease" not in follower.log()
     assert holder_replica(kube, replicas) is leader
 
+    # Killed mid-run: the leader has written part of the second cache's objects, and waits for their Jobs.
+    apply(sim, "second", namespace, image.ref, pool)
+    poll("the leader's first objects of second", lambda: cache_objects(kube, namespace, "second")["pvcs"], 60, 0.1)
+    assert not phase_is(crds, namespace, "second", "Extracted", 2), "second was Extracted before the kill"
     leader.kill()
     killed = time.monotonic()
     poll("the follower holding the Lease", lambda: holder_replica(kube, replicas) is follower, 90)
     record_property("takeover_s", round(time.monotonic() - killed, 1))
-    apply(sim, "second", namespace, image.ref, pool)
     poll("second Extracted on 2 nodes", lambda: phase_is(crds, namespace, "second", "Extracted", 2), 180)
     assert ran_for(follower, "second")
+    # Converged, with nothing twice: one slot PVC, PV and Job per node.
+    objects = cache_objects(kube, namespace, "second")
+    nodes = sorted(per_node(objects["pvcs"]))
+    assert len(nodes) == 2 and all(per_node(objects[kind]) == dict.fromkeys(nodes, 1) for kind in objects), {
+        kind: per_node(items) for kind, items in objects.items()}
 
     # The new leader's finalizer removes both caches (the first one's too, which its predecessor reconciled).
     kubectl(sim, "delete", "gkmcache", "first", "second", "-n", namespace, "--wait=false")
