@@ -5,9 +5,8 @@
   mode, gets the digest-pinned image volume and the GPU affinity, lands on the AMD node, whose containerd pulls the
   image from the local registry, and reads the kernel file from it;
 - a 2-replica Deployment naming a serving PVC whose cache moves to a new digest: its running pods keep reading the old
-  files, a new pod naming the kept serving PVC is placed on the node still holding the old digest (the readiness
-  label shows the new one) and reads the old files too, and once the Deployment is gone the renewed serving PVC gives
-  a new pod the new files.
+  files, a new pod naming the cache is rewritten to the alias serving PVC at the new digest and reads the new files,
+  and once the Deployment is gone the serving PVC is renewed, the alias goes, and a new pod reads the new files.
 The files' hashes are read from the registry, not by our code."""
 
 import json
@@ -186,7 +185,7 @@ def _serving_digest(core, namespace, cache):
         return None
 
 
-def test_a_digest_change_under_a_deployment_keeps_its_files_and_new_pods_go_where_the_kept_digest_is(
+def test_a_digest_change_under_a_deployment_keeps_its_files_and_new_pods_read_the_new_ones(
         sim, kube, crds, registry, real_nodes, tools_image, webhook):
     core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
     namespace = labelled_namespace(core, "t-real-kept-%s" % uuid.uuid4().hex[:6], BASELINE)
@@ -230,24 +229,30 @@ def test_a_digest_change_under_a_deployment_keeps_its_files_and_new_pods_go_wher
             p.metadata.name for p in pods}
         assert {_last_sum(core, namespace, p.metadata.name) for p in pods} == {old_sum}
 
-        # A new pod naming the kept serving PVC needs the old digest, which no label shows any more: it is steered
-        # by hostname to the node still holding it (it was denied before) and reads the old file.
+        # Every node has the new digest: the run added the alias serving PVC at it. A new pod naming the cache is
+        # rewritten to the alias and steered by the readiness label at the new digest: it reads the new file while
+        # the replicas go on reading the old one.
+        alias = "%s-%s" % (cache, new_short)
+        assert _serving_digest(core, namespace, alias) == new_short
         created = wait_until("the new reader admitted", lambda: _admitted(core, namespace, _reader(
             tools_image, ["sha256sum", "/kernels/" + MANIFEST], persistentVolumeClaim={"claimName": cache})),
             timeout=30, interval=0.5)
-        hostname = node.metadata.labels["kubernetes.io/hostname"]
+        assert [v.persistent_volume_claim.claim_name for v in created.spec.volumes if v.persistent_volume_claim] \
+            == [alias]
         for term in created.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution \
                 .node_selector_terms:
             placement = [(e.key, e.values) for e in term.match_expressions if e.key.startswith(("cache.gkm.io/",
                                                                                                 "kubernetes.io/"))]
-            assert placement == [("kubernetes.io/hostname", [hostname])], term
+            assert placement == [("cache.gkm.io/%s.%s" % (namespace, cache), [new_short])], term
         pod = wait_until("the reader pod finished", lambda: _finished(core, namespace, "reader"), timeout=120,
                          interval=0.5)
         assert pod.spec.node_name == AMD_NODE and pod.status.phase == "Succeeded", pod.status
-        assert pod_logs(core, namespace, "reader").split()[0] == old_sum
-        print("digest change to new pod read under a kept serving PVC: %.1fs" % (time.monotonic() - started))
+        assert pod_logs(core, namespace, "reader").split()[0] == new_sum
+        assert {_last_sum(core, namespace, p.metadata.name) for p in pods} == {old_sum}
+        print("digest change to a new pod reading the new files beside replicas on the old: %.1fs"
+              % (time.monotonic() - started))
 
-        # The Deployment gone, the serving PVC is renewed: a new pod reads the new file.
+        # The Deployment gone, the serving PVC is renewed and the unused alias goes: a new pod reads the new file.
         apps.delete_namespaced_deployment("kept-reader", namespace)
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         wait_until("the readers gone", lambda: not core.list_namespaced_pod(namespace).items, timeout=60)
@@ -255,6 +260,7 @@ def test_a_digest_change_under_a_deployment_keeps_its_files_and_new_pods_go_wher
         assert not renewed.get("failed"), renewed.get("msg")
         wait_until("the serving PVC renewed at the new digest", lambda: _serving_digest(
             core, namespace, cache) == new_short, timeout=30)
+        assert _serving_digest(core, namespace, alias) is None
         wait_until("the new reader admitted", lambda: _admitted(core, namespace, _reader(
             tools_image, ["sha256sum", "/kernels/" + MANIFEST], persistentVolumeClaim={"claimName": cache})),
             timeout=30, interval=0.5)

@@ -90,6 +90,12 @@ def test_serving_pvc_binds_serves_any_pod_survives_a_digest_change_while_mounted
         assert sorted(e["node"] for e in outdated) == ["", WORKERS[0]]
         assert changed["status"]["counts"]["pod_outdated"] == 1 and changed["status"]["phase"] == "Outdated"
         assert readiness(kube, namespace, name) == {node: new_hex[:12] for node in WORKERS}
+        # Every node has the new digest: the alias serves it to new pods (the steering webhook points them at it).
+        alias = "%s-%s" % (name, new_hex[:12])
+        wait_until("the alias bound", lambda: bound(kube, namespace, alias), timeout=30)
+        assert core.read_persistent_volume(serving_pvc(kube, namespace, alias).spec.volume_name) \
+            .spec.host_path.path.endswith(new_hex + "/cache")
+        assert sorted((s["pvc"], s["digest"]) for s in changed["status"]["serving"]) == [(alias, new_hex[:12])]
 
         core.delete_namespaced_pod(reader, namespace, grace_period_seconds=0)
         wait_until("reader gone", lambda: not core.list_namespaced_pod(
@@ -101,6 +107,9 @@ def test_serving_pvc_binds_serves_any_pod_survives_a_digest_change_while_mounted
         assert renewed.metadata.uid != pvc.metadata.uid
         assert core.read_persistent_volume(renewed.spec.volume_name).spec.host_path.path.endswith(new_hex + "/cache")
         assert released["status"]["counts"]["pod_outdated"] == 0 and released["status"]["phase"] == "Extracted"
+        # The alias, unused, went with its PV.
+        assert [s["pvc"] for s in released["status"]["serving"]] == [name]
+        assert not core.list_namespaced_persistent_volume_claim(namespace, field_selector="metadata.name=" + alias).items
         assert not [p for p in core.list_persistent_volume(label_selector="gkm.io/cache=%s" % name).items
                     if old_hex in p.spec.host_path.path]
     finally:

@@ -148,3 +148,58 @@ def test_pv_name_fits_a_dns_label_for_the_longest_cache_name():
     spec = serving_spec(name="c" * 63)
     name = serving.pv_name(spec, "team-a")
     assert len(name) <= 63 and name.startswith("gkm-ccc") and "-serving-" in name
+
+
+ALIAS = "vector-add-" + "b" * 12
+
+
+def test_a_mounted_serving_pvc_gets_an_alias_at_the_new_digest_once_every_node_has_it():
+    first = planner.plan(serving_spec(), facts())
+    reader = pod("reader", "team-a", "vector-add", node=WORKERS[0])
+    _old, live = upgraded(first, [reader])
+    second = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=[reader]))
+    pv, pvc = [obj for obj in serving_objects(second.desired) if obj["metadata"]["name"] != "vector-add"]
+    assert pvc["metadata"]["name"] == ALIAS and pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": ALIAS}
+    assert pv["spec"]["hostPath"]["path"] == serving.published_path(serving_spec(DIGEST_B), "team-a")
+    assert pvc["metadata"]["labels"]["gkm.io/digest"] == "b" * 12
+    assert ("create", "PersistentVolumeClaim", ALIAS) in verbs(second)
+    assert [(s.pvc, s.digest) for s in second.slots if s.outcome == serving.SERVING] == [(ALIAS, "b" * 12)]
+    # The kept serving PVC is untouched, and the next run writes nothing.
+    assert not any(a.name == "vector-add" for a in second.actions)
+    after = merged(live, as_live([a.body for a in second.actions if a.verb == "create"]))
+    assert [a for a in planner.plan(serving_spec(DIGEST_B), facts(objects=after, pods=[reader])).actions
+            if serving.is_serving(a.body)] == []
+
+
+def test_no_alias_while_a_node_lacks_the_new_digest():
+    first = planner.plan(serving_spec(), facts())
+    reader = pod("reader", "team-a", "vector-add", node=WORKERS[0])
+    live = live_after(first, complete_jobs=True, marked=True)
+    second = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=[reader]))
+    assert not [obj for obj in serving_objects(second.desired) if obj["metadata"]["name"] == ALIAS]
+
+
+def test_the_alias_stays_while_pods_mount_it_and_goes_when_unused_once_the_serving_pvc_is_renewed():
+    first = planner.plan(serving_spec(), facts())
+    reader = pod("reader", "team-a", "vector-add", node=WORKERS[0])
+    _old, live = upgraded(first, [reader])
+    second = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=[reader]))
+    live = merged(live, as_live([a.body for a in second.actions if a.verb == "create"]))
+    # The old reader gone, a new one on the alias: the serving PVC named as the cache is renewed, the alias kept.
+    new_reader = pod("new-reader", "team-a", ALIAS, node=WORKERS[1])
+    renewed = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=[new_reader]))
+    assert ("replace", "PersistentVolumeClaim", "vector-add") in verbs(renewed)
+    assert not any(a.name == ALIAS for a in renewed.actions)
+    assert sorted(s.pvc for s in renewed.slots if s.outcome == serving.SERVING) == ["vector-add", ALIAS]
+    result = status.cache_status(renewed.slots, WORKERS, [], {}, live, [new_reader])
+    assert result["counts"]["pod_running"] == 1 and result["counts"]["pod_outdated"] == 0
+    # Unused, it goes with its PV.
+    unused = planner.plan(serving_spec(DIGEST_B), facts(objects=live))
+    assert ("delete", "PersistentVolumeClaim", ALIAS) in verbs(unused)
+
+
+def test_alias_names_fit_a_dns_label_and_keep_long_cache_names_apart():
+    assert serving.alias_name("vector-add", "b" * 12) == ALIAS
+    long_names = {serving.alias_name(prefix + "c" * 60, "b" * 12) for prefix in ("a", "b")}
+    assert len(long_names) == 2 and all(len(name) <= 63 and name.endswith("-" + "b" * 12) for name in long_names)

@@ -134,3 +134,54 @@ def test_the_holders_requirement_replaces_the_readiness_expression_and_owns_the_
     requirement = node_affinity.cache_requirement(READY_KEY, SHORT_A, [], holders={"n2", "n1"})
     assert requirement.alternatives == [[{"key": HOSTNAME, "operator": "In", "values": ["n1", "n2"]}]]
     assert requirement.owns({"key": READY_KEY, "operator": "In", "values": [SHORT_B]})
+
+
+ALIAS = "vector-add-" + SHORT_B
+
+
+def alias_pvc(digest=DIGEST_B, cache_namespace="apps"):
+    """The serving PVC a run adds at the cache's digest while the one named as the cache is kept."""
+    pvc = serving_pvc("vector-add", digest=digest, cache_namespace=cache_namespace)
+    pvc["metadata"]["name"] = ALIAS
+    return pvc
+
+
+def test_with_an_alias_at_the_new_digest_a_new_pod_is_rewritten_to_it_and_steered_by_the_label():
+    steering_view = kept_serving_view([slot_pvc("amd-1"), alias_pvc()])
+    spec = pod_spec("vector-add")
+    spec["volumes"].insert(0, {"name": "scratch", "emptyDir": {}})
+    request = pod_request(spec)
+    result = steer(request, steering_view)
+    assert result.denial is None, result.denial
+    pod = apply_patch(request["object"], result.operations)
+    assert [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v] \
+        == [ALIAS]
+    assert required_terms(pod["spec"]) == [{"matchExpressions": [
+        {"key": READY_KEY, "operator": "In", "values": [SHORT_B]}, *AMD_EXPRESSIONS]}]
+    assert fitting(steering_view, pod["spec"]) == ["amd-1", "amd-2"]
+    # The patched pod names the alias, which is the cache of no name: nothing more to do.
+    assert steer(pod_request(pod["spec"]), steering_view).operations == []
+
+
+def test_an_alias_of_another_digest_or_cache_is_not_used():
+    for alias in (alias_pvc(digest=DIGEST_A), alias_pvc(cache_namespace="other")):
+        steering_view = kept_serving_view([slot_pvc("amd-1"), alias])
+        pod = apply_patch(pod_request(pod_spec("vector-add"))["object"],
+                          steer(pod_request(pod_spec("vector-add")), steering_view).operations)
+        assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "vector-add"
+        assert required_terms(pod["spec"]) == [holders_term("amd-1")]
+
+
+def test_a_pvc_mutation_pod_is_not_rewritten_to_the_alias():
+    steering_view = kept_serving_view([slot_pvc("amd-1"), alias_pvc()])
+    request = pod_request(pod_spec("vector-add"), labels={"gkm.io/pvc-mutation": "true"})
+    assert not [op for op in steer(request, steering_view).operations if op["path"].endswith("/claimName")]
+
+
+def test_an_annotated_pod_gets_the_alias_as_its_volume():
+    steering_view = kept_serving_view([slot_pvc("amd-1"), alias_pvc()])
+    request = pod_request(pod_spec(), annotations={"gkm.io/cache": "vector-add", "gkm.io/cache-mount-path": "/k"})
+    result = steer(request, steering_view)
+    pod = apply_patch(request["object"], result.operations)
+    assert [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]] == [ALIAS]
+    assert fitting(steering_view, pod["spec"]) == ["amd-1", "amd-2"]

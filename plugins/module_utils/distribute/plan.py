@@ -399,18 +399,33 @@ class _Planner:
 
     def _serving(self, namespace):
         """The namespace's serving PV and PVC (serving.py). One mounted at another digest is left to the stale
-        pass, which keeps it as outdated until it is unused."""
-        spec = self.spec
-        pv, pvc = (ownership.mark(obj, spec.owner) for obj in serving.render(spec, namespace))
+        pass, which keeps it as outdated until it is unused; once every node has the current digest, the alias
+        serves that digest to new pods meanwhile."""
+        pv, pvc = self._rendered_serving(namespace, alias=False)
+        alias = self._rendered_serving(namespace, alias=True)
         pvc_live = self.live.get(object_ref(pvc))
-        if pvc_live is not None and _differs(pvc_live, pvc) and not spec.force:
+        if pvc_live is not None and _differs(pvc_live, pvc) and not self.spec.force:
             if self.users(pvc_live):
+                if self._every_node_extracted(namespace):
+                    self._want_serving(namespace, *alias)
                 return
             if not self._every_node_extracted(namespace):
                 self.serving_kept[namespace] = (pvc_live["metadata"].get("labels") or {}).get(DIGEST_LABEL, "")
                 return
-        self.plan.slots.append(SlotState(serving.SERVING, namespace, "", short_digest(spec.digest), spec.name, None,
-                                         pv["metadata"]["name"]))
+        self._want_serving(namespace, pv, pvc)
+        # An alias at the current digest stays while pods mount it; unused, the stale pass deletes it.
+        alias_live = self.live.get(object_ref(alias[1]))
+        if alias_live is not None and not _differs(alias_live, alias[1]) and self.users(alias_live):
+            self._want_serving(namespace, *alias)
+
+    def _rendered_serving(self, namespace, alias):
+        return tuple(ownership.mark(obj, self.spec.owner) for obj in serving.render(self.spec, namespace, alias))
+
+    def _want_serving(self, namespace, pv, pvc):
+        """Desire a serving PV and PVC: created, replaced or updated as they differ from the live ones."""
+        spec = self.spec
+        self.plan.slots.append(SlotState(serving.SERVING, namespace, "", short_digest(spec.digest),
+                                         pvc["metadata"]["name"], None, pv["metadata"]["name"]))
         self.plan.desired.extend((pv, pvc))
         for desired in (pv, pvc):
             live = self.live.get(object_ref(desired))

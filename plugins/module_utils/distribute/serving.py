@@ -11,7 +11,10 @@ the kubelet refuses the mount (and retries) instead of handing the pod an empty 
 
 The PV's path holds the digest, so a new digest needs a new PV and the PVC (bound, immutable) is replaced: at
 once while no pod mounts it, otherwise it is kept, reported Outdated, and replaced by the first run that finds
-it unused. A pod reading a node's slot through the serving PVC counts as a user of that slot, so the slot's
+it unused. Meanwhile, once every node of the namespace has the new digest, a second serving PVC at the new digest,
+`<cache>-<short digest>` (the alias), serves new pods: the webhook rewrites their claim of the cache to it
+(webhook/steering.py), so they read the new digest while the running pods keep the old one. The alias stays while
+pods mount it. A pod reading a node's slot through any serving PVC counts as a user of that slot, so the slot's
 directory is never scrubbed under it.
 """
 
@@ -25,6 +28,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     NODE_LABEL,
     Slot,
     label_value,
+    short_digest,
     stable_hash,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
@@ -59,9 +63,21 @@ def published_path(spec, namespace):
         spec.host_path_root), PUBLISHED_DIRECTORY)
 
 
-def pv_name(spec, namespace):
-    """`gkm-<cache>-serving-<hash>`; the hash covers cache, namespaces and digest (PVs are cluster-scoped)."""
-    suffix = "-serving-" + stable_hash("serving-pv", spec.name, spec.cache_namespace, namespace, spec.digest)
+def alias_name(cache, digest):
+    """`<cache>-<short digest>`, the serving PVC of a digest while the one named as the cache is kept at an older one;
+    a long cache name is cut and a hash of it added, so the name stays within 63 characters."""
+    name = "%s-%s" % (cache, digest)
+    if len(name) <= MAX_NAME:
+        return name
+    suffix = "-%s-%s" % (stable_hash("serving-alias", cache), digest)
+    return cache[:MAX_NAME - len(suffix)].rstrip("-") + suffix
+
+
+def pv_name(spec, namespace, alias=False):
+    """`gkm-<cache>-serving-<hash>`; the hash covers cache, namespaces and digest (PVs are cluster-scoped), and
+    for the alias that it is one."""
+    parts = ("serving-pv", spec.name, spec.cache_namespace, namespace, spec.digest) + (("alias",) if alias else ())
+    suffix = "-serving-" + stable_hash(*parts)
     return "gkm-" + spec.name[:MAX_NAME - len(suffix) - 4].rstrip("-") + suffix
 
 
@@ -79,19 +95,20 @@ def _object(api_version, kind, name, namespace, spec, body):
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": body}
 
 
-def render(spec, namespace):
-    """(PV, PVC) serving the cache in `namespace`. Both name each other and use no storage class (""), so they
-    bind at once and no provisioner or default class takes part."""
-    name = pv_name(spec, namespace)
+def render(spec, namespace, alias=False):
+    """(PV, PVC) serving the cache in `namespace`, the PVC named as the cache or, with alias, alias_name. Both name
+    each other and use no storage class (""), so they bind at once and no provisioner or default class takes part."""
+    name = pv_name(spec, namespace, alias)
+    claim = alias_name(spec.name, short_digest(spec.digest)) if alias else spec.name
     pv = _object("v1", "PersistentVolume", name, None, spec, {
         "capacity": {"storage": spec.size},
         "accessModes": list(ACCESS_MODES),
         "persistentVolumeReclaimPolicy": "Retain",
         "storageClassName": "",
         "hostPath": {"path": published_path(spec, namespace), "type": "Directory"},
-        "claimRef": {"namespace": namespace, "name": spec.name},
+        "claimRef": {"namespace": namespace, "name": claim},
     })
-    pvc = _object("v1", "PersistentVolumeClaim", spec.name, namespace, spec, {
+    pvc = _object("v1", "PersistentVolumeClaim", claim, namespace, spec, {
         "accessModes": list(ACCESS_MODES),
         "resources": {"requests": {"storage": spec.size}},
         "storageClassName": "",

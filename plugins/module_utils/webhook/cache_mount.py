@@ -35,7 +35,8 @@ def volume(target):
     if target.mode == IMAGE_VOLUME:
         return {"name": volume_name(target.name),
                 "image": {"reference": target.image_reference(), "pullPolicy": "IfNotPresent"}}
-    return {"name": volume_name(target.name), "persistentVolumeClaim": {"claimName": target.name, "readOnly": True}}
+    return {"name": volume_name(target.name),
+            "persistentVolumeClaim": {"claimName": target.serving_claim, "readOnly": True}}
 
 
 def _list(value):

@@ -7,8 +7,10 @@ Usable means: GPU labels fitting the image's targets (every mode), and for a per
 at the digest the pod will mount (the serving PVC's digest, which stays the old one while pods keep it; for a
 gkm.io/pvc-mutation pod the cache's current digest, which its claim is rewritten to). While a kept serving PVC's old
 digest is held by nodes whose label has moved to the new one, the nodes holding it (their slot PVCs marked extracted)
-are named by hostname instead. A pod that fits no node now is denied when it is a bare pod; a pod a controller owns is
-admitted with the affinity and waits Pending until a node is ready (a denial would only put the controller into its
+are named by hostname instead; once every node has the new digest, the run adds an alias serving PVC at it
+(distribute/serving.py) and a new pod's claim of the cache is rewritten to the alias, so it reads the new files on
+nodes labelled at the new digest. A pod that fits no node now is denied when it is a bare pod; a pod a controller owns
+is admitted with the affinity and waits Pending until a node is ready (a denial would only put the controller into its
 retry backoff).
 
 A Deployment, StatefulSet or DaemonSet is checked (a cache it names must exist, an annotated mount must be valid)
@@ -31,6 +33,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission impo
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_mount import MountError, mount_operations
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_use import (
     BY_ANNOTATION,
+    BY_CLAIM,
     CACHE_ANNOTATION,
     STEERING_ANNOTATION,
     STEERING_DISABLED,
@@ -83,10 +86,26 @@ def _label(kind, metadata, namespace):
 
 
 def _pod_digest(target, mutation_labelled):
-    """The short digest a pod's volume of this per-node cache will hold."""
-    if mutation_labelled or target.serving_digest is None:
+    """The short digest a pod's volume of this per-node cache will hold: the serving PVC's, unless the pod's claim is
+    rewritten (gkm.io/pvc-mutation, or the serving PVC's alias at the current digest)."""
+    if mutation_labelled or target.serving_digest is None or target.serving_alias:
         return target.short_digest
     return target.serving_digest
+
+
+def _alias_operations(spec, spec_path, uses):
+    """Point the pod's claims of a cache whose serving PVC is kept at an older digest (pods mount it) at the alias
+    serving the current one, so the new pod reads the new files (distribute/serving.py)."""
+    aliases = {use.name: use.target.serving_alias for use in uses
+               if use.via == BY_CLAIM and use.target is not None and use.target.serving_alias}
+    operations = []
+    volumes = spec.get("volumes") if aliases and isinstance(spec.get("volumes"), list) else ()
+    for index, volume in enumerate(volumes):
+        claim = _mapping(_mapping(volume).get("persistentVolumeClaim")).get("claimName")
+        if claim in aliases:
+            operations.append({"op": "replace", "path": "%s/volumes/%d/persistentVolumeClaim/claimName" % (
+                spec_path, index), "value": aliases[claim]})
+    return operations
 
 
 def _holders(view, target, digest, mutation_labelled):
@@ -159,9 +178,11 @@ def steer(request, view):
         if template_steering(metadata) and not steering_disabled(pod_metadata):
             return _steered_template(label, spec, spec_path, uses)
         return Steering(note="%s: checked; its pods are steered when they are created" % label)
+    mutation_labelled = _mapping(pod_metadata.get("labels")).get(MUTATION_LABEL) == "true"
+    if not mutation_labelled:
+        operations.extend(_alias_operations(spec, spec_path, uses))
     if steering_disabled(pod_metadata):
         return Steering(operations, note="%s: steering disabled by %s" % (label, STEERING_ANNOTATION))
-    mutation_labelled = _mapping(pod_metadata.get("labels")).get(MUTATION_LABEL) == "true"
     return _steered(label, _controlled(metadata), mutation_labelled, spec, spec_path, uses, view, operations)
 
 

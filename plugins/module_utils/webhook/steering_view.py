@@ -30,7 +30,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volum
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import LABEL_PREFIX, label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import HOSTNAME_LABEL
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import is_serving
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import alias_name, is_serving
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
     gpus_from_node_labels,
@@ -49,12 +49,14 @@ class CacheTarget:
 
     mode: PVC or imageVolume. digest: the resolved 'sha256:...' or None before the first reconcile. targets: the
     image's GPU targets ([] when unknown). readiness_key: the node label of a per-node PVC cache, else None.
-    serving_digest: short digest of the namespace's serving PVC, None when it has none.
+    serving_digest: short digest of the namespace's serving PVC, None when it has none. serving_alias: while that PVC
+    is kept at an older digest, the name of the alias serving the current one (distribute/serving.py), else None.
     """
 
-    __slots__ = ("digest", "image", "mode", "name", "namespace", "readiness_key", "scope", "serving_digest", "targets")
+    __slots__ = ("digest", "image", "mode", "name", "namespace", "readiness_key", "scope", "serving_alias",
+                 "serving_digest", "targets")
 
-    def __init__(self, name, namespace, scope, cache, serving_digest):
+    def __init__(self, name, namespace, scope, cache, serving_digest, serving_alias=None):
         self.name = name
         self.namespace = namespace
         self.scope = scope
@@ -66,10 +68,16 @@ class CacheTarget:
         if cache.mode == PVC and cache.per_node:
             self.readiness_key = label_key(name, namespace if scope == "namespaced" else "")
         self.serving_digest = serving_digest
+        self.serving_alias = serving_alias
 
     @property
     def short_digest(self):
         return short_digest(self.digest) if self.digest else None
+
+    @property
+    def serving_claim(self):
+        """The serving PVC a new pod mounts: the alias while there is one, else the PVC named as the cache."""
+        return self.serving_alias or self.name
 
     def image_reference(self):
         """The digest-pinned reference an image volume mounts, None before the image is resolved."""
@@ -245,7 +253,12 @@ class SteeringView:
             scope, cache_namespace = "cluster", ""
         serving = self._serving.get((namespace, name))
         serving_digest = serving[2] if serving and serving[:2] == (name, cache_namespace) else None
-        return CacheTarget(name, namespace, scope, cache, serving_digest)
+        current = short_digest(cache.digest) if cache.digest else None
+        alias = None
+        if serving_digest is not None and current and serving_digest != current:
+            named = alias_name(name, current)
+            alias = named if self._serving.get((namespace, named)) == (name, cache_namespace, current) else None
+        return CacheTarget(name, namespace, scope, cache, serving_digest, alias)
 
     def node(self, name):
         return self._nodes.get(name)
