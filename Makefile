@@ -25,7 +25,7 @@ LOWEST_ENV  := PATH=$(abspath $(VENV_LOWEST))/bin:$$PATH ANSIBLE_COLLECTIONS_PAT
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno ansible-operator test pytest test-lowest lint ruff ansible-lint changelog-lint sanity venv-lowest unit integration molecule build \
-        bench-extract bench-distribute bench-scale bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator images image-tools image-operator image-pause
+        bench-extract bench-distribute bench-scale bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-pause
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -170,6 +170,9 @@ bench-webhook: setup sim-up ## Webhook benchmark -> bench/results/webhook.json
 
 bench-steering: setup sim-up ## Steering webhook benchmark -> bench/results/steering.json
 	$(PY) bench/steering.py
+
+bench-modes: setup sim-up ## Mode matrix: objects per node and writes of per-node PVC, serving PVC, imageVolume -> bench/results/modes.json
+	$(PY) bench/modes.py
 
 bench-operator: setup sim-up ## Operator beside playbooks: apply->Extracted at 3/500 kwok nodes, a node joining, CPU/RSS -> bench/results/operator.json
 	$(PY) bench/operator_mode.py $(BENCH_OPERATOR_ARGS)
