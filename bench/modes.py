@@ -49,19 +49,25 @@ def manifest(name, image_ref, spec_fields):
             "spec": dict(spec_fields, image=image_ref, podTemplate=template)}
 
 
-def objects(raw, name):
-    """{kind: count} of the cache's objects: node slot PVCs, serving PVCs, PVs, Jobs, per-node status entries."""
+def objects(raw, name, pool):
+    """{kind: count} of the cache's objects not being deleted: node slot PVCs, serving PVCs, PVs, Jobs, and the
+    entries of the pool's nodes in the per-node status objects (the cluster's other GPU nodes get one too, saying why
+    they do not get the cache)."""
     selector = "gkm.io/cache=%s,gkm.io/cache-namespace=%s" % (name, NAMESPACE)
-    pvcs = raw.list("PersistentVolumeClaim", label_selector=selector)
+
+    def live(kind):
+        return [obj for obj in raw.list(kind, label_selector=selector) if not obj["metadata"].get("deletionTimestamp")]
+
+    pvcs = live("PersistentVolumeClaim")
     node_objects = raw.list_pages("/apis/%s/%s/namespaces/%s/gkmcachenodes" % (
         cache_cr.GROUP, cache_cr.VERSION, NAMESPACE))
     return {
         "slot_pvcs": sum(1 for pvc in pvcs if "gkm.io/node" in pvc["metadata"].get("labels", {})),
         "serving_pvcs": sum(1 for pvc in pvcs if "gkm.io/node" not in pvc["metadata"].get("labels", {})),
-        "pvs": len(raw.list("PersistentVolume", label_selector=selector)),
-        "jobs": len(raw.list("Job", label_selector=selector)),
-        "node_status_entries": sum(1 for obj in node_objects
-                                   if name in ((obj.get("status") or {}).get("caches") or {})),
+        "pvs": len(live("PersistentVolume")),
+        "jobs": len(live("Job")),
+        "node_status_entries": sum(1 for obj in node_objects if obj["metadata"]["name"] in pool
+                                   and name in ((obj.get("status") or {}).get("caches") or {})),
     }
 
 
@@ -78,15 +84,16 @@ def reconcile(kubeconfig, name, module_options, **extra):
             "node_labels_written": len(result.get("node_labels") or []), "phase": result["status"]["phase"]}
 
 
-def measure_mode(raw, kubeconfig, images, nodes, mode):
+def measure_mode(raw, kubeconfig, images, pool, mode):
     label, module_options, spec_fields = mode
     name = "modes-%s" % label.split()[0].lower().replace("-", "")
     path = cache_cr.resource_path("GKMCache", name, NAMESPACE)
     raw.request("POST", cache_cr.resource_path("GKMCache", None, NAMESPACE), body=manifest(name, images[0].ref,
                                                                                           spec_fields))
     try:
+        nodes = len(pool)
         figures = {"mode": label, "nodes": nodes, "first": reconcile(kubeconfig, name, module_options)}
-        made = objects(raw, name)
+        made = objects(raw, name, pool)
         figures["objects"] = made
         figures["per_node"] = {kind: round(count / nodes, 2) for kind, count in made.items()
                                if kind != "serving_pvcs"}
@@ -94,11 +101,12 @@ def measure_mode(raw, kubeconfig, images, nodes, mode):
         figures["rerun"] = reconcile(kubeconfig, name, module_options)
         raw.request("PATCH", path, body={"spec": {"image": images[1].ref}},
                     content_type="application/merge-patch+json")
-        figures["new_digest"] = dict(reconcile(kubeconfig, name, module_options), objects_after=objects(raw, name))
+        moved = reconcile(kubeconfig, name, module_options)
+        figures["new_digest"] = dict(moved, objects_after=objects(raw, name, pool))
     finally:
         removed = reconcile(kubeconfig, name, module_options, state="absent", force=True)
         raw.request("DELETE", path)
-    figures["remove"] = dict(removed, objects_after=objects(raw, name))
+    figures["remove"] = dict(removed, objects_after=objects(raw, name, pool))
     return figures
 
 
@@ -116,7 +124,7 @@ def main():
               for tag, seed in (("v1", 41), ("v2", 42))]
     names = ensure_nodes(raw, POOL, args.nodes)
     try:
-        results = [measure_mode(raw, state["kubeconfig"], images, args.nodes, mode) for mode in MODES]
+        results = [measure_mode(raw, state["kubeconfig"], images, set(names), mode) for mode in MODES]
     finally:
         raw.map(lambda node: raw.delete("Node", node), names)
     output = {
