@@ -109,7 +109,8 @@ def test_serving_pvc_binds_serves_any_pod_survives_a_digest_change_while_mounted
         assert released["status"]["counts"]["pod_outdated"] == 0 and released["status"]["phase"] == "Extracted"
         # The alias, unused, went with its PV.
         assert [s["pvc"] for s in released["status"]["serving"]] == [name]
-        assert not core.list_namespaced_persistent_volume_claim(namespace, field_selector="metadata.name=" + alias).items
+        assert not core.list_namespaced_persistent_volume_claim(
+            namespace, field_selector="metadata.name=" + alias).items
         assert not [p for p in core.list_persistent_volume(label_selector="gkm.io/cache=%s" % name).items
                     if old_hex in p.spec.host_path.path]
     finally:
