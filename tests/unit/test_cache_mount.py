@@ -120,3 +120,14 @@ def test_an_image_pinned_in_the_spec_is_used_before_the_status_has_a_digest():
     steering_view = image_volume_view(digest=None, image=pinned)
     result = steer(pod_request(pod_spec(), annotations=ANNOTATIONS), steering_view)
     assert result.operations[0]["value"] == [IMAGE_VOLUME]
+
+
+def test_a_cache_asking_for_a_signature_check_mounts_only_the_digest_its_reconcile_recorded():
+    pinned = "registry.local:5000/caches/vector-add@" + DIGEST_A
+    labelled = cache("vector-add", mountMode="imageVolume", digest=None, image=pinned)
+    labelled["metadata"]["labels"] = {"gkm.io/signature-format": "cosign-v2"}
+    denial = steer(pod_request(pod_spec(), annotations=ANNOTATIONS), view([labelled])).denial
+    assert "has no resolved image digest yet" in denial
+    labelled["status"]["resolvedDigest"] = DIGEST_A
+    result = steer(pod_request(pod_spec(), annotations=ANNOTATIONS), view([labelled]))
+    assert result.operations[0]["value"] == [IMAGE_VOLUME]

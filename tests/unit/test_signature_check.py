@@ -67,7 +67,7 @@ LABELLED = {sc.FORMAT_LABEL: "cosign-v3"}
 @pytest.mark.parametrize("kind", ["GKMCache", "ClusterGKMCache"])
 def test_every_slot_extracted_by_verifying_jobs_is_verified_by_extraction(kind):
     entries = [entry("Extracted"), entry("Extracted"), entry("Outdated"), entry("Incompatible")]
-    condition = sc.signature_condition(cache(kind=kind, labels=LABELLED), NOW, entries, jobs_verify=True)
+    condition = sc.signature_condition(cache(kind=kind, labels=LABELLED), NOW, entries, key_given=True)
     assert (condition["status"], condition["reason"]) == ("True", "VerifiedByExtraction")
     assert "cosign-v3 signature of %s" % IMAGE in condition["message"] and "(2 volume(s))" in condition["message"]
 
@@ -75,18 +75,18 @@ def test_every_slot_extracted_by_verifying_jobs_is_verified_by_extraction(kind):
 def test_a_job_that_refused_the_signature_fails_the_condition_with_its_message():
     refusal = "extraction failed on node n1: image ... has no cosign v3 signature that verifies with the given key"
     entries = [entry("Extracted"), entry("Error", "SignatureNotVerified", refusal)]
-    condition = sc.signature_condition(cache(labels=LABELLED), NOW, entries, jobs_verify=True)
+    condition = sc.signature_condition(cache(labels=LABELLED), NOW, entries, key_given=True)
     assert (condition["status"], condition["reason"]) == ("False", "VerificationFailed")
     assert condition["message"].endswith(refusal) and "1 extraction Job(s) refused" in condition["message"]
 
 
 def test_verification_still_to_come_is_unknown_unless_kyverno_already_passed_it():
     entries = [entry("Extracted"), entry("Extracting")]
-    pending = sc.signature_condition(cache(labels=LABELLED), NOW, entries, jobs_verify=True)
+    pending = sc.signature_condition(cache(labels=LABELLED), NOW, entries, key_given=True)
     assert (pending["status"], pending["reason"]) == ("Unknown", "VerificationPending")
     assert "1 of 2 volume(s) done" in pending["message"]
     admitted = cache(labels=LABELLED, annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
-    condition = sc.signature_condition(admitted, NOW, entries, jobs_verify=True)
+    condition = sc.signature_condition(admitted, NOW, entries, key_given=True)
     assert (condition["status"], condition["reason"]) == ("True", "VerifiedByKyverno")
     assert "verify the cosign-v3 signature" in condition["message"]
 
@@ -94,10 +94,58 @@ def test_verification_still_to_come_is_unknown_unless_kyverno_already_passed_it(
 def test_a_job_refusal_outweighs_kyverno_s_record():
     admitted = cache(labels=LABELLED, annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
     entries = [entry("Error", "SignatureNotVerified", "signed for another digest")]
-    assert sc.signature_condition(admitted, NOW, entries, jobs_verify=True)["reason"] == "VerificationFailed"
+    assert sc.signature_condition(admitted, NOW, entries, key_given=True)["reason"] == "VerificationFailed"
 
 
 def test_nothing_checked_it_names_the_key_variable_as_the_fix():
     condition = sc.signature_condition(cache(kind="ClusterGKMCache", labels=LABELLED), NOW, [entry("Extracted")])
     assert (condition["status"], condition["reason"]) == ("False", "NotVerified")
     assert "signature_public_key" in condition["message"] and "caches_signature_public_key" in condition["message"]
+
+
+# ---------------------------------------------------------------- mountMode imageVolume: the reconcile's own check
+
+DIGEST = "sha256:" + "c" * 64
+
+
+def test_an_image_volume_digest_the_reconcile_verified_is_verified_by_reconcile_even_beside_kyverno():
+    admitted = cache(labels=LABELLED, annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
+    for resource in (cache(labels=LABELLED), admitted):
+        condition = sc.signature_condition(resource, NOW, [entry("Incompatible")], key_given=True,
+                                           image_volume_digest=DIGEST)
+        assert (condition["status"], condition["reason"]) == ("True", "VerifiedByReconcile")
+        assert "the reconcile verified the cosign-v3 signature of %s at %s" % (IMAGE, DIGEST) in condition["message"]
+
+
+def test_an_image_volume_cache_nobody_checked_says_pods_mount_the_digest_unchecked():
+    condition = sc.signature_condition(cache(labels=LABELLED), NOW, image_volume_digest=DIGEST)
+    assert (condition["status"], condition["reason"]) == ("False", "NotVerified")
+    message = condition["message"]
+    assert "the reconcile had no public key; pods annotated gkm.io/cache mount %s unchecked" % DIGEST in message
+    assert "signature_public_key" in message and "extracted" not in message
+
+
+def error_status(message="refused"):
+    return {"phase": "Error", "resolvedDigest": "", "targets": [], "conditions": [
+        {"type": "Ready", "status": "False", "reason": "SignatureNotVerified", "message": message,
+         "lastTransitionTime": NOW},
+        {"type": "Error", "status": "True", "reason": "SignatureNotVerified", "message": message,
+         "lastTransitionTime": NOW}]}
+
+
+def test_a_refused_digest_keeps_the_recorded_digest_that_still_verifies_with_its_targets():
+    current = {"resolvedDigest": DIGEST, "targets": [{"backend": "hip", "arch": "gfx90a", "warpSize": 64}]}
+    status = sc.refused_status(error_status("why and fix"), current, DIGEST, NOW)
+    assert (status["phase"], status["resolvedDigest"], status["targets"]) == ("Error", DIGEST, current["targets"])
+    condition = status["conditions"][-1]
+    assert (condition["type"], condition["status"], condition["reason"], condition["message"]) == (
+        "SignatureVerified", "False", "VerificationFailed", "why and fix")
+
+
+def test_a_refused_digest_with_nothing_kept_records_no_digest():
+    current = {"resolvedDigest": DIGEST, "targets": [{"backend": "hip", "arch": "gfx90a", "warpSize": 64}]}
+    refused = error_status()
+    status = sc.refused_status(refused, current, None, NOW)
+    assert (status["resolvedDigest"], status["targets"]) == ("", [])
+    assert [c["type"] for c in status["conditions"]] == ["Ready", "Error", "SignatureVerified"]
+    assert len(refused["conditions"]) == 2

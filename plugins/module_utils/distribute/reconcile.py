@@ -11,7 +11,13 @@ import datetime
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
 from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import outcome, signature_check, verification
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
+    image_signature,
+    image_volume,
+    outcome,
+    signature_check,
+    verification,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import resource_owner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute
@@ -59,8 +65,11 @@ def _refused(kube, error, kind, name, namespace, path, current, found):
     The message names the resource's own fields.
     """
     message = outcome.resource_message(str(error))
-    desired = cache_cr.carry_transition_times(current, outcome.error_status(
-        outcome.failure_reason(error), message, _now(), [crd_name for _name, crd_name in cache_cr.COUNT_NAMES]))
+    desired = outcome.error_status(outcome.failure_reason(error), message, _now(),
+                                   [crd_name for _name, crd_name in cache_cr.COUNT_NAMES])
+    if isinstance(error, image_signature.SignatureRefused):
+        desired = signature_check.refused_status(desired, current, error.kept_digest, _now())
+    desired = cache_cr.carry_transition_times(current, desired)
     result = dict(error.result, changed=False)
     if found:
         try:
@@ -103,13 +112,17 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     params["owner"] = resource_owner(resource if status_code != 404 else declared)
     found = status_code != 404
     current = (resource.get("status") or {}) if found else {}
+    # The digest pods mount now: an imageVolume cache whose new digest's signature is refused keeps it if it verifies.
+    params[image_signature.RECORDED_DIGEST_PARAM] = current.get("resolvedDigest") or None
     try:
         result = distribute(kube, params, check_mode, want_diff, timings)
     except GkmError as error:
         raise _refused(kube, error, kind, name, namespace, path, current, found) from error
     status = cache_cr.summary_status(result, _now())
-    signature = signature_check.signature_condition(declared, _now(), result["status"]["entries"],
-                                                    bool(result["cache"]["signature_check"]))
+    cache = result["cache"]
+    signature = signature_check.signature_condition(
+        declared, _now(), result["status"]["entries"], bool(cache["signature_check"]),
+        cache["digest"] if cache["mount_mode"] == image_volume.IMAGE_VOLUME else None)
     if signature:
         status["conditions"].append(signature)
         if signature["status"] == "False":

@@ -22,6 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     conflicts,
     dry_run,
+    image_signature,
     image_volume,
     node_readiness_runner,
     registry_secret,
@@ -52,7 +53,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.workload_restarts_runner import Evictions
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_OPTIONS
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.metadata import (
     CacheMetadataError,
     parse_cache_metadata,
@@ -85,10 +86,9 @@ class DistributeError(GkmError):
 def resolve_image(params):
     """(digest-pinned reference, digest, cache metadata) of the image option; tags are resolved now."""
     image = params["image"]
-    options = {new: params[old] for old, new in REGISTRY_OPTIONS.items() if params.get(old) is not None}
     try:
         container = parse_reference(image)
-        digest, config = fetch_image_config(image, **options)
+        digest, config = fetch_image_config(image, **registry_options(params))
         metadata = parse_cache_metadata(config)
     except (OCIError, CacheMetadataError) as error:
         raise DistributeError("image %s: cannot resolve its digest and cache labels: %s" % (image, error),
@@ -141,6 +141,9 @@ def build_spec(params):
             if not params.get("image"):
                 raise SpecError("image is required with state: present")
             image_ref, digest, metadata = resolve_image(params)
+            if spec.image_volume and verify is not None:
+                # No Job verifies in this mode: the digest is checked before the status records it.
+                image_signature.verify(params, image_ref, digest, verify)
             pin_image(spec, image_ref, digest, metadata, registry_files(params, image_ref, verify))
     except SpecError as error:
         raise DistributeError(str(error), reason="InvalidSpec") from error

@@ -8,6 +8,8 @@ A cache resource labelled ``gkm.io/signature-format`` asks for a signature check
   a ClusterGKMCache can get.
 - Kyverno's admission webhook (the kyverno role's policies), for a GKMCache: it records what it verified in
   the annotation ``kyverno.io/verify-images`` (image reference -> ``pass``).
+- In mountMode imageVolume no Job runs: with the key, the reconcile itself verifies the resolved digest before it
+  records it (image_signature.py), and a refusal is the resource's Error status (refused_status).
 With neither, nothing checked the image, and the condition says so plainly and names the fix. The Kyverno
 record alone is a report, not a gate (an annotation can be written by anyone who may edit the resource); a
 Job whose check fails extracts nothing, and its slot is an Error with the extractor's message.
@@ -70,10 +72,36 @@ def _by_extraction(signature_format, image, entries):
         "volume(s) done" % (signature_format, image, len(done), len(current)))
 
 
-def signature_condition(resource, now, entries=(), jobs_verify=False):
+def _by_reconcile(signature_format, image, digest):
+    return "True", "VerifiedByReconcile", (
+        "mountMode imageVolume: the reconcile verified the %s signature of %s at %s with the public key "
+        "(signature_public_key) before recording that digest, the one pods annotated gkm.io/cache mount"
+        % (signature_format, image, digest))
+
+
+def _unchecked(resource, signature_format, image, image_volume_digest):
+    """(status, reason, message) when no one checked the image: what goes unchecked in its mode, and the fix."""
+    kyverno = ("Kyverno does not see cluster-scoped resources" if resource.get("kind") == "ClusterGKMCache" else
+               "Kyverno recorded no verification (is it running, with the kyverno role's policies?)")
+    if image_volume_digest:
+        checker, consequence, fix = (
+            "the reconcile", "pods annotated gkm.io/cache mount %s unchecked" % image_volume_digest,
+            "the reconcile verifies each digest before it records it")
+    else:
+        checker, consequence, fix = ("the extraction Jobs", "the image is extracted unchecked",
+                                     "the Jobs verify before they extract")
+    return "False", "NotVerified", (
+        "labelled %s=%s, but nothing checked the signature of %s: %s and %s had no public key; %s. Fix: give the key "
+        "in signature_public_key (the caches role's caches_signature_public_key), and %s"
+        % (FORMAT_LABEL, signature_format, image, kyverno, checker, consequence, fix))
+
+
+def signature_condition(resource, now, entries=(), key_given=False, image_volume_digest=None):
     """The SignatureVerified condition of a labelled cache resource, or None for an unlabelled one.
 
-    entries: the status entries of the run (status.py); jobs_verify: whether its Jobs checked the signature.
+    entries: the status entries of the run (status.py); key_given: whether the run verified with the public key.
+    image_volume_digest: in mountMode imageVolume, the digest the run recorded (no Jobs: with the key, the reconcile
+    verified it first); None in PVC mode, where the Jobs verify.
     """
     metadata = resource.get("metadata") or {}
     signature_format = (metadata.get("labels") or {}).get(FORMAT_LABEL)
@@ -81,7 +109,9 @@ def signature_condition(resource, now, entries=(), jobs_verify=False):
         return None
     image = (resource.get("spec") or {}).get("image") or ""
     kyverno_passed = _kyverno_passed(metadata.get("annotations") or {}, image)
-    if jobs_verify:
+    if key_given and image_volume_digest:
+        status, reason, message = _by_reconcile(signature_format, image, image_volume_digest)
+    elif key_given:
         status, reason, message = _by_extraction(signature_format, image, entries)
         if status == "Unknown" and kyverno_passed:
             status, reason = "True", "VerifiedByKyverno"
@@ -91,11 +121,19 @@ def signature_condition(resource, now, entries=(), jobs_verify=False):
         status, reason = "True", "VerifiedByKyverno"
         message = "Kyverno verified the %s signature of %s when the resource was admitted" % (signature_format, image)
     else:
-        status, reason = "False", "NotVerified"
-        kyverno = ("Kyverno does not see cluster-scoped resources" if resource.get("kind") == "ClusterGKMCache" else
-                   "Kyverno recorded no verification (is it running, with the kyverno role's policies?)")
-        message = ("labelled %s=%s, but nothing checked the signature of %s: %s and the extraction Jobs had no "
-                   "public key; the image is extracted unchecked. Fix: give the key in signature_public_key "
-                   "(the caches role's caches_signature_public_key), and the Jobs verify before they extract"
-                   % (FORMAT_LABEL, signature_format, image, kyverno))
+        status, reason, message = _unchecked(resource, signature_format, image, image_volume_digest)
     return {"type": CONDITION, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
+
+
+def refused_status(status, current, kept_digest, now):
+    """The Error status of a reconcile that refused the resolved digest's signature (image_signature.py), with
+    SignatureVerified False and, when the digest the status recorded still verifies (kept_digest), that digest and
+    its targets: pods go on mounting it, and no unverified digest reaches the status."""
+    status = dict(status)
+    if kept_digest:
+        status.update(resolvedDigest=kept_digest, targets=list((current or {}).get("targets") or []))
+    message = next(c["message"] for c in status["conditions"] if c["type"] == "Ready")
+    status["conditions"] = status["conditions"] + [{"type": CONDITION, "status": "False",
+                                                    "reason": "VerificationFailed", "message": message,
+                                                    "lastTransitionTime": now}]
+    return status

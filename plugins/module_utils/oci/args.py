@@ -27,3 +27,8 @@ REGISTRY_OPTIONS = {
 }
 
 REGISTRY_MUTUALLY_EXCLUSIVE = [("registry_username", "registry_docker_config")]
+
+
+def registry_options(params):
+    """The options of oci/registry.py's RegistryClient from a module's registry parameters (unset ones left out)."""
+    return {new: params[old] for old, new in REGISTRY_OPTIONS.items() if params.get(old) is not None}

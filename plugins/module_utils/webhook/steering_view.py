@@ -31,6 +31,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volum
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import LABEL_PREFIX, label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import HOSTNAME_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import alias_name, is_serving
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.verification import format_label
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
     gpus_from_node_labels,
@@ -99,7 +100,11 @@ class _Cache:
         access_modes = spec.get("accessModes")
         self.per_node = not (isinstance(access_modes, list) and READ_ONLY_MANY in access_modes)
         self.image = spec.get("image") if isinstance(spec.get("image"), str) else None
-        self.digest = _digest(status.get("resolvedDigest")) or _digest((self.image or "").rpartition("@")[2])
+        self.digest = _digest(status.get("resolvedDigest"))
+        # An imageVolume cache that asks for a signature check mounts only the digest its reconcile recorded (verified
+        # first when the operator has the key, distribute/image_signature.py), never its spec's own unchecked digest.
+        if self.digest is None and not (self.mode == IMAGE_VOLUME and format_label(obj)):
+            self.digest = _digest((self.image or "").rpartition("@")[2])
         self.targets = _targets(status.get("targets"))
         listed = spec.get("workloadNamespaces") if kind == CLUSTER_KIND else None
         self.workload_namespaces = frozenset(ns for ns in listed or () if isinstance(ns, str))

@@ -1,0 +1,76 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""mountMode imageVolume: the reconcile verifies the image's signature itself, before it records the digest.
+
+In this mode no extraction Job runs (image_volume.py), so the Jobs' check (verification.py) never happens and the
+kubelet pulls whatever digest status.resolvedDigest names (the webhook mounts it, webhook/steering_view.py). When
+the cache asks for a check (label gkm.io/signature-format) and the operator gave the key (signature_public_key),
+the reconcile runs the extractor's own check (oci/signature.py: a cosign signature that verifies with the key and
+names this very digest) on the resolved digest, on the controller, before the status records it. A refused digest
+is never recorded: the status keeps the digest it had if that one still verifies with the key, else none.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import pinned_reference
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import SIGNATURE_NOT_VERIFIED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.verification import FORMAT_LABEL
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import OCIError, RegistryClient
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.signature import SignatureError, verify_image_signature
+
+# The distribution parameter cache_reconcile fills with the digest the resource's status records (None: none).
+RECORDED_DIGEST_PARAM = "recorded_digest"
+
+
+class SignatureRefused(GkmError):
+    """The resolved digest's signature does not verify; kept_digest is the recorded digest that still does, or None."""
+
+    reason = SIGNATURE_NOT_VERIFIED
+
+    def __init__(self, message, image, digest, kept_digest):
+        super(SignatureRefused, self).__init__(message, {"reason": self.reason, "image": image, "digest": digest,
+                                                         "kept_digest": kept_digest})
+        self.kept_digest = kept_digest
+
+
+def refusal_message(image, signature_format, why, kept_digest):
+    """What the Error status says of a refused digest: the image and digest, why, what pods mount now, the fix."""
+    if kept_digest:
+        now = ("status.resolvedDigest stays %s, recorded before and still verified with the key, so pods annotated "
+               "gkm.io/cache go on mounting that digest" % kept_digest)
+    else:
+        now = ("no digest is recorded (status.resolvedDigest is empty), so pods annotated gkm.io/cache are denied "
+               "until a digest verifies")
+    return ("mountMode imageVolume: the reconcile refused %s: its signature does not verify with the public key "
+            "(signature_public_key) as the label %s asks (cosign %s): %s; %s. Fix: sign that digest with the key "
+            "of signature_public_key (caches_signature_public_key) in that format, or give the key it was signed "
+            "with" % (image, FORMAT_LABEL, signature_format, why, now))
+
+
+def _refusal(params, image, digest, verification):
+    """Why no signature of digest verifies with the key (the extractor's words), or None when one does."""
+    signature_format, public_key_pem = verification
+    try:
+        client, container = RegistryClient.for_reference(image, **registry_options(params))
+        verify_image_signature(client, container, digest, public_key_pem, signature_format)
+    except (OCIError, SignatureError) as error:
+        return str(error)
+    return None
+
+
+def verify(params, image, digest, verification):
+    """Return once a signature of the digest-pinned image verifies with verification's key and format; raise
+    SignatureRefused otherwise, keeping the digest params[RECORDED_DIGEST_PARAM] if it still verifies."""
+    why = _refusal(params, image, digest, verification)
+    if why is None:
+        return
+    recorded = params.get(RECORDED_DIGEST_PARAM)
+    kept = None
+    if recorded and recorded != digest and _refusal(params, pinned_reference(image, recorded), recorded,
+                                                    verification) is None:
+        kept = recorded
+    raise SignatureRefused(refusal_message(image, verification[0], why, kept), image, digest, kept)
