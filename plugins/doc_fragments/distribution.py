@@ -90,6 +90,11 @@ options:
         extractor's message.
       - Giving, changing or removing the key extracts the verified caches again (data checked with another key, or
         not at all, is not what is asked for); volumes pods mount are kept until unused, like an old digest's.
+      - A labelled resource with C(spec.mountMode=imageVolume) has no Job, so gkm.cluster.cache_reconcile verifies the
+        resolved digest itself, with the extractor's check, before it records it in C(status.resolvedDigest) (what
+        pods mount) - C(SignatureVerified) C(True) with reason C(VerifiedByReconcile), or the task fails with phase
+        C(Error), C(SignatureVerified) C(False) (C(VerificationFailed)) and the refused digest not recorded (the
+        previous digest stays if it still verifies).
     type: str
   job_limits:
     description: Bounds of the extraction Jobs.

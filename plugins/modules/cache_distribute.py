@@ -128,7 +128,8 @@ RETURN = r"""
 cache:
   description:
     - The cache as distributed. C(signature_check) is what its Jobs verify the signature with (format and key
-      digest, for example C(v3 sha256:...)), or null when they do not verify.
+      digest, for example C(v3 sha256:...)), or null when they do not verify; in imageVolume mode, what the run
+      verified the digest with before recording it.
     - C(mount_mode) is C(PVC), or C(imageVolume) for a cache resource whose C(spec.mountMode) asks for it (no PVC, PV
       or Job is planned then); C(targets) are the image's GPU targets.
   returned: success

@@ -94,6 +94,11 @@ notes:
     before, C(False) (C(VerificationFailed)) with the Job's message when one refused the image (its node's entry is
     an C(Error), reason C(SignatureNotVerified)). Without the key it is C(True) (C(VerifiedByKyverno)) when Kyverno
     recorded a pass, otherwise C(False) (C(NotVerified)) saying that nothing checked the image, and the task warns.
+  - With C(spec.mountMode=imageVolume) no Job runs, so with the key the module verifies the resolved digest's
+    signature before it records C(status.resolvedDigest) - C(True) with reason C(VerifiedByReconcile); a refusal
+    fails the task with phase C(Error), reason C(SignatureNotVerified), C(SignatureVerified) C(False)
+    (C(VerificationFailed)) naming the image, the digest, why and the fix, and C(resolvedDigest) keeps the previous
+    digest only if its signature still verifies, else it is empty.
 seealso:
   - module: gkm.cluster.cache_distribute
   - module: gkm.cluster.cache_info

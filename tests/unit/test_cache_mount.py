@@ -127,7 +127,7 @@ def test_a_cache_asking_for_a_signature_check_mounts_only_the_digest_its_reconci
     labelled = cache("vector-add", mountMode="imageVolume", digest=None, image=pinned)
     labelled["metadata"]["labels"] = {"gkm.io/signature-format": "cosign-v2"}
     denial = steer(pod_request(pod_spec(), annotations=ANNOTATIONS), view([labelled])).denial
-    assert "has no resolved image digest yet" in denial
+    assert "has no resolved image digest yet" in denial and "a signature that does not verify" in denial
     labelled["status"]["resolvedDigest"] = DIGEST_A
     result = steer(pod_request(pod_spec(), annotations=ANNOTATIONS), view([labelled]))
     assert result.operations[0]["value"] == [IMAGE_VOLUME]

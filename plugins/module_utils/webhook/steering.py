@@ -134,7 +134,8 @@ def _requirement(use, mutation_labelled, view):
         holders = _holders(view, target, digest, mutation_labelled)
     if target.mode == IMAGE_VOLUME and target.image_reference() is None:
         return None, None, None, ("has no resolved image digest yet",
-                                  "wait for its first reconcile (status.resolvedDigest)")
+                                  "wait for its reconcile to record status.resolvedDigest; an Error status says why "
+                                  "it did not, such as a signature that does not verify")
     hostnames = None if holders is None else {view.hostname(name) for name in holders}
     return node_affinity.cache_requirement(target.readiness_key, digest, target.targets, hostnames), digest, \
         holders, None
