@@ -108,8 +108,8 @@ def test_a_signed_digest_is_recorded_and_a_refused_one_is_not(sim, crds, registr
     assert condition(after, "Ready")["reason"] == "SignatureNotVerified"
 
 
-def test_an_unsigned_image_is_recorded_without_a_check_and_refused_with_one(sim, crds, registry, namespace, create,
-                                                                           keys):
+def test_an_unsigned_image_is_recorded_without_a_check_and_refused_with_one(
+        sim, crds, registry, namespace, create, keys):
     public_key = keys[2]
     unsigned = kcache_images.build_image(registry.host, "iv-signature/%s" % uuid.uuid4().hex[:6], "v1",
                                          kcache_images.CacheSpec(backend="hip", seed=7))
