@@ -206,6 +206,14 @@ status:
       description:
         - In imageVolume mode, reference (the digest-pinned image pods mount) and compatible_nodes (how many nodes
           have a GPU it fits).
+        - pulled_nodes - the nodes whose kubelet reports the image pulled (Node C(status.images), which the kubelet
+          refreshes every 30 s and caps at its largest 50 images by default) - and pods - the unfinished pods of the
+          cache's namespaces whose image volume mounts the image, each with namespace, name, node, phase and digest;
+          a digest other than the cache's is an older one (the pod counts in C(pod_outdated) while it runs). At most
+          10 of each without O(node_details); pulled_node_count and pod_count count them all.
+        - The counts follow GKM's columns - node_in_use are compatible nodes where a running pod mounts the current
+          digest, node_not_in_use compatible nodes that pulled it without such a pod, pod_running and pod_outdated the
+          running pods on the current and on an older digest; node_error is 0.
       type: dict
       returned: for a cache whose mount mode is imageVolume
     unplaced:

@@ -26,7 +26,9 @@ description:
     total (C(problems), C(problemCnt)) and one line per reason nodes do not get the cache (C(excludedReasons),
     C(nodeExcludedCnt)), so its size does not grow with the cluster. With C(spec.upgradePolicy) it also has
     C(upgrade) (the target digest, the phase C(Progressing), C(Paused), C(Stopped) or C(Complete), the counts of
-    nodes per state) and the condition C(Upgraded).
+    nodes per state) and the condition C(Upgraded). In imageVolume mode it has C(imageVolume) - the pinned
+    C(reference), the nodes whose kubelet reports the image pulled and the pods mounting it (C(pulledNodes), C(pods),
+    at most ten each, with C(pulledNodeCnt) and C(podCnt)).
   - A failed extraction is recorded on its PVC (label C(gkm.io/extraction-failed)), so it outlives the Job's TTL
     and the node is not retried unasked; deleting that PVC (or changing the Job's template) is the retry.
   - The status and the per-node objects are written only when they say something new, so a run that changes

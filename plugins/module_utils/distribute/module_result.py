@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import image_volume
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status_summary import (
     MAX_PROBLEMS,
     excluded_reasons,
@@ -24,9 +25,9 @@ PER_NODE_KEYS = ("eligible_nodes", "excluded_nodes")
 
 
 def without_node_details(result):
-    """The result with status.entries replaced by its worst problems, the unschedulable Jobs bounded, and the
-    eligible and excluded node lists replaced by one line per exclusion reason. A result without a status (a run
-    refused early) is returned as it is."""
+    """The result with status.entries replaced by its worst problems, the unschedulable Jobs bounded (an imageVolume
+    cache's pulled nodes and mounting pods too), and the eligible and excluded node lists replaced by one line per
+    exclusion reason. A result without a status (a run refused early) is returned as it is."""
     status = result.get("status")
     if not isinstance(status, dict) or "entries" not in status:
         return result
@@ -36,6 +37,8 @@ def without_node_details(result):
     bounded["status"] = dict({key: value for key, value in status.items() if key != "entries"},
                              problems=problems, problem_count=total, unschedulable=unschedulable[:MAX_PROBLEMS],
                              unschedulable_count=len(unschedulable))
+    if status.get("image_volume"):
+        bounded["status"]["image_volume"] = image_volume.bounded(status["image_volume"])
     if "excluded_nodes" in result:
         bounded["excluded_reasons"] = excluded_reasons(result["excluded_nodes"] or {}, resource_fields=False)
     return bounded

@@ -29,8 +29,6 @@ __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
     DIGEST_LABEL,
-    MANAGED_BY_LABEL,
-    MANAGER,
     NODE_LABEL,
     Slot,
     short_digest,
@@ -44,6 +42,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     serving,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pod_use import pod_user, workload_pod
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
     EXTRACTED_ANNOTATION,
     IMAGE_ANNOTATION,
@@ -110,21 +109,11 @@ def _metadata_outdated(live, desired):
 def pod_mounts(pods):
     """(namespace, claim name) -> pods that mount it and are not finished; our own Job pods do not count."""
     mounts = {}
-    for pod in pods:
-        metadata = pod["metadata"]
-        if (metadata.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGER:
-            continue
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
+    for pod in filter(workload_pod, pods):
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
             if claim:
-                mounts.setdefault((metadata.get("namespace") or "", claim), []).append({
-                    "namespace": metadata.get("namespace"),
-                    "name": metadata["name"],
-                    "node": (pod.get("spec") or {}).get("nodeName"),
-                    "phase": (pod.get("status") or {}).get("phase"),
-                })
+                mounts.setdefault((pod["metadata"].get("namespace") or "", claim), []).append(pod_user(pod))
     return mounts
 
 

@@ -115,6 +115,9 @@ def summary_status(result, now):
     status = result["status"]
     incompatible = [entry["node"] for entry in status.get("entries") or [] if entry["phase"] == "Incompatible"]
     body.update(status_summary.bounded_fields(status, result.get("excluded_nodes") or {}, incompatible))
+    if status.get("image_volume"):
+        # An imageVolume cache: the nodes that pulled the image and the pods mounting it, bounded as problems are.
+        body["imageVolume"] = image_volume.resource_status(status["image_volume"])
     if result.get("rollout"):
         # A cache with spec.upgradePolicy: where its rolling upgrade stands (counts; the nodes' labels say who).
         body["upgrade"] = upgrade_status(result["rollout"])
@@ -129,7 +132,7 @@ def _status_head(result, now):
     phase = status.get("phase") or "Pending"
     unschedulable = status.get("unschedulable") or []
     if status.get("image_volume"):
-        message = image_volume.ready_message(status["image_volume"])
+        message = image_volume.ready_message(status["image_volume"], counts)
     else:
         message = _ready_message(phase, counts, unschedulable, status.get("unplaced"))
     conditions = [{

@@ -169,8 +169,9 @@ def _storage_class(spec, classes):
     return defaults[0] if defaults else None
 
 
-def _node_facts(kube):
-    return [node_facts(node) for node in kube.items("Node")]
+def _node_facts(kube, spec):
+    pulled_image = image_volume.pinned_reference(spec.image, spec.digest) if spec.image_volume else None
+    return [node_facts(node, pulled_image) for node in kube.items("Node")]
 
 
 def _namespace_names(kube):
@@ -194,7 +195,7 @@ def gather_facts(kube, spec):
     present = spec.state == "present"
     calls = [lambda kind=kind: _listed(kube, kind, label_selector=selector) for kind in OBJECT_KINDS]
     if present:
-        calls += [lambda: _node_facts(kube), lambda: _namespace_names(kube), lambda: kube.list("StorageClass")]
+        calls += [lambda: _node_facts(kube, spec), lambda: _namespace_names(kube), lambda: kube.list("StorageClass")]
     results = kube.map(lambda call: call(), calls)
     failures = [r for r in results if isinstance(r, Exception)]
     if failures:
@@ -346,7 +347,7 @@ def plan_diff(plan, facts):
 def _status(spec, plan, facts):
     eligibility = plan.eligibility
     if spec.image_volume and spec.state == "present":
-        status = image_volume.cache_status(spec, eligibility)
+        status = image_volume.cache_status(spec, eligibility, facts.pods, facts.nodes)
     else:
         status = cache_status(plan.slots, [n["metadata"]["name"] for n in eligibility.eligible],
                               eligibility.incompatible, eligibility.excluded, facts.objects, facts.pods,
