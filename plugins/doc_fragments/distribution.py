@@ -58,6 +58,17 @@ options:
       - Set C(false) to leave it out (only the per-node PVCs, for the C(gkm.io/pvc-mutation) webhook).
     type: bool
     default: true
+  mount_mode:
+    description:
+      - How pods get the cache. V(PVC) - extraction Jobs fill PVCs (per node, or one shared with C(ReadOnlyMany)).
+        V(imageVolume) - nothing is extracted and no PVC, PV or Job is made; pods annotated C(gkm.io/cache) get the
+        digest-pinned image as a Kubernetes image volume from the webhook, and the kubelet pulls it (containerd >= 2.1
+        or CRI-O >= 1.31 with the C(ImageVolume) feature; docs/modes/image-volume.md). O(extract_image) is not needed.
+      - With gkm.cluster.cache_reconcile this is the default of the resources that do not set C(spec.mountMode); a
+        resource's C(spec.mountMode) wins.
+    type: str
+    choices: [PVC, imageVolume]
+    default: PVC
   set_volume_owner:
     description:
       - The extraction Jobs' permission step, an init container of O(extract_image) running as uid 0 with every
@@ -72,7 +83,7 @@ options:
   extract_image:
     description:
       - The gkm.cluster tools image whose cache_extract command the Jobs run (C(make images REGISTRY=...) builds and
-        pushes it). Required with O(state=present).
+        pushes it). Required with O(state=present), unless O(mount_mode=imageVolume).
       - If a node cannot pull it, that node's entry is an C(Error) with reason C(ToolsImageNotPullable) at once.
       - The scrub Jobs run it too; with O(state=absent) and no O(extract_image), the image of an extraction Job being
         deleted is used, and without either the directories stay on the nodes (a warning names them).

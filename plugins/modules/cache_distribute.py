@@ -130,8 +130,8 @@ cache:
     - The cache as distributed. C(signature_check) is what its Jobs verify the signature with (format and key
       digest, for example C(v3 sha256:...)), or null when they do not verify; in imageVolume mode, what the run
       verified the digest with before recording it.
-    - C(mount_mode) is C(PVC), or C(imageVolume) for a cache resource whose C(spec.mountMode) asks for it (no PVC, PV
-      or Job is planned then); C(targets) are the image's GPU targets.
+    - C(mount_mode) is O(mount_mode) (for a cache resource, its C(spec.mountMode) when set); with C(imageVolume) no PVC,
+      PV or Job is planned. C(targets) are the image's GPU targets.
   returned: success
   type: dict
   sample: {"name": "vector-add", "namespace": "team-a", "scope": "namespaced", "digest": "sha256:...",
@@ -211,9 +211,9 @@ status:
           cache's namespaces whose image volume mounts the image, each with namespace, name, node, phase and digest;
           a digest other than the cache's is an older one (the pod counts in C(pod_outdated) while it runs). At most
           10 of each without O(node_details); pulled_node_count and pod_count count them all.
-        - The counts follow GKM's columns - node_in_use are compatible nodes where a running pod mounts the current
-          digest, node_not_in_use compatible nodes that pulled it without such a pod, pod_running and pod_outdated the
-          running pods on the current and on an older digest; node_error is 0.
+        - The counts follow GKM's columns - node_in_use are the nodes where a running pod mounts the current digest,
+          node_not_in_use the nodes that pulled it without such a pod, pod_running and pod_outdated the running pods on
+          the current and on an older digest; node_error is 0.
       type: dict
       returned: for a cache whose mount mode is imageVolume
     unplaced:

@@ -29,6 +29,7 @@ description:
     nodes per state) and the condition C(Upgraded). In imageVolume mode it has C(imageVolume) - the pinned
     C(reference), the nodes whose kubelet reports the image pulled and the pods mounting it (C(pulledNodes), C(pods),
     at most ten each, with C(pulledNodeCnt) and C(podCnt)).
+  - A resource without C(spec.mountMode) gets O(mount_mode).
   - A failed extraction is recorded on its PVC (label C(gkm.io/extraction-failed)), so it outlives the Job's TTL
     and the node is not retried unasked; deleting that PVC (or changing the Job's template) is the retry.
   - The status and the per-node objects are written only when they say something new, so a run that changes

@@ -1,5 +1,6 @@
 """mountMode imageVolume on the reconcile's side (distribute/image_volume.py, spec, planner, resource status):
-nothing planned, a status saying so and who uses the image (pulled nodes, mounting pods), without a cluster."""
+nothing planned, a status saying so and who uses the image (pulled nodes, mounting pods), without a cluster; the
+mount_mode option as the default of resources without spec.mountMode."""
 
 import pytest
 
@@ -7,6 +8,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import imag
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import spec as cache_spec
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import node_facts
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, pod, verbs
 
@@ -80,6 +82,13 @@ def test_the_resource_maps_mount_mode_and_its_status_is_ready_with_the_reference
     assert body["targets"] == [{"backend": "hip", "arch": "gfx90a", "warpSize": 64}]
     assert body["imageVolume"] == {"reference": REFERENCE, "pulledNodeCnt": 0, "pulledNodes": [], "podCnt": 0,
                                    "pods": []}
+
+
+def test_the_mount_mode_option_defaults_to_pvc_and_is_the_default_of_a_resource_without_its_own():
+    assert DISTRIBUTION_ARG_SPEC["mount_mode"] == {"type": "str", "choices": ["PVC", "imageVolume"], "default": "PVC"}
+    declared = {"kind": "ClusterGKMCache", "metadata": {"name": "c"},
+                "spec": {"image": "i", "workloadNamespaces": ["a"], "mountMode": "PVC"}}
+    assert cache_cr.distribute_params(declared, {"mount_mode": "imageVolume"})["mount_mode"] == "PVC"
 
 
 # ---------------------------------------------------------------- who uses the image

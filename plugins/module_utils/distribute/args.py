@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import MOUNT_MODES, PVC
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_ARG_SPEC
 
 # How a cache is distributed, independent of which cache: set by the operator, not by a GKMCache.
@@ -19,6 +20,8 @@ DISTRIBUTION_ARG_SPEC = dict(
     host_path_root=dict(type="str", default="/var/lib/gkm-cluster/caches"),
     set_volume_owner=dict(type="str", choices=["auto", "always", "never"], default="auto"),
     serving_pvc=dict(type="bool", default=True),
+    # A cache resource's spec.mountMode wins over it (resource.distribute_params).
+    mount_mode=dict(type="str", choices=list(MOUNT_MODES), default=PVC),
     extract_image=dict(type="str"),
     # Public, but a PEM block in every logged invocation is noise.
     signature_public_key=dict(type="str", no_log=True),

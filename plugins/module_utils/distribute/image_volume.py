@@ -64,14 +64,14 @@ def image_users(reference, pods, nodes):
 def use_counts(digest, compatible_nodes, pulled, users):
     """GKM's counts of an imageVolume cache: nodes are the compatible ones; a node is in use while a running pod mounts
     the pinned digest there, not in use when it pulled the image and no such pod runs; running pods on an older digest
-    are outdated. Nothing is extracted, so no node is in error."""
+    are outdated. Nothing is extracted, so no node is in error. The pods' own placement decides where they run (the
+    cache's podTemplate places extraction Jobs, of which this mode has none), so in-use nodes are not limited to the
+    compatible ones."""
     running = [user for user in users if user["phase"] == RUNNING]
     current = [user for user in running if user["digest"] == digest]
-    compatible = set(compatible_nodes)
-    in_use = {user["node"] for user in current} & compatible
-    return {"nodes": len(compatible), "node_in_use": len(in_use),
-            "node_not_in_use": len(compatible.intersection(pulled) - in_use), "node_error": 0,
-            "pod_running": len(current), "pod_outdated": len(running) - len(current)}
+    in_use = {user["node"] for user in current}
+    return {"nodes": len(compatible_nodes), "node_in_use": len(in_use), "node_not_in_use": len(set(pulled) - in_use),
+            "node_error": 0, "pod_running": len(current), "pod_outdated": len(running) - len(current)}
 
 
 def cache_status(spec, eligibility, pods, nodes):
