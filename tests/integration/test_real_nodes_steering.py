@@ -3,7 +3,8 @@
   node's GPU does not fit the hip image), runs there and reads the cache its node extracted;
 - a bare Pod carrying only the annotations gkm.io/cache and gkm.io/cache-mount-path, for a GKMCache in imageVolume
   mode, gets the digest-pinned image volume and the GPU affinity, lands on the AMD node, whose containerd pulls the
-  image from the local registry, and reads the kernel file from it;
+  image from the local registry, and reads the kernel file from it; once the kubelet lists the image in the Node's
+  status, a reconcile reports the AMD node as having pulled it and the still running pod as mounting it;
 - a 2-replica Deployment naming a serving PVC whose cache moves to a new digest: its running pods keep reading the old
   files, a new pod naming the cache is rewritten to the alias serving PVC at the new digest and reads the new files,
   and once the Deployment is gone the serving PVC is renewed, the alias goes, and a new pod reads the new files.
@@ -133,7 +134,8 @@ def test_an_annotated_pod_gets_an_image_volume_cache_is_steered_to_the_amd_node_
         assert not resolved.get("failed") and resolved["resource"]["status"]["phase"] == "Resolved", \
             resolved.get("msg")
 
-        body = _reader(tools_image, ["sha256sum", "/kernels/" + kernel])
+        # It stays running once it printed the hash: the status counts running pods.
+        body = _reader(tools_image, ["sh", "-c", "sha256sum /kernels/%s && exec sleep 300" % kernel])
         body["metadata"]["annotations"] = {"gkm.io/cache": cache, "gkm.io/cache-mount-path": "/kernels"}
 
         def created():
@@ -148,10 +150,36 @@ def test_an_annotated_pod_gets_an_image_volume_cache_is_steered_to_the_amd_node_
         [volume] = [v for v in admitted.spec.volumes if v.image is not None]
         assert volume.image.reference.endswith("/real-steer/%s@%s" % (cache, resolved["resource"]["status"][
             "resolvedDigest"]))
-        _read_on_the_amd_node(core, namespace, expected, started, "image pulled and kernel read")
+        pod = wait_until("the reader pod printed the hash", lambda: _printed(core, namespace, "reader"), timeout=180,
+                         interval=0.5)
+        assert pod.spec.node_name == AMD_NODE
+        assert pod_logs(core, namespace, "reader").split()[0] == expected
+        print("pod created -> image pulled and kernel read on %s in %.1fs" % (AMD_NODE, time.monotonic() - started))
+
+        # The kubelet lists the images it pulled in its Node's status (refreshed every 30 s): a reconcile then says the
+        # AMD node pulled the image and the reader, still running, mounts it.
+        started = time.monotonic()
+        wait_until("the AMD node's status listing the image", lambda: volume.image.reference in {
+            name for image in core.read_node(AMD_NODE).status.images or [] for name in image.names or []},
+            timeout=60, interval=1)
+        print("image listed in the node's status %.1fs after the kernel was read" % (time.monotonic() - started))
+        used = reconcile(sim, cache, namespace)
+        assert not used.get("failed"), used.get("msg")
+        status = used["resource"]["status"]
+        assert (status["imageVolume"]["pulledNodes"], status["imageVolume"]["pulledNodeCnt"]) == ([AMD_NODE], 1)
+        assert [(p["name"], p["node"], p["phase"]) for p in status["imageVolume"]["pods"]] == [
+            ("reader", AMD_NODE, "Running")]
+        assert (status["nodeInUseCnt"], status["podRunningCnt"], status["podOutdatedCnt"]) == (1, 1, 0)
     finally:
-        core.delete_collection_namespaced_pod(namespace)
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         delete_namespace(core, namespace)
+
+
+def _printed(core, namespace, name):
+    """The running pod once its log has a line (it must not have ended)."""
+    pod = core.read_namespaced_pod(name, namespace)
+    assert pod.status.phase in ("Pending", "Running"), pod.status
+    return pod if pod.status.phase == "Running" and pod_logs(core, namespace, name).strip() else None
 
 
 def _pushed(registry, cache, tag, seed):

@@ -7,7 +7,9 @@ amd-2 only; a pod's own affinity is merged; a pod that fits nowhere, or names a 
 with the reason and the fix; the opt-out annotation keeps a placement; the annotation mounts the serving PVC, or
 the image itself for an imageVolume cache; a DaemonSet over the five nodes runs on the two ready ones, and its other
 pods wait Pending. Workloads are not changed unless annotated gkm.io/cache-steering: template: such a DaemonSet's
-template is steered, so it counts only the two ready nodes, and re-applying it changes nothing.
+template is steered, so it counts only the two ready nodes, and re-applying it changes nothing. An imageVolume cache's
+status counts and lists the pods mounting its image (one on an older digest: outdated) and the node whose status says
+it pulled it; the caches role's caches_mount_mode makes a cache without spec.mountMode imageVolume.
 """
 
 import json
@@ -22,6 +24,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import APP
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
+from tests.helpers.roles import run_playbook
 from tests.helpers.webhook import GPU_TOLERATION, CertificateFiles, LocalWebhookServer, install, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
@@ -127,6 +130,11 @@ def scheduled(core, namespace, selector, count=1):
     # count: a ReplicaSet creates its pods in batches, so the first ones can be scheduled before the last exist.
     pods = core.list_namespaced_pod(namespace, label_selector=selector).items
     return pods if len(pods) >= count and all(p.spec.node_name for p in pods) else None
+
+
+def running(core, namespace, selector, count):
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
 
 
 def denial(core, namespace, body, timeout=30):
@@ -286,3 +294,48 @@ def test_the_annotation_of_an_image_volume_cache_mounts_the_pinned_image_on_a_gp
         "gkm.io/gpu-backend", "gkm.io/gpu-arch", "gkm.io/gpu-warp-size"]
     [placed] = wait_until("the pod scheduled", lambda: scheduled(core, setup.namespace, "case=image"), timeout=60)
     assert core.read_node(placed.spec.node_name).metadata.labels["gkm.io/gpu-backend"] == "hip"
+
+    # Who uses the image (docs/modes/image-volume.md): kwok pulls nothing, so the node's status says what its kubelet
+    # would, that it pulled the pinned reference; a pod mounting another digest of the repository is outdated.
+    node = placed.spec.node_name
+    core.patch_node_status(node, {"status": {"images": [{"names": [reference, "busybox:1"], "sizeBytes": 1}]}})
+    older = reference.split("@")[0] + "@sha256:" + "0" * 64
+    other = next(name for name in (setup.node("amd-1"), setup.node("amd-2")) if name != node)
+    old = pod("by-image-old", nodeName=other, volumes=[{"name": "cache", "image": {"reference": older}}])
+    old["metadata"]["labels"] = {"case": "image"}
+    core.create_namespaced_pod(setup.namespace, old)
+    wait_until("both pods running", lambda: running(core, setup.namespace, "case=image", 2), timeout=60)
+    used = reconcile(sim, "by-image", setup.namespace)
+    assert not used.get("failed"), used.get("msg")
+    status = used["resource"]["status"]
+    assert (status["nodeInUseCnt"], status["nodeNotInUseCnt"], status["podRunningCnt"], status["podOutdatedCnt"]) == (
+        1, 0, 1, 1)
+    assert status["imageVolume"]["pulledNodes"] == [node] and status["imageVolume"]["pulledNodeCnt"] == 1
+    assert [(p["name"], p["node"], p["digest"]) for p in status["imageVolume"]["pods"]] == [
+        ("by-image", node, setup.image.digest), ("by-image-old", other, "sha256:" + "0" * 64)]
+    assert status["conditions"][0]["message"].endswith("1 node(s) pulled it, 1 running pod(s) mount it, 1 an older "
+                                                       "digest")
+    # What the API server kept of the written status, as kubectl shows it.
+    written = crds.get_namespaced_custom_object(GROUP, VERSION, setup.namespace, "gkmcaches", "by-image")["status"]
+    assert written["imageVolume"] == status["imageVolume"] and written["podOutdatedCnt"] == 1
+
+
+def test_a_cache_without_a_mount_mode_gets_the_caches_role_default(sim, kube, crds, setup, tmp_path):
+    """caches_mount_mode: imageVolume, through the caches role's reconcile (as the operator's runs include it), with no
+    tools image: a GKMCache that sets no spec.mountMode is Resolved, and nothing is extracted for it."""
+    crds.create_namespaced_custom_object(GROUP, VERSION, setup.namespace, "gkmcaches", {
+        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+        "metadata": {"name": "by-default", "namespace": setup.namespace}, "spec": {"image": setup.image.ref}})
+    run = run_playbook({"module_defaults": {"group/gkm.cluster.k8s": {"kubeconfig": sim.kubeconfig}}, "tasks": [{
+        "name": "Reconcile one cache as the operator does",
+        "ansible.builtin.include_role": {"name": "gkm.cluster.caches", "tasks_from": "reconcile.yml"},
+        "vars": {"caches_reconcile_state": "present", "caches_mount_mode": "imageVolume", "caches_extract_image": "",
+                 "caches_registry_plain_http": True, "caches_wait": False,
+                 "caches_targets": [{"kind": "GKMCache", "name": "by-default", "namespace": setup.namespace}]}}]},
+        tmp_path)
+    assert run.ok, run.failures() or run.stderr[-2000:]
+    [reconciled] = run.result("Reconcile every cache")["results"]
+    assert reconciled["cache"]["mount_mode"] == "imageVolume" and reconciled["plan"]["actions"] == []
+    assert reconciled["resource"]["status"]["phase"] == "Resolved"
+    assert not client.BatchV1Api(kube).list_namespaced_job(
+        setup.namespace, label_selector="gkm.io/cache=by-default").items
