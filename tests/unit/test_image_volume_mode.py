@@ -142,6 +142,16 @@ def test_pods_on_the_pinned_and_an_older_digest_and_nodes_with_the_image_are_cou
     assert message.endswith("2 node(s) pulled it, 2 running pod(s) mount it, 1 an older digest")
 
 
+def test_nodes_in_use_are_where_the_pods_run_whatever_the_caches_pod_template_admits():
+    # Without the GPU toleration the cache's podTemplate admits no node, yet the pods' own placement runs them there.
+    spec = image_volume_spec(pod_template={})
+    nodes = [pulled(node, REFERENCE) for node in default_nodes()]
+    pods = [image_pod("app", WORKERS[0], REFERENCE)]
+    status = image_volume.cache_status(spec, planner.plan(spec, facts(nodes, pods=pods)).eligibility, pods, nodes)
+    assert {key: status["counts"][key] for key in ("nodes", "node_in_use", "node_not_in_use", "pod_running")} == {
+        "nodes": 0, "node_in_use": 1, "node_not_in_use": len(nodes) - 1, "pod_running": 1}
+
+
 def test_a_reconcile_keeps_of_a_node_only_the_image_entry_of_the_pinned_reference():
     node = pulled(default_nodes()[0], REFERENCE)
     assert node_facts(node, REFERENCE)["status"]["images"] == [{"names": [REFERENCE]}]
