@@ -20,6 +20,10 @@ description:
   - Without the cache's options this module cannot know which nodes are eligible, so C(nodes) counts the nodes
     holding a per-node PVC of the newest digest (0 for ReadOnlyMany caches), and PVCs of older digests are
     reported C(Outdated).
+  - A cache in C(mountMode=imageVolume) leaves no PVC or Job; its entry comes from its resource's status, which
+    its reconcile wrote - the phase, the counts, and C(image_volume) with the pinned C(reference), the nodes that
+    pulled it (C(pulled_nodes), C(pulled_node_count)) and the pods mounting it or an older digest (C(pods),
+    C(pod_count)), at most 10 of each as the status keeps them.
 author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
@@ -65,7 +69,7 @@ caches:
       type: str
     status:
       description: phase, counts (GKM's columns), entries per namespace and node (and per excluded GPU node),
-        unschedulable Jobs, serving PVCs.
+        unschedulable Jobs, serving PVCs; for an imageVolume cache C(image_volume) (the pulled nodes and the pods).
       type: dict
 api_requests:
   description: API requests made.

@@ -318,6 +318,12 @@ def test_the_annotation_of_an_image_volume_cache_mounts_the_pinned_image_on_a_gp
     # What the API server kept of the written status, as kubectl shows it.
     written = crds.get_namespaced_custom_object(GROUP, VERSION, setup.namespace, "gkmcaches", "by-image")["status"]
     assert written["imageVolume"] == status["imageVolume"] and written["podOutdatedCnt"] == 1
+    # cache_info reports it from that status: no PVC or Job exists to read.
+    info = run_module("cache_info", sim.kubeconfig, name="by-image", namespace=setup.namespace)
+    [reported] = info["caches"]
+    assert reported["status"]["phase"] == "Resolved" and reported["status"]["counts"]["pod_outdated"] == 1
+    assert reported["status"]["image_volume"]["pulled_nodes"] == [node]
+    assert [p["name"] for p in reported["status"]["image_volume"]["pods"]] == ["by-image", "by-image-old"]
 
 
 def test_a_cache_without_a_mount_mode_gets_the_caches_role_default(sim, kube, crds, setup, tmp_path):

@@ -175,3 +175,15 @@ def test_the_lists_are_bounded_without_node_details_and_in_the_resource_status_b
     resource = cache_cr.summary_status(result, "t")["imageVolume"]
     assert (resource["pulledNodeCnt"], resource["podCnt"]) == (25, 30)
     assert (len(resource["pulledNodes"]), len(resource["pods"])) == (image_volume.MAX_LISTED, image_volume.MAX_LISTED)
+
+
+def test_cache_info_reads_an_image_volume_cache_from_its_resource_status():
+    status = {"phase": "Resolved", "nodeCnt": 3, "nodeInUseCnt": 1, "podRunningCnt": 1, "podOutdatedCnt": 2,
+              "imageVolume": {"reference": "r/c@sha256:" + "a" * 64, "pulledNodeCnt": 12, "pulledNodes": ["n1"],
+                              "podCnt": 3, "pods": [{"name": "p"}]}}
+    report = cache_cr.image_volume_report(status)
+    assert report["phase"] == "Resolved" and report["entries"] == []
+    assert report["counts"] == {"nodes": 3, "node_in_use": 1, "node_not_in_use": 0, "node_error": 0,
+                                "pod_running": 1, "pod_outdated": 2}
+    assert report["image_volume"] == {"reference": "r/c@sha256:" + "a" * 64, "pulled_nodes": ["n1"],
+                                      "pulled_node_count": 12, "pods": [{"name": "p"}], "pod_count": 3}

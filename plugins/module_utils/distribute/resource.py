@@ -125,6 +125,21 @@ def summary_status(result, now):
     return body
 
 
+def image_volume_report(status):
+    """cache_info's status of an imageVolume cache from its resource's status, which its reconcile wrote: the
+    phase, GKM's counts, and the nodes that pulled the image and the pods mounting it (bounded as written)."""
+    listed = status.get("imageVolume") or {}
+    return {
+        "phase": status.get("phase") or "Pending",
+        "counts": {name: int(status.get(crd_name, 0)) for name, crd_name in COUNT_NAMES},
+        "entries": [],
+        "unschedulable": [],
+        "image_volume": {"reference": listed.get("reference"), "pulled_nodes": list(listed.get("pulledNodes") or []),
+                         "pulled_node_count": int(listed.get("pulledNodeCnt", 0)),
+                         "pods": list(listed.get("pods") or []), "pod_count": int(listed.get("podCnt", 0))},
+    }
+
+
 def _status_head(result, now):
     """Phase, digest, time, the Ready condition and GKM's counts."""
     status = result["status"]

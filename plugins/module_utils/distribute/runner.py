@@ -31,9 +31,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_entries import cache_entries
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import (
-    node_objects_by_cache,
     sync_for_spec,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import node_facts
@@ -48,8 +46,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
     EXTRACTED,
     UNSCHEDULABLE,
     cache_status,
-    group_by_cache,
-    slots_from_live,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.workload_restarts_runner import Evictions
@@ -583,28 +579,3 @@ def _phase_counts(status):
 
 def _plan_result(plan):
     return {"summary": plan.summary(), "actions": [action.to_dict() for action in plan.ordered_actions()]}
-
-
-def describe(kube, name=None, namespace=None):
-    """Status of one cache (name, and namespace for a namespaced one) or of every managed cache: counts from its
-    live PVCs and Jobs, per-node entries from its per-node objects when it has them."""
-    selector = cache_selector(name, namespace or "") if name else managed_selector()
-    results = kube.map(lambda kind: kube.list(kind, label_selector=selector), ("PersistentVolumeClaim", "Job"))
-    failures = [r for r in results if isinstance(r, Exception)]
-    if failures:
-        raise DistributeError("reading the cluster failed: %s" % failures[0])
-    live = {"PersistentVolumeClaim": results[0], "Job": results[1]}
-    pods = list_pods(kube, None, live)
-    # A resource-backed cache's entries come from its per-node objects, which also say why GPU nodes lack it.
-    node_objects = node_objects_by_cache(kube, name, namespace)
-    groups = group_by_cache(live)
-    caches = []
-    for cache, cache_namespace in sorted(set(groups) | set(node_objects)):
-        objects = groups.get((cache, cache_namespace), {})
-        slots, nodes = slots_from_live(objects)
-        status = cache_status(slots, nodes, [], {}, objects, pods)
-        if (cache, cache_namespace) in node_objects:
-            status["entries"] = cache_entries(node_objects[(cache, cache_namespace)], cache)
-        caches.append({"name": cache, "namespace": cache_namespace, "scope": "namespaced" if cache_namespace
-                       else "cluster", "status": status})
-    return {"changed": False, "caches": caches, "api_requests": kube.requests}

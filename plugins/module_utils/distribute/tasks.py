@@ -14,7 +14,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import n
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.module_result import without_node_details
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.reconcile import reconcile
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import describe, distribute
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.report import describe
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import distribute
 
 
 def reported(call, work):

@@ -1,0 +1,73 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""cache_info's report (I/O): each cache's status read back from the cluster, without its spec.
+
+A PVC-mode cache's counts come from its live PVCs and Jobs, and its per-node entries from its per-node objects. An
+imageVolume cache leaves no PVC or Job: its resource's status says what its reconcile found (the nodes that pulled
+the image, the pods mounting it).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_entries import cache_entries
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import node_objects_by_cache
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, list_pods
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
+    cache_status,
+    group_by_cache,
+    slots_from_live,
+)
+
+
+def describe(kube, name=None, namespace=None):
+    """Status of one cache (name, and namespace for a namespaced one) or of every managed cache."""
+    selector = cache_selector(name, namespace or "") if name else managed_selector()
+    results = kube.map(lambda kind: kube.list(kind, label_selector=selector), ("PersistentVolumeClaim", "Job"))
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:
+        raise DistributeError("reading the cluster failed: %s" % failures[0])
+    live = {"PersistentVolumeClaim": results[0], "Job": results[1]}
+    pods = list_pods(kube, None, live)
+    # A resource-backed cache's entries come from its per-node objects, which also say why GPU nodes lack it.
+    node_objects = node_objects_by_cache(kube, name, namespace)
+    image_volumes = image_volume_statuses(kube, name, namespace)
+    groups = group_by_cache(live)
+    caches = []
+    for key in sorted(set(groups) | set(node_objects) | set(image_volumes)):
+        if key in image_volumes:
+            status = cache_cr.image_volume_report(image_volumes[key])
+        else:
+            objects = groups.get(key, {})
+            slots, nodes = slots_from_live(objects)
+            status = cache_status(slots, nodes, [], {}, objects, pods)
+        if key in node_objects:
+            status["entries"] = cache_entries(node_objects[key], key[0])
+        caches.append({"name": key[0], "namespace": key[1], "scope": "namespaced" if key[1] else "cluster",
+                       "status": status})
+    return {"changed": False, "caches": caches, "api_requests": kube.requests}
+
+
+def image_volume_statuses(kube, name=None, namespace=None):
+    """{(cache, cache namespace or ''): resource status} of the cache resources whose reconcile found them in
+    imageVolume mode (their status has imageVolume): one cache's (name, and namespace for a GKMCache) or every
+    cache's. A cluster without the CRDs has none."""
+    kinds = [("GKMCache" if namespace else "ClusterGKMCache", namespace)] if name else [
+        ("GKMCache", None), ("ClusterGKMCache", None)]
+    statuses = {}
+    for kind, kind_namespace in kinds:
+        plural, namespaced = cache_cr.KINDS[kind]
+        path = ("%s/%s" % (cache_cr.resource_path(kind, None, kind_namespace), name) if name
+                else "/apis/%s/%s/%s" % (cache_cr.GROUP, cache_cr.VERSION, plural))
+        status_code, body = kube.request("GET", path, what="%s %s" % (kind, name or "list"))
+        if status_code == 404:
+            continue
+        for resource in (body.get("items") if not name else [body]) or []:
+            status = resource.get("status") or {}
+            if status.get("imageVolume"):
+                metadata = resource["metadata"]
+                statuses[(metadata["name"], (metadata.get("namespace") or "") if namespaced else "")] = status
+    return statuses
