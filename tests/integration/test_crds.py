@@ -66,9 +66,9 @@ def test_status_subresource_and_printer_columns(crds, kube, namespace):
     response.read()
     table = json.loads(response.data)
     headers = [column["name"] for column in table["columnDefinitions"]]
-    # Node-Excluded and Message (the Ready condition's, both priority 1) show with -o wide only.
+    # Node-Excluded, Pulled (an imageVolume cache's nodes that pulled it) and Message (the Ready condition's), all
+    # priority 1, show with -o wide only.
     assert headers == ["Name", "Status", "Nodes", "Node-In-Use", "Node-Not-In-Use", "Node-Error", "Pod-Running",
-                       "Pod-Outdated", "Age", "Node-Excluded", "Message"]
-    assert table["columnDefinitions"][-2]["priority"] == 1
-    assert table["columnDefinitions"][-1]["priority"] == 1
+                       "Pod-Outdated", "Age", "Node-Excluded", "Pulled", "Message"]
+    assert [column["priority"] for column in table["columnDefinitions"][-3:]] == [1, 1, 1]
     assert table["rows"][0]["cells"][1:8] == ["Extracted", 3, 1, 2, 0, 1, 0]
