@@ -83,17 +83,19 @@ def _write(path, content, mode=0o644):
 # ---------------------------------------------------------------- runs on this machine
 
 @contextlib.contextmanager
-def _host_lock():
-    os.makedirs(os.path.join(plan.HOST_RUN_DIR, "runs"), exist_ok=True)
-    with open(os.path.join(plan.HOST_RUN_DIR, "lock"), "w") as handle:
+def host_lock(host_dir=plan.HOST_RUN_DIR):
+    """Runs on this machine that share what is under host_dir take turns: host_dir/lock, host_dir/runs/<run id>."""
+    os.makedirs(os.path.join(host_dir, "runs"), exist_ok=True)
+    with open(os.path.join(host_dir, "lock"), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
 
-def _live_runs():
-    """Run ids whose state directory still exists (a run that crashed and was wiped no longer counts)."""
+def live_runs(host_dir=plan.HOST_RUN_DIR):
+    """Run ids registered in host_dir whose state directory still exists (a run that crashed and was wiped no
+    longer counts)."""
     live = {}
-    for path in glob.glob(os.path.join(plan.HOST_RUN_DIR, "runs", "*")):
+    for path in glob.glob(os.path.join(host_dir, "runs", "*")):
         with open(path) as handle:
             sim_dir = handle.read().strip()
         if os.path.exists(os.path.join(sim_dir, "state.json")):
@@ -103,7 +105,7 @@ def _live_runs():
 
 def _join_host(run):
     baseline = os.path.join(plan.HOST_RUN_DIR, "baseline.json")
-    if not _live_runs() or not os.path.exists(baseline):
+    if not live_runs() or not os.path.exists(baseline):
         with open(IP_FORWARD) as handle:
             forward = handle.read().strip()
         _write(baseline, json.dumps({"ip_forward": forward, "dirs": {d: os.path.lexists(d) for d in BASELINE_DIRS},
@@ -125,10 +127,10 @@ def _share_netns_dir():
 
 def _leave_host(run):
     """Forget this run; the last one out puts back ip_forward and removes the host dirs the runs created."""
-    with _host_lock():
+    with host_lock():
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(plan.HOST_RUN_DIR, "runs", run.network["run"]))
-        if {name for name in _live_runs() if name != run.network["run"]}:
+        if {name for name in live_runs() if name != run.network["run"]}:
             return
         with open(os.path.join(plan.HOST_RUN_DIR, "baseline.json")) as handle:
             baseline = json.load(handle)
@@ -159,7 +161,7 @@ def network_up(run):
         raise SystemExit("sim: %s already run(s) on 127.0.0.1 without real nodes, where pods cannot reach them: "
                          "`sim.py down` first, or set GKM_SIM_REAL_NODES=0" % " and ".join(bound))
     run_id = plan.run_id(run.sim_dir)
-    with _host_lock():
+    with host_lock():
         used = plan.used_second_octets(_ip("-4", "-o", "addr") + _ip("-4", "route", "show", "table", "all"))
         octet = plan.pick_second_octet(used)
         run.state["network"] = {"run": run_id, "octet": octet, "host_interface": plan.host_interface(run_id),

@@ -6,7 +6,7 @@
                          simulated nodes, wait until ready
     sim.py registry-up   start only the registry (enough for extraction tests)
     sim.py down          stop exactly the processes recorded in the state file and remove the state
-    sim.py status        processes, ports and nodes
+    sim.py status        processes, ports, nodes and the guard routes
     sim.py nodes         the GPU nodes (kwok and real) with capacity, labels and taints
     sim.py apply-nodes   create/remove simulated nodes so the cluster matches the node list
     sim.py webhook-up    run the collection's webhook server as a local process (url endpoint mode)
@@ -32,6 +32,12 @@ NVIDIA in turn (gkm-real-amd-1, gkm-real-nvidia-1, ...): a kubelet with its own 
 tools/containerd/build.sh) and CNI bridge each, labelled gkm.io/real-node=true (real_nodes.py). The API server and
 the kubelets run with the ImageVolume feature gate. With real nodes the registry and the API server bind
 the run's own host address (state.json "host_address") instead of 127.0.0.1, so pods reach them too.
+
+Guard routes (root only; guard.py, guard_plan.py): while any run is up, the cluster's fake ranges (service range,
+kwok's pod range, kwok's node address) are routed `unreachable` on this machine, so a packet to them (the API
+server dialing a webhook Service's endpoints or a kwok node) fails at once instead of leaving by the default route.
+`up` refuses to start when the machine itself uses part of a range; the last run's `down` removes the routes runs
+added, never one the machine had.
 """
 
 import argparse
@@ -55,6 +61,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, HERE)
 
+import guard  # noqa: E402
+import guard_plan  # noqa: E402
 import kyverno_plan  # noqa: E402
 import operator_plan  # noqa: E402
 import real_nodes  # noqa: E402
@@ -68,7 +76,6 @@ STATE_FILE = os.path.join(SIM_DIR, "state.json")
 LOG_DIR = os.path.join(SIM_DIR, "logs")
 PKI_DIR = os.path.join(SIM_DIR, "pki")
 KUBECONFIG = os.path.join(SIM_DIR, "kubeconfig")
-SERVICE_CIDR = "10.96.0.0/16"
 # Order matters: each component needs the ones before it.
 # Simulated nodes report every 60-90 s instead of kwok's 20-45 s: with 500 nodes the heartbeats alone
 # kept the API server a third busy and skewed every benchmark. The node lifecycle controller's grace
@@ -307,7 +314,7 @@ def component_argv(name, state, binaries, pki):
                 "--service-account-key-file", pki["sa.pub"],
                 "--service-account-signing-key-file", pki["sa.key"],
                 "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-                "--service-cluster-ip-range", SERVICE_CIDR,
+                "--service-cluster-ip-range", guard_plan.SERVICE_CIDR,
                 "--authorization-mode", "RBAC",
                 "--enable-admission-plugins", "NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,"
                 "PersistentVolumeClaimResize,Priority,DefaultTolerationSeconds,MutatingAdmissionWebhook,"
@@ -331,7 +338,7 @@ def component_argv(name, state, binaries, pki):
                 "--kubeconfig", cfg, "--authentication-kubeconfig", cfg, "--authorization-kubeconfig", cfg,
                 "--bind-address", "127.0.0.1", "--secure-port", str(port(state, "controller-manager")),
                 "--service-account-private-key-file", pki["sa.key"], "--root-ca-file", pki["ca.crt"],
-                "--service-cluster-ip-range", SERVICE_CIDR, "--leader-elect=false",
+                "--service-cluster-ip-range", guard_plan.SERVICE_CIDR, "--leader-elect=false",
                 "--controllers", "*" if JOB_CONTROLLER else "*,-job-controller",
                 "--kube-api-qps", "500", "--kube-api-burst", "1000",
                 "--concurrent-job-syncs", "20", "--concurrent-daemonset-syncs", "5",
@@ -346,7 +353,7 @@ def component_argv(name, state, binaries, pki):
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector", "%s=%s" % (
                     gpu_nodes.KWOK_ANNOTATION, gpu_nodes.KWOK_ANNOTATION_VALUE),
-                "--cidr", "10.244.0.0/16", "--node-ip", "10.89.0.1",
+                "--cidr", guard_plan.KWOK_POD_CIDR, "--node-ip", guard_plan.KWOK_NODE_IP,
                 "--server-address", "127.0.0.1:%d" % port(state, "kwok")]
     raise ValueError(name)
 
@@ -524,6 +531,9 @@ def cmd_up(_args):
     os.makedirs(SIM_DIR, exist_ok=True)
     binaries = binary_dir()
     state = load_state()
+    # Saved first: a run counts as live for the guard routes while its state.json exists.
+    save_state(state)
+    guard.up(SIM_DIR, log)
     ensure_host_network(state)
     pki = ensure_pki(state)
     state["apiserver"] = write_kubeconfig(state, pki)
@@ -792,6 +802,8 @@ def cmd_down(_args):
     if os.path.isdir(SIM_DIR):
         real_nodes.unmount_all(SIM_DIR)
         subprocess.run(["rm", "-rf", "--one-file-system", SIM_DIR], check=True)
+    # After every process that could dial a fake address has stopped.
+    guard.down(SIM_DIR, log)
     log("stopped in %.1fs; removed %s" % (time.monotonic() - started, SIM_DIR))
 
 
@@ -807,6 +819,8 @@ def cmd_status(_args):
     for node in state.get("real_nodes") or []:
         print("real node %s: bridge %s subnet %s kubelet port %d" % (
             node["name"], node["bridge"], node["subnet"], node["kubelet_port"]))
+    for line in guard.status_lines():
+        print(line)
     print("kubeconfig: %s" % state.get("kubeconfig", "-"))
 
 
