@@ -29,6 +29,8 @@ SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.se
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 # kwok's nodes (their pods run nothing): a server Deployment of an image no node has stays off the real nodes.
 KWOK_NODES = {"type": "kwok"}
+# No node has this label: pods placed by it never schedule, so a webhook Service in front of them has no endpoints.
+NO_NODE = {"gkm.io/test-no-such-node": "true"}
 DIGEST = "sha256:" + "c0ffee" * 10 + "abcd"
 
 
@@ -137,6 +139,13 @@ def metric_value(text, name):
     """Sum of the samples of a Prometheus text page whose line starts with name (labels included in name if given)."""
     return sum(float(m.group(1)) for m in re.finditer(r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(name), text,
                                                       re.MULTILINE))
+
+
+def service_endpoints(kube, name, namespace):
+    """The addresses behind Service namespace/name, from its EndpointSlices: the ones the API server would dial."""
+    slices = client.DiscoveryV1Api(kube).list_namespaced_endpoint_slice(
+        namespace, label_selector="kubernetes.io/service-name=%s" % name).items
+    return [address for piece in slices for endpoint in piece.endpoints or [] for address in endpoint.addresses]
 
 
 def install_params(kubeconfig, **overrides):

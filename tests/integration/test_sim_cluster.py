@@ -2,12 +2,14 @@
 
 import base64
 import contextlib
+import errno
 import glob
 import http.server
 import ipaddress
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from kubernetes import client, config
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
+from tests.helpers.sim import SIM_SCRIPT, sim_control
 from tests.helpers.webhook import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -196,6 +199,42 @@ def test_mutating_webhook_url_is_called_and_its_patch_applied(kube, namespace, s
         assert "not-selected" not in _AddLabelWebhook.seen
     finally:
         admission.delete_mutating_webhook_configuration(name)
+
+
+# ---------------------------------------------------------------- guard routes
+
+def test_the_fake_ranges_are_unreachable_here_and_a_connect_to_them_fails_at_once(kube, namespace):
+    """kwok pods' IPs, ClusterIPs and kwok nodes' address are fake: while the cluster runs, sim.py routes their
+    ranges `unreachable` on this machine, so whatever dials them (the API server, for a webhook Service's endpoints
+    or a kwok node's kubelet) fails at once instead of sending a packet off the machine by its default route."""
+    guard_plan = sim_control.guard_plan
+    for guarded in guard_plan.GUARD_RANGES:
+        assert _lines("ip", "-4", "route", "show", "table", "main", "exact", guarded) == ["unreachable %s " % guarded]
+    status = subprocess.run([sys.executable, SIM_SCRIPT, "status"], check=True, capture_output=True, text=True).stdout
+    for guarded in guard_plan.GUARD_RANGES:
+        assert "guard route %s: unreachable" % guarded in status
+
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "fake-ip"}, "spec": {
+        "nodeSelector": ON_KWOK, "tolerations": [GPU_TOLERATION], "containers": [CONTAINER]}})
+
+    def with_ip():
+        pod = core.read_namespaced_pod("fake-ip", namespace)
+        return pod if pod.status.pod_ip else None
+
+    pod = wait_until("the kwok pod's IP", with_ip)
+    service = core.create_namespaced_service(namespace, {"metadata": {"name": "fake-ip"}, "spec": {
+        "ports": [{"port": 443}]}})
+    assert pod.status.host_ip == guard_plan.KWOK_NODE_IP
+    for address in (pod.status.pod_ip, service.spec.cluster_ip, pod.status.host_ip):
+        # Checked before any packet is sent: the kernel's answer for this very address is "no route".
+        route = subprocess.run(["ip", "route", "get", address], capture_output=True, text=True)
+        assert route.returncode != 0 and "No route to host" in route.stderr, (address, route.stdout)
+        started = time.monotonic()
+        with pytest.raises(OSError) as refused:
+            socket.create_connection((address, 443), timeout=5).close()
+        assert refused.value.errno == errno.EHOSTUNREACH, (address, refused.value)
+        assert time.monotonic() - started < 0.5
 
 
 # ---------------------------------------------------------------- real nodes

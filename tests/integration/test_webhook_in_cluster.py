@@ -28,6 +28,7 @@ from tests.helpers.webhook import (
     create_node_pvcs,
     install,
     metric_value,
+    service_endpoints,
     wait_until,
 )
 
@@ -71,15 +72,38 @@ def remove(kubeconfig, name, namespace):
 # --------------------------------------------------------------------------- kwok nodes
 
 
+def held_in_pull_failure(core, name, namespace, replicas):
+    """The server pods, once all are on a node and waiting in ErrImagePull without an address; else None."""
+    pods = server_pods(core, name, namespace)
+    waiting = [pod for pod in pods if pod.spec.node_name and not pod.status.pod_ip and any(
+        status.state.waiting and status.state.waiting.reason == "ErrImagePull"
+        for status in pod.status.container_statuses or [])]
+    return pods if len(pods) == replicas == len(waiting) else None
+
+
 @pytest.fixture(scope="module")
 def kwok_install(sim, kube):
-    """The server Deployment on kwok nodes (its pods are admitted and scheduled, but run nothing)."""
+    """The server Deployment on kwok nodes (its pods are admitted and scheduled, but run nothing).
+
+    A webhook nobody answers: a Stage holds the pods in ErrImagePull without an address, as a kubelet holds an image
+    it cannot pull, so the Service has no endpoints. kwok's pod IPs are fake, and the API server dials a Service's
+    endpoints itself (aggregator routing): none of its packets may leave this machine. The install does not wait
+    (it would rightly fail on the pull); Ignore: labelled pods elsewhere must not fail.
+    """
     name, namespace = unique("wh"), unique("gkm-wh")
-    # Ignore: nothing answers behind the Service of kwok pods, so labelled pods elsewhere must not fail.
-    install_server(sim.kubeconfig, name=name, namespace=namespace, image="gkm/tools:test",
-                   tolerations=[GPU_TOLERATION], node_selector=KWOK_NODES, failure_policy="Ignore")
-    yield name, namespace
-    remove(sim.kubeconfig, name, namespace)
+    image = "registry.invalid/gkm-cluster/tools:%s" % uuid.uuid4().hex[:8]
+    custom = client.CustomObjectsApi(kube)
+    stage = custom.create_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "stages", pull_failure_stage(image))
+    try:
+        install_server(sim.kubeconfig, name=name, namespace=namespace, image=image, tolerations=[GPU_TOLERATION],
+                       node_selector=KWOK_NODES, failure_policy="Ignore", wait=False)
+        wait_until("both server pods held in ErrImagePull",
+                   lambda: held_in_pull_failure(client.CoreV1Api(kube), name, namespace, 2))
+        assert service_endpoints(kube, name, namespace) == []
+        yield name, namespace
+    finally:
+        remove(sim.kubeconfig, name, namespace)
+        custom.delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "stages", stage["metadata"]["name"])
 
 
 def test_namespace_enforces_restricted_and_admits_the_server_pods(kube, kwok_install):
@@ -140,8 +164,10 @@ def test_service_account_can_do_exactly_the_documented_set(sim, kwok_install, na
         assert non_resources == base_non_resources
 
 
-def pull_failure_stage(image):
-    """A kwok Stage doing what a kubelet does with an image it cannot pull: the container waits in ErrImagePull."""
+def pull_failure_stage(image, namespace=None):
+    """A kwok Stage doing what a kubelet does with an image it cannot pull: the container waits in ErrImagePull (and
+    the pod gets no address). namespace limits it to pods there."""
+    in_namespace = [{"key": ".metadata.namespace", "operator": "In", "values": [namespace]}] if namespace else []
     return {
         "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage",
         "metadata": {"name": unique("gkm-test-pull-failure")},
@@ -151,6 +177,7 @@ def pull_failure_stage(image):
                 {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
                 {"key": ".status.podIP", "operator": "DoesNotExist"},
                 {"key": ".spec.containers.[].image", "operator": "In", "values": [image]},
+                *in_namespace,
             ]},
             "weight": 1000,
             "next": {"statusSubresource": "status", "statusTemplate": (
@@ -230,20 +257,32 @@ def run_gkm_role(tmp_path, succeed=True, **variables):
 def test_role_variables_place_the_server_and_set_the_pod_security_level(sim, kube, tmp_path):
     namespace = unique("gkm-role")
     toleration = dict(GPU_TOLERATION)
+    image = "mirror.example.com/gkm/gkm-cluster/tools:0.1.0"  # the default, mirrored
     variables = dict(gkm_kubeconfig=sim.kubeconfig, gkm_namespace=namespace, gkm_image_registry="registry.example.com",
                      gkm_registry_mirror="mirror.example.com/gkm", gkm_webhook_failure_policy="Ignore",
                      gkm_webhook_node_selector=KWOK_NODES, gkm_webhook_tolerations=[toleration],
                      gkm_webhook_pod_security_level="baseline")
+    # The server's pods on kwok nodes would get fake IPs, which the API server would dial for the webhook: they are
+    # held in ErrImagePull instead, so the role stops before registering the webhook, and places the server all
+    # the same.
+    custom = client.CustomObjectsApi(kube)
+    stage = custom.create_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "stages",
+                                                pull_failure_stage(image, namespace))
     try:
-        run_gkm_role(tmp_path, **variables)
+        output = run_gkm_role(tmp_path, succeed=False, **variables)
+        assert "the webhook server's image %s cannot be pulled" % image in output
+        with pytest.raises(ApiException) as missing:
+            client.AdmissionregistrationV1Api(kube).read_mutating_webhook_configuration("gkm-webhook-" + namespace)
+        assert missing.value.status == 404
         pod = client.AppsV1Api(kube).read_namespaced_deployment("gkm-webhook", namespace).spec.template.spec
         assert pod.node_selector == KWOK_NODES
         assert [(t.key, t.operator, t.value, t.effect) for t in pod.tolerations] == [tuple(toleration.values())]
-        assert pod.containers[0].image == "mirror.example.com/gkm/gkm-cluster/tools:0.1.0"  # the default, mirrored
+        assert pod.containers[0].image == image
         labels = client.CoreV1Api(kube).read_namespace(namespace).metadata.labels
         assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
     finally:
         run_gkm_role(tmp_path, **dict(variables, gkm_state="absent"))
+        custom.delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "stages", stage["metadata"]["name"])
 
 
 # --------------------------------------------------------------------------- real nodes
