@@ -64,10 +64,10 @@ def up(sim_dir, log):
                              "packets cannot be kept here:\n  %s" % "\n  ".join(problems))
         with open(os.path.join(plan.HOST_DIR, "runs", real_nodes_plan.run_id(sim_dir)), "w") as handle:
             handle.write(sim_dir)
-        added = _added()
+        added = set(_added())
         for guarded in plan.missing(routes):
             subprocess.run(["ip", "route", "add", "unreachable", guarded], check=True, capture_output=True)
-            added.append(guarded)
+            added.add(guarded)
             _save_added(added)
     log("guard routes: %s unreachable" % ", ".join(plan.GUARD_RANGES))
 
