@@ -22,6 +22,9 @@ PYTEST      := $(PY) -m pytest
 VENV_LOWEST := .venv-lowest
 LOWEST_SITE := $(VENV_LOWEST)/lib/python3.11/site-packages
 LOWEST_ENV  := PATH=$(abspath $(VENV_LOWEST))/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS):$(abspath $(LOWEST_SITE))
+# With JUNIT_DIR set (the lanes of `make test` set it), a pytest target writes its JUnit report there, named after
+# the target and an optional part: $(call junit,-unit) in test-lowest -> $(JUNIT_DIR)/test-lowest-unit.xml.
+junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno ansible-operator test pytest test-lowest lint ruff ansible-lint changelog-lint sanity venv-lowest unit integration molecule build \
@@ -102,14 +105,17 @@ demo: sim-up ## Simulated GPU cluster with real nodes, sample caches, deploy.yml
 	$(VENV)/bin/ansible-playbook -i inventories/sim playbooks/deploy.yml
 	$(PY) tools/demo_read_kernel.py
 
-test: setup lint sanity pytest test-lowest molecule ## Run every test (ruff, ansible-lint, sanity, unit and integration, the lowest versions, molecule)
+# Lanes side by side, each on a cluster of its own (tools/ci/lanes.py, tools/ci/lanes.yml); builds only what a lane
+# needs, before that lane starts. Logs and the summary go to .cache/lanes/<time>/.
+test: venv collection-link debian-packages ## Run every test in lanes (static: lint, sanity, unit, the lowest versions; integration; molecule)
+	$(PY) tools/ci/lanes.py
 
 pytest: setup ## Unit and integration tests in one run (starts and stops the simulated cluster if needed)
 	$(PYTEST) tests
 
-test-lowest: setup venv-lowest ## On the lowest ansible-core and kubernetes client: unit tests, the `matrix` integration subset, sanity
-	$(LOWEST_ENV) $(VENV_LOWEST)/bin/python -m pytest tests/unit -q
-	$(LOWEST_ENV) $(VENV_LOWEST)/bin/python -m pytest tests/integration -q -m matrix
+test-lowest: venv-lowest collection-link binaries ## On the lowest ansible-core and kubernetes client: unit tests, the `matrix` integration subset, sanity
+	$(LOWEST_ENV) $(VENV_LOWEST)/bin/python -m pytest tests/unit -q $(call junit,-unit)
+	$(LOWEST_ENV) $(VENV_LOWEST)/bin/python -m pytest tests/integration -q -m matrix $(call junit,-matrix)
 	SANITY_VENV=$(VENV_LOWEST) tools/ci/sanity.sh
 
 lint: ruff ansible-lint changelog-lint ## ruff, ansible-lint (production profile), antsibull-changelog lint
@@ -117,7 +123,7 @@ lint: ruff ansible-lint changelog-lint ## ruff, ansible-lint (production profile
 ruff: venv
 	$(VENV)/bin/ruff check .
 
-ansible-lint: setup
+ansible-lint: venv collection-link
 	@if compgen -G "roles/*/tasks" >/dev/null || compgen -G "playbooks/*.yml" >/dev/null; then \
 	  $(VENV)/bin/ansible-lint --profile production --offline; else echo "ansible-lint: no roles or playbooks yet"; fi
 
@@ -125,11 +131,11 @@ changelog-lint: venv ## Changelog fragments and changelogs/changelog.yaml
 	$(VENV)/bin/antsibull-changelog lint
 	$(VENV)/bin/antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
 
-sanity: setup ## ansible-test sanity, no ignore entries (a copy of the collection under ~/.cache)
+sanity: venv ## ansible-test sanity, no ignore entries (a copy of the collection under ~/.cache)
 	tools/ci/sanity.sh
 
-unit: setup
-	$(PYTEST) tests/unit -q
+unit: venv collection-link
+	$(PYTEST) tests/unit -q $(call junit)
 
 integration: setup
 	$(PYTEST) tests/integration -q

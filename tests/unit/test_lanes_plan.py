@@ -1,0 +1,91 @@
+"""The lanes of `make test` (tools/ci/lanes_plan.py): integration tests shared out by measured time, the lanes the
+committed lanes.yml describes, reports read back, and a summary that fails a lane over its budget."""
+
+import importlib.util
+import os
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("lanes_plan", os.path.join(ROOT, "tools", "ci", "lanes_plan.py"))
+plan = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plan)
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.integration.test_a" name="test_one" time="12.5" />
+<testcase classname="tests.integration.test_a.TestGroup" name="test_two" time="2.0"><failure message="x"/></testcase>
+<testcase classname="tests.integration.test_b" name="test_three[p]" time="0.1"><skipped message="y"/></testcase>
+</testsuite></testsuites>"""
+
+
+def test_files_are_shared_out_longest_first_to_the_least_loaded_lane():
+    durations = {"a.py": 100, "b.py": 90, "c.py": 50, "d.py": 40}
+    shares = plan.share_out(["a.py", "b.py", "c.py", "d.py", "new.py"], durations, 2)
+    # a (100) and b (90) first, then new (60, unmeasured) to b's lane, c (50) and d (40) to a's.
+    assert [share.files for share in shares] == [["a.py", "c.py", "d.py"], ["b.py", "new.py"]]
+    assert [share.seconds for share in shares] == [190, 90 + plan.UNMEASURED_SECONDS]
+    assert shares[1].unmeasured == ["new.py"] and shares[0].unmeasured == []
+
+
+def test_every_integration_file_runs_in_exactly_one_lane():
+    files = ["t%d.py" % index for index in range(17)]
+    shares = plan.share_out(files, {name: index for index, name in enumerate(files)}, 3)
+    assert sorted(name for share in shares for name in share.files) == sorted(files)
+    totals = [share.seconds for share in shares]
+    assert max(totals) - min(totals) <= 16  # within the longest file of each other
+
+
+def test_the_committed_lanes_file_gives_a_static_lane_integration_lanes_and_molecule(tmp_path):
+    with open(os.path.join(ROOT, "tools", "ci", "lanes.yml")) as handle:
+        config = yaml.safe_load(handle)
+    lanes, shares = plan.lanes(config, ["tests/integration/test_x.py"], {}, "/venv/bin/python", str(tmp_path))
+    names = [lane.name for lane in lanes]
+    assert names[0] == "static" and "molecule" in names
+    integration = [lane for lane in lanes if lane.name.startswith("integration-")]
+    assert len(integration) == config["lanes"]["integration"]["integration"] == len(shares)
+    assert sum("tests/integration/test_x.py" in lane.steps[0].argv for lane in integration) == 1
+    assert all(step.env["JUNIT_DIR"] == str(tmp_path / "static") for step in lanes[0].steps)
+    # Every build a lane or step waits for is one the run knows how to make.
+    needed = {need for lane in lanes for need in [*lane.needs, *(n for step in lane.steps for n in step.needs)]}
+    assert needed <= set(plan.builds(config))
+
+
+def test_junit_reports_give_each_case_its_file_time_and_outcome(tmp_path):
+    (tmp_path / "unit.xml").write_text(JUNIT)
+    reports = plan.read_junit(str(tmp_path))
+    cases = reports["unit"]
+    assert [(case.file, case.outcome) for case in cases] == [
+        ("tests/integration/test_a.py", "passed"), ("tests/integration/test_a.py", "failed"),
+        ("tests/integration/test_b.py", "skipped")]
+    assert plan.file_durations(cases) == {"tests/integration/test_a.py": 14.5, "tests/integration/test_b.py": 0.1}
+    assert plan.step_cases("unit", reports) == cases and plan.step_cases("un", reports) == []
+
+
+def test_molecule_scenarios_are_read_from_the_lane_log():
+    text = "x\nmolecule caches: passed in 300s\nmolecule kind: SKIPPED - no kind\nmolecule day2: FAILED after 12s\n"
+    assert [(c.name, c.outcome, c.seconds) for c in plan.parse_molecule(text)] == [
+        ("molecule/caches", "passed", 300.0), ("molecule/kind", "skipped", 0.0), ("molecule/day2", "failed", 12.0)]
+
+
+def test_a_lane_over_its_budget_fails_the_run_and_checks_without_reports_count_once():
+    config = {"budget_tolerance": 0.25}
+    lanes = [plan.Lane("static", 100, [], []), plan.Lane("integration-1", 100, [], [])]
+    outcomes = {"static": plan.LaneOutcome("static", [("ruff", 0), ("sanity", 1), ("unit", 0)], 90, 80),
+                "integration-1": plan.LaneOutcome("integration-1", [("pytest", 0)], 126, 60)}
+    unit = [plan.TestCase("tests/unit/test_u.py::t", "tests/unit/test_u.py", 1.0, "passed")]
+    slow = [plan.TestCase("tests/integration/test_i.py::t%d" % i, "tests/integration/test_i.py", i, "passed")
+            for i in range(30)]
+    result = plan.summary(config, lanes, outcomes, {"static": {"unit": unit}, "integration-1": {"pytest": slow}},
+                          {"binaries": (0, 5.0)}, 200)
+    assert (result.passed, result.failed, result.skipped) == (1 + 1 + 30, 1, 0)
+    assert result.lanes_failed == ["static", "integration-1"]
+    assert "OVER" in result.text and "failed steps: sanity" in result.text
+    slowest = result.text.split("slowest tests:\n")[1].splitlines()[:plan.SLOWEST]
+    assert slowest[0].endswith("::t29") and len(slowest) == plan.SLOWEST
+
+
+def test_durations_keep_files_this_run_did_not_measure(tmp_path):
+    path = str(tmp_path / "durations.json")
+    plan.save_durations(path, {"tests/integration/test_a.py": 12.345}, {"tests/integration/test_b.py": 7})
+    assert plan.load_durations(path) == {"tests/integration/test_a.py": 12.3, "tests/integration/test_b.py": 7}
+    assert plan.load_durations(str(tmp_path / "missing.json")) == {}
