@@ -108,7 +108,7 @@ demo: sim-up ## Simulated GPU cluster with real nodes, sample caches, deploy.yml
 # Lanes side by side, each on a cluster of its own (tools/ci/lanes.py, tools/ci/lanes.yml); builds only what a lane
 # needs, before that lane starts. Logs and the summary go to .cache/lanes/<time>/.
 test: venv collection-link debian-packages ## Run every test in lanes (static: lint, sanity, unit, the lowest versions; integration; molecule)
-	$(PY) tools/ci/lanes.py
+	$(PY) tools/ci/lanes.py $(LANES_ARGS)
 
 pytest: setup ## Unit and integration tests in one run (starts and stops the simulated cluster if needed)
 	$(PYTEST) tests
