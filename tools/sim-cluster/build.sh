@@ -30,6 +30,7 @@ if complete; then
   exit 0
 fi
 
+"$here/../check-go.sh" "sigs.k8s.io/kwok@$KWOK_VERSION"
 mkdir -p "$bin"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
