@@ -14,7 +14,9 @@ site_packages = $$($(abspath $(1))/bin/python -c 'import sysconfig; print(syscon
 # also searches its own interpreter's sys.path for collections, so a first run finds kubernetes.core all the same).
 VENV_SITE   := $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))' 2>/dev/null)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS):$(VENV_SITE)
-export PATH := $(BIN):$(PATH)
+# kubectl of the simulated control plane's version (make binaries links it here): the tests and benchmarks run it.
+KUBECTL_BIN := $(abspath .cache/bin)
+export PATH := $(BIN):$(KUBECTL_BIN):$(PATH)
 # The interpreter each venv is created with (a venv keeps it; delete the venv to change it). By default the first
 # of the versions that runs (tools/find-python.sh); PYTHON=/path/to/python and the like choose another.
 # .venv: ansible-core 2.19 runs on 3.11 to 3.13; 3.11 first, as the tools image (python:3.11-slim-bookworm).
@@ -88,8 +90,8 @@ debian-packages: ## Install missing Debian packages (root only; otherwise says w
 	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
 	else echo "missing Debian packages: $$missing (install them as root)"; exit 1; fi
 
-binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kwok
-	@tools/sim-cluster/build.sh >/dev/null
+binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl and kwok
+	@bin=$$(tools/sim-cluster/build.sh) && mkdir -p $(KUBECTL_BIN) && ln -sfn $$bin/kubectl $(KUBECTL_BIN)/kubectl
 
 containerd: debian-packages ## Build or reuse the real nodes' containerd 2.x, its shim, ctr and runc (tools/containerd)
 	@tools/containerd/build.sh >/dev/null
