@@ -21,8 +21,9 @@ export PATH := $(BIN):$(KUBECTL_BIN):$(PATH)
 # of the versions that runs (tools/find-python.sh); PYTHON=/path/to/python and the like choose another.
 # .venv: ansible-core 2.19 runs on 3.11 to 3.13; 3.11 first, as the tools image (python:3.11-slim-bookworm).
 PYTHON         ?= $$(tools/find-python.sh 3.11 3.12 3.13)
-# ansible-core 2.16 runs on 3.10 to 3.12.
+# ansible-core 2.16 runs on 3.10 to 3.12, 2.21 on 3.12 to 3.14: each end of the matrix on the Python it is tested on.
 PYTHON_LOWEST  ?= $$(tools/find-python.sh 3.11)
+PYTHON_HIGHEST ?= $$(tools/find-python.sh 3.13 3.12)
 # skopeo, umoci, mmdebstrap, gcc: the tools and pause images (tools/images); the CNI plugins, iptables and
 # nftables: the simulated cluster's real nodes (tools/sim-cluster/real_nodes.py); libseccomp-dev and pkg-config:
 # building their runc (tools/containerd/build.sh builds containerd 2.x and runc from the Go module proxy).
@@ -32,13 +33,15 @@ DEBIAN_PACKAGES := docker-registry skopeo umoci mmdebstrap gcc libc6-dev contain
 REGISTRY    ?=
 SIM         := $(PY) tools/sim-cluster/sim.py
 PYTEST      := $(PY) -m pytest
-# The lowest declared ansible-core and kubernetes client (requirements/lowest.txt); .venv holds the highest.
+# The version matrix: the lowest declared ansible-core and kubernetes client (requirements/lowest.txt) and the
+# newest releases (requirements/highest.txt); .venv holds the pins everything else runs on (requirements/dev.txt).
 VENV_LOWEST  := .venv-lowest
+VENV_HIGHEST := .venv-highest
 # The environment a matrix venv's tests run in: its commands first on PATH, its collections searched.
 matrix_env = PATH=$(abspath $(1))/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS):$(call site_packages,$(1))
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
-        kyverno ansible-operator test pytest test-lowest lint ruff ansible-lint changelog-lint sanity venv-lowest unit integration molecule build \
+        kyverno ansible-operator test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
         bench-extract bench-distribute bench-scale bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-pause
 
 help: ## List the targets
@@ -81,6 +84,10 @@ endef
 venv-lowest: venv $(VENV_LOWEST)/.installed ## Virtualenv with the lowest declared ansible-core and kubernetes client
 $(VENV_LOWEST)/.installed: requirements/lowest.txt
 	$(call matrix_venv,$(VENV_LOWEST),$(PYTHON_LOWEST),requirements/lowest.txt)
+
+venv-highest: venv $(VENV_HIGHEST)/.installed ## Virtualenv with the newest ansible-core and kubernetes client releases
+$(VENV_HIGHEST)/.installed: requirements/highest.txt
+	$(call matrix_venv,$(VENV_HIGHEST),$(PYTHON_HIGHEST),requirements/highest.txt)
 
 debian-packages: ## Install missing Debian packages (root only; otherwise says what to install)
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -136,6 +143,9 @@ pytest: setup ## Unit and integration tests in one run (starts and stops the sim
 
 test-lowest: setup venv-lowest ## On the lowest ansible-core and kubernetes client: unit tests, the `matrix` integration subset, sanity
 	$(call matrix_tests,$(VENV_LOWEST))
+
+test-highest: setup venv-highest ## The same on the newest ansible-core and kubernetes client releases
+	$(call matrix_tests,$(VENV_HIGHEST))
 
 lint: ruff ansible-lint changelog-lint ## ruff, ansible-lint (production profile), antsibull-changelog lint
 
