@@ -106,13 +106,15 @@ containerd: debian-packages ## Build or reuse the real nodes' containerd 2.x, it
 cli-tools: ## Build or reuse the oras and cosign CLIs (benchmarks, signature tests)
 	@tools/bench-tools.sh
 
+# Kyverno's and ansible-operator's build scripts hash themselves into their cache keys, so they leave the Go check
+# (their tools/*/go.mod is what it reads) to these targets: a check inside would rebuild both caches once for nothing.
 # Only the tests use Kyverno (sim.py kyverno-up starts it), so the demo's sim-setup does not build it.
 kyverno: ## Build or reuse Kyverno's admission controller and CRDs (tools/kyverno, cached under ~/.cache/gkm-cluster)
-	@tools/kyverno/build.sh >/dev/null
+	@tools/check-go.sh && tools/kyverno/build.sh >/dev/null
 
 # Operator mode's engine (sim.py operator-up runs it): about 7 minutes of CPU cold, nothing once cached.
 ansible-operator: ## Build or reuse operator-sdk's ansible-operator (tools/ansible-operator, cached under ~/.cache/gkm-cluster)
-	@tools/ansible-operator/build.sh >/dev/null
+	@tools/check-go.sh && tools/ansible-operator/build.sh >/dev/null
 
 collection-link: ## Make the checkout importable as ansible_collections.gkm.cluster
 	@mkdir -p $(COLLECTIONS)/ansible_collections/gkm

@@ -14,7 +14,6 @@ if [ -x "$out/bin/ansible-operator" ]; then
   echo "$out"
   exit 0
 fi
-"$here/../check-go.sh"
 mkdir -p "$out/bin"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 cd "$here"
