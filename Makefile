@@ -7,8 +7,23 @@ VENV        := .venv
 PY          := $(VENV)/bin/python
 BIN         := $(abspath $(VENV)/bin)
 COLLECTIONS := $(abspath .cache/collections)
-export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS):$(abspath $(VENV)/lib/python3.11/site-packages)
-export PATH := $(BIN):$(PATH)
+# A venv's site-packages as its own interpreter names it (the path carries the Python version), for recipes: a
+# shell command substitution, so it also works for a venv that an earlier recipe of the same run created.
+site_packages = $$($(abspath $(1))/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+# The same for the environment of every recipe, computed once; empty while .venv does not exist yet (ansible-core
+# also searches its own interpreter's sys.path for collections, so a first run finds kubernetes.core all the same).
+VENV_SITE   := $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))' 2>/dev/null)
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS):$(VENV_SITE)
+# kubectl of the simulated control plane's version (make binaries links it here): the tests and benchmarks run it.
+KUBECTL_BIN := $(abspath .cache/bin)
+export PATH := $(BIN):$(KUBECTL_BIN):$(PATH)
+# The interpreter each venv is created with (a venv keeps it; delete the venv to change it). By default the first
+# of the versions that runs (tools/find-python.sh); PYTHON=/path/to/python and the like choose another.
+# .venv: ansible-core 2.19 runs on 3.11 to 3.13; 3.11 first, as the tools image (python:3.11-slim-bookworm).
+PYTHON         ?= $$(tools/find-python.sh 3.11 3.12 3.13)
+# ansible-core 2.16 runs on 3.10 to 3.12, 2.21 on 3.12 to 3.14: each end of the matrix on the Python it is tested on.
+PYTHON_LOWEST  ?= $$(tools/find-python.sh 3.11)
+PYTHON_HIGHEST ?= $$(tools/find-python.sh 3.13 3.12)
 # skopeo, umoci, mmdebstrap, gcc: the tools and pause images (tools/images); the CNI plugins, iptables and
 # nftables: the simulated cluster's real nodes (tools/sim-cluster/real_nodes.py); libseccomp-dev and pkg-config:
 # building their runc (tools/containerd/build.sh builds containerd 2.x and runc from the Go module proxy).
@@ -18,16 +33,18 @@ DEBIAN_PACKAGES := docker-registry skopeo umoci mmdebstrap gcc libc6-dev contain
 REGISTRY    ?=
 SIM         := $(PY) tools/sim-cluster/sim.py
 PYTEST      := $(PY) -m pytest
-# The lowest declared ansible-core and kubernetes client (requirements/lowest.txt); .venv holds the highest.
-VENV_LOWEST := .venv-lowest
-LOWEST_SITE := $(VENV_LOWEST)/lib/python3.11/site-packages
-LOWEST_ENV  := PATH=$(abspath $(VENV_LOWEST))/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS):$(abspath $(LOWEST_SITE))
+# The version matrix: the lowest declared ansible-core and kubernetes client (requirements/lowest.txt) and the
+# newest releases (requirements/highest.txt); .venv holds the pins everything else runs on (requirements/dev.txt).
+VENV_LOWEST  := .venv-lowest
+VENV_HIGHEST := .venv-highest
+# The environment a matrix venv's tests run in: its commands first on PATH, its collections searched.
+matrix_env = PATH=$(abspath $(1))/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS):$(call site_packages,$(1))
 # With JUNIT_DIR set (the lanes of `make test` set it), a pytest target writes its JUnit report there, named after
 # the target and an optional part: $(call junit,-unit) in test-lowest -> $(JUNIT_DIR)/test-lowest-unit.xml.
 junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
-        kyverno ansible-operator test pytest test-lowest lint ruff ansible-lint changelog-lint sanity venv-lowest unit integration molecule build \
+        kyverno ansible-operator test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
         bench-extract bench-distribute bench-scale bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-pause
 
 help: ## List the targets
@@ -41,22 +58,39 @@ sim-setup: venv debian-packages binaries containerd collection-link ## What the 
 
 venv: $(VENV)/.installed ## Python virtualenv with the pinned requirements
 $(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt
-	test -x $(PY) || python3 -m venv $(VENV)
+	test -x $(PY) || { python=$(PYTHON) && "$$python" -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements/dev.txt -c requirements/constraints.txt
 	touch $@
 
+# A matrix venv: $(1) its directory, $(2) the interpreter (a shell word), $(3) its requirements file.
+# Galaxy is unreachable and the `ansible` package would pull in its own ansible-core: link .venv's
+# kubernetes.core (the modules' client set-up) and ansible.posix (the tests' json stdout callback), so
+# Python imports and ansible-core's collection search both find them there.
+define matrix_venv
+	test -x $(1)/bin/python || { python=$(2) && "$$python" -m venv $(1); }
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q -r $(3)
+	site=$(call site_packages,$(1)) && from=$(call site_packages,$(VENV)) && \
+	for c in kubernetes/core ansible/posix; do mkdir -p $$site/ansible_collections/$${c%/*} && \
+	  ln -sfn $$from/ansible_collections/$$c $$site/ansible_collections/$$c; done
+	touch $(1)/.installed
+endef
+
+# The unit tests, the `matrix` integration subset and sanity, in matrix venv $(1).
+define matrix_tests
+	$(call matrix_env,$(1)) $(1)/bin/python -m pytest tests/unit -q $(call junit,-unit)
+	$(call matrix_env,$(1)) $(1)/bin/python -m pytest tests/integration -q -m matrix $(call junit,-matrix)
+	SANITY_VENV=$(1) tools/ci/sanity.sh
+endef
+
 venv-lowest: venv $(VENV_LOWEST)/.installed ## Virtualenv with the lowest declared ansible-core and kubernetes client
 $(VENV_LOWEST)/.installed: requirements/lowest.txt
-	test -x $(VENV_LOWEST)/bin/python || python3 -m venv $(VENV_LOWEST)
-	$(VENV_LOWEST)/bin/python -m pip install -q --upgrade pip
-	$(VENV_LOWEST)/bin/python -m pip install -q -r requirements/lowest.txt
-	@# Galaxy is unreachable and the `ansible` package would pull in its own ansible-core: link .venv's
-	@# kubernetes.core (the modules' client set-up) and ansible.posix (the tests' json stdout callback), so
-	@# Python imports and ansible-core's collection search both find them here.
-	for c in kubernetes/core ansible/posix; do mkdir -p $(LOWEST_SITE)/ansible_collections/$${c%/*} && \
-	  ln -sfn $(abspath $(VENV))/lib/python3.11/site-packages/ansible_collections/$$c $(LOWEST_SITE)/ansible_collections/$$c; done
-	touch $@
+	$(call matrix_venv,$(VENV_LOWEST),$(PYTHON_LOWEST),requirements/lowest.txt)
+
+venv-highest: venv $(VENV_HIGHEST)/.installed ## Virtualenv with the newest ansible-core and kubernetes client releases
+$(VENV_HIGHEST)/.installed: requirements/highest.txt
+	$(call matrix_venv,$(VENV_HIGHEST),$(PYTHON_HIGHEST),requirements/highest.txt)
 
 debian-packages: ## Install missing Debian packages (root only; otherwise says what to install)
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -66,8 +100,8 @@ debian-packages: ## Install missing Debian packages (root only; otherwise says w
 	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
 	else echo "missing Debian packages: $$missing (install them as root)"; exit 1; fi
 
-binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kwok
-	@tools/sim-cluster/build.sh >/dev/null
+binaries: ## Build or reuse etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl and kwok
+	@bin=$$(tools/sim-cluster/build.sh) && mkdir -p $(KUBECTL_BIN) && ln -sfn $$bin/kubectl $(KUBECTL_BIN)/kubectl
 
 containerd: debian-packages ## Build or reuse the real nodes' containerd 2.x, its shim, ctr and runc (tools/containerd)
 	@tools/containerd/build.sh >/dev/null
@@ -75,13 +109,15 @@ containerd: debian-packages ## Build or reuse the real nodes' containerd 2.x, it
 cli-tools: ## Build or reuse the oras and cosign CLIs (benchmarks, signature tests)
 	@tools/bench-tools.sh
 
+# Kyverno's and ansible-operator's build scripts hash themselves into their cache keys, so they leave the Go check
+# (their tools/*/go.mod is what it reads) to these targets: a check inside would rebuild both caches once for nothing.
 # Only the tests use Kyverno (sim.py kyverno-up starts it), so the demo's sim-setup does not build it.
 kyverno: ## Build or reuse Kyverno's admission controller and CRDs (tools/kyverno, cached under ~/.cache/gkm-cluster)
-	@tools/kyverno/build.sh >/dev/null
+	@tools/check-go.sh && tools/kyverno/build.sh >/dev/null
 
 # Operator mode's engine (sim.py operator-up runs it): about 7 minutes of CPU cold, nothing once cached.
 ansible-operator: ## Build or reuse operator-sdk's ansible-operator (tools/ansible-operator, cached under ~/.cache/gkm-cluster)
-	@tools/ansible-operator/build.sh >/dev/null
+	@tools/check-go.sh && tools/ansible-operator/build.sh >/dev/null
 
 collection-link: ## Make the checkout importable as ansible_collections.gkm.cluster
 	@mkdir -p $(COLLECTIONS)/ansible_collections/gkm
@@ -113,10 +149,12 @@ test: venv collection-link debian-packages ## Run every test in lanes (static: l
 pytest: setup ## Unit and integration tests in one run (starts and stops the simulated cluster if needed)
 	$(PYTEST) tests
 
+# The `matrix` subset needs the simulated cluster's binaries only (the lanes of `make test` run it without real nodes).
 test-lowest: venv-lowest collection-link binaries ## On the lowest ansible-core and kubernetes client: unit tests, the `matrix` integration subset, sanity
-	$(LOWEST_ENV) $(VENV_LOWEST)/bin/python -m pytest tests/unit -q $(call junit,-unit)
-	$(LOWEST_ENV) $(VENV_LOWEST)/bin/python -m pytest tests/integration -q -m matrix $(call junit,-matrix)
-	SANITY_VENV=$(VENV_LOWEST) tools/ci/sanity.sh
+	$(call matrix_tests,$(VENV_LOWEST))
+
+test-highest: venv-highest collection-link binaries ## The same on the newest ansible-core and kubernetes client releases
+	$(call matrix_tests,$(VENV_HIGHEST))
 
 lint: ruff ansible-lint changelog-lint ## ruff, ansible-lint (production profile), antsibull-changelog lint
 

@@ -29,7 +29,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import build_spec, gather_facts  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
-from tests.helpers.modules import COLLECTIONS, ansible_cli_floor, run_module  # noqa: E402
+from tests.helpers.modules import COLLECTIONS, ansible_cli_floor, run_module, venv_site_packages  # noqa: E402
 
 BENCH_LABEL = "gkm.io/bench"
 RESULTS = os.path.join(ROOT, "bench", "results", "distribute.json")
@@ -217,9 +217,8 @@ def naive_loop(kubeconfig, spec, raw, subset, args):
                 "        kubeconfig: %s\n        definition: \"{{ item }}\"\n"
                 "        apply: true\n        server_side_apply: {field_manager: bench-naive}\n"
                 "      loop: \"{{ lookup('file', '%s/objects.json') | from_json }}\"\n" % (kubeconfig, workdir))
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS + ":" + os.path.join(
-            ROOT, ".venv", "lib", "python3.11", "site-packages"), ANSIBLE_LOCALHOST_WARNING="0",
-            ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS + ":" + venv_site_packages(),
+                   ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
         started = time.monotonic()
         subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), playbook], env=env, check=True,
                        stdout=subprocess.DEVNULL)

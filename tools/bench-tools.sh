@@ -16,6 +16,14 @@ if [ "$(cat "$BIN/.versions" 2>/dev/null)" != "$versions" ]; then
   echo "$versions" > "$BIN/.versions"
 fi
 
+for name in oras cosign cosign3; do
+  [ -x "$BIN/$name" ] && continue
+  # Something to build: Go must be new enough for every one of them (their modules' go directives).
+  "$(dirname "$0")/check-go.sh" "oras.land/oras@$ORAS_VERSION" "github.com/sigstore/cosign/v2@$COSIGN_V2_VERSION" \
+    "github.com/sigstore/cosign/v3@$COSIGN_V3_VERSION" || exit 1
+  break
+done
+
 build() {  # build <binary name in BIN> <package@version>
   local name="$1" pkg="$2" tmp
   if [ -x "$BIN/$name" ]; then return 0; fi

@@ -9,6 +9,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
+VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 SIM_DIR = os.path.abspath(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")))
 AUDIT_LOG = os.path.join(SIM_DIR, "logs", "audit.log")
 # The simulated nodes' cache root (host_path_root): inside the run's state directory, so `sim.py down` removes it.
@@ -16,6 +17,14 @@ NODE_DISK = os.path.join(SIM_DIR, "node-disk")
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 # The `ansible` of the venv running the tests: make test-lowest runs them with .venv-lowest's ansible-core.
 ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
+
+
+def venv_site_packages():
+    """.venv's site-packages (kubernetes.core and the other collections of the `ansible` package), as .venv's own
+    interpreter names it: the path carries its Python version, which need not be the one running the tests."""
+    return subprocess.run([os.path.join(VENV_BIN, "python"), "-c",
+                           "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
 
 
 def run_module(module, kubeconfig, check=False, diff=False, **args):

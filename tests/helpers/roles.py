@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIONS = os.pathsep.join([
-    os.path.join(ROOT, ".cache", "collections"),
-    os.path.join(ROOT, ".venv", "lib", "python3.11", "site-packages"),
-])
+from tests.helpers.modules import COLLECTIONS as CHECKOUT_COLLECTIONS
+from tests.helpers.modules import ROOT, VENV_BIN, venv_site_packages
+
+COLLECTIONS = os.pathsep.join([CHECKOUT_COLLECTIONS, venv_site_packages()])
 
 
 @dataclass
@@ -74,7 +73,7 @@ def run_sim_playbook(name, sim_dir, *options, timeout=900):
 
 
 def _ansible_playbook(arguments, env, timeout):
-    command = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), *arguments]
+    command = [os.path.join(VENV_BIN, "ansible-playbook"), *arguments]
     run_env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="json",
                    ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
                    ANSIBLE_DEPRECATION_WARNINGS="0", **(env or {}))

@@ -15,11 +15,10 @@ import pytest
 import yaml
 
 from tests.helpers import kcache_images
-from tests.helpers.modules import run_module
+from tests.helpers.modules import ROOT, run_module, venv_site_packages
+from tests.helpers.modules import VENV_BIN as BIN
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, ".venv", "bin")
-SITE_PACKAGES = os.path.join(ROOT, ".venv", "lib", "python3.11", "site-packages")
+SITE_PACKAGES = venv_site_packages()
 
 
 def requirement_names(lines):

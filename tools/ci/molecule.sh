@@ -9,7 +9,10 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 VENV_BIN="$ROOT/.venv/bin"
 export PATH="$VENV_BIN:$PATH"
-export ANSIBLE_COLLECTIONS_PATH="$ROOT/.cache/collections:$ROOT/.venv/lib/python3.11/site-packages"
+# The molecule.yml files pass it on to ansible-playbook. .venv's site-packages as its interpreter names it (the
+# path carries the Python version).
+export ANSIBLE_COLLECTIONS_PATH="$ROOT/.cache/collections:$("$VENV_BIN/python" -c \
+  'import sysconfig; print(sysconfig.get_path("purelib"))')"
 export GKM_SIM_DIR="${GKM_SIM_DIR:-$ROOT/.sim}"
 # The real_nodes scenario runs pods on real nodes; a cluster this script starts has two (as the test suite's).
 export GKM_SIM_REAL_NODES="${GKM_SIM_REAL_NODES:-2}"

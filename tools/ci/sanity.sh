@@ -5,7 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # The venv whose ansible-test runs: .venv (highest ansible-core) unless SANITY_VENV names another
-# (make test-lowest passes .venv-lowest).
+# (make test-lowest and test-highest pass .venv-lowest and .venv-highest).
 venv=$(cd "$root" && cd "${SANITY_VENV:-.venv}" && pwd)
 base="${XDG_CACHE_HOME:-$HOME/.cache}/gkm-cluster/sanity"
 mkdir -p "$base"
@@ -37,8 +37,12 @@ cd "$root"
 # What the collection ships is what is checked: galaxy.yml's build_ignore paths (bench/, tools/, ...) stay out.
 git ls-files -co --exclude-standard -z | grep -zvE '^(\.ci|bench|tools|requirements)/|^(Makefile|pyproject\.toml)$' \
   | xargs -0 cp --parents -t "$tree"
-# Our modules use kubernetes.core's doc fragment and client; ansible-test finds it beside the collection.
-ln -sfn "$root/.venv/lib/python3.11/site-packages/ansible_collections/kubernetes" "$tree/../../kubernetes"
+# Our modules use kubernetes.core's doc fragment and client; ansible-test finds it beside the collection. The
+# venv's own copy (the matrix venvs link .venv's in), at the site-packages its interpreter names.
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+ln -sfn "$site/ansible_collections/kubernetes" "$tree/../../kubernetes"
 cd "$tree"
 rm -rf tests/sanity  # the rule is no ignore entries at all
-"$venv/bin/ansible-test" sanity --venv --python 3.11 --color no "$@"
+# The venv's Python version: ansible-test then runs the checks with the venv's own interpreter.
+python_version=$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+"$venv/bin/ansible-test" sanity --venv --python "$python_version" --color no "$@"

@@ -21,6 +21,8 @@ if complete; then
   echo "$bin"
   exit 0
 fi
+"$(dirname "$0")/../check-go.sh" "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" \
+  "github.com/opencontainers/runc@$RUNC_VERSION"
 mkdir -p "$bin"
 export GOFLAGS=-buildvcs=false
 staging="$bin/.install"

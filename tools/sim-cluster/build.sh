@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds (or reuses) the control-plane binaries for the simulated cluster and prints their directory.
+# Builds (or reuses) the control-plane binaries for the simulated cluster, and the kubectl of the same version
+# (the tests and benchmarks run it), and prints their directory.
 # Cache: ${XDG_CACHE_HOME:-~/.cache}/gkm-cluster/<versions>/bin; rebuilt only when versions change.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -11,7 +12,7 @@ ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$here/g
 
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 bin="${XDG_CACHE_HOME:-$HOME/.cache}/gkm-cluster/$key/bin"
-wanted=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kwok)
+wanted=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kwok)
 # kwok's own Stage CRD and stage definitions, taken from the same kwok module version; sim.py applies
 # them so that tests can add stages of their own (for example one that fails chosen Job pods).
 stages="$bin/kwok-stages"
@@ -30,6 +31,7 @@ if complete; then
   exit 0
 fi
 
+"$here/../check-go.sh" "sigs.k8s.io/kwok@$KWOK_VERSION"
 mkdir -p "$bin"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
@@ -37,8 +39,9 @@ ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
 
 cd "$here"
-# The kubelet (real nodes) joined later: a cache made before it keeps its binaries and gains only the kubelet.
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+# The kubelet (real nodes) and kubectl joined later: a cache made before them keeps its binaries and gains only
+# what it lacks.
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
   [ -x "$bin/$cmd" ] && continue
   echo "building $cmd $K8S_VERSION" >&2
   go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
