@@ -35,16 +35,25 @@ def test_every_integration_file_runs_in_exactly_one_lane():
     assert max(totals) - min(totals) <= 16  # within the longest file of each other
 
 
-def test_the_committed_lanes_file_gives_a_static_lane_integration_lanes_and_molecule(tmp_path):
+def test_the_committed_lanes_file_gives_a_static_lane_and_shared_integration_and_molecule_lanes(tmp_path):
     with open(os.path.join(ROOT, "tools", "ci", "lanes.yml")) as handle:
         config = yaml.safe_load(handle)
-    lanes, shares = plan.lanes(config, ["tests/integration/test_x.py"], {}, "/venv/bin/python", str(tmp_path))
-    names = [lane.name for lane in lanes]
-    assert names[0] == "static" and "molecule" in names
-    integration = [lane for lane in lanes if lane.name.startswith("integration-")]
-    assert len(integration) == config["lanes"]["integration"]["integration"] == len(shares)
-    assert sum("tests/integration/test_x.py" in lane.steps[0].argv for lane in integration) == 1
+    items = {"tests/integration/test_*.py": ["tests/integration/test_x.py", "tests/integration/test_y.py"],
+             "molecule/*/molecule.yml": ["molecule/day2/molecule.yml", "molecule/default/molecule.yml"]}
+    lanes, shares = plan.lanes(config, items, {}, "/venv/bin/python", str(tmp_path))
+    by_name = {lane.name: lane for lane in lanes}
+    assert lanes[0].name == "static"
     assert all(step.env["JUNIT_DIR"] == str(tmp_path / "static") for step in lanes[0].steps)
+    integration = [lane for lane in lanes if lane.name.startswith("integration-")]
+    assert len(integration) == config["lanes"]["integration"]["shared"]
+    for path in items["tests/integration/test_*.py"]:
+        assert sum(path in lane.steps[0].argv for lane in integration) == 1
+    first = by_name["integration-1"].steps[0]
+    assert first.argv[0] == "/venv/bin/python" and "--junitxml=%s" % (tmp_path / "integration-1" / "pytest.xml") \
+        in first.argv and first.name == "pytest"
+    molecule = [lane for lane in lanes if lane.name.startswith("molecule-")]
+    assert sorted(item for lane in molecule for item in lane.steps[0].argv[1:]) == items["molecule/*/molecule.yml"]
+    assert set(shares) == {lane.name for lane in integration + molecule}
     # Every build a lane or step waits for is one the run knows how to make.
     needed = {need for lane in lanes for need in [*lane.needs, *(n for step in lane.steps for n in step.needs)]}
     assert needed <= set(plan.builds(config))
@@ -63,8 +72,11 @@ def test_junit_reports_give_each_case_its_file_time_and_outcome(tmp_path):
 
 def test_molecule_scenarios_are_read_from_the_lane_log():
     text = "x\nmolecule caches: passed in 300s\nmolecule kind: SKIPPED - no kind\nmolecule day2: FAILED after 12s\n"
-    assert [(c.name, c.outcome, c.seconds) for c in plan.parse_molecule(text)] == [
+    cases = plan.parse_molecule(text)
+    assert [(c.name, c.outcome, c.seconds) for c in cases] == [
         ("molecule/caches", "passed", 300.0), ("molecule/kind", "skipped", 0.0), ("molecule/day2", "failed", 12.0)]
+    # Measured under the path the molecule lanes share out.
+    assert cases[0].file == "molecule/caches/molecule.yml"
 
 
 def test_a_lane_over_its_budget_fails_the_run_and_checks_without_reports_count_once():

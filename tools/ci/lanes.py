@@ -13,6 +13,7 @@ runs more than 25% over its budget, and ends with one line `total: N passed, M f
 
 import argparse
 import contextlib
+import glob
 import os
 import shutil
 import subprocess
@@ -77,6 +78,7 @@ class LaneCpu:
                 handle.write(pid)
         with contextlib.suppress(OSError):
             os.rmdir(self.path)
+            os.rmdir(os.path.dirname(self.path))  # once no other run's lanes are in it
 
 
 def run_step(step, lane_log, cpu, environment):
@@ -158,15 +160,14 @@ def main():
     with open(CONFIG) as handle:
         config = yaml.safe_load(handle)
     durations = plan.load_durations(DURATIONS)
-    test_files = sorted(os.path.relpath(os.path.join(directory, name), ROOT)
-                        for directory, _dirs, names in os.walk(os.path.join(ROOT, "tests", "integration"))
-                        for name in names if name.startswith("test_") and name.endswith(".py"))
+    items = {entry["items"]: sorted(path.rstrip("/") for path in glob.glob(entry["items"], root_dir=ROOT))
+             for entry in config["lanes"].values() if entry.get("shared")}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_dir = os.path.join(LOG_ROOT, stamp)
     os.makedirs(log_dir)
-    lanes, shares = plan.lanes(config, test_files, durations, sys.executable, log_dir)
+    lanes, shares = plan.lanes(config, items, durations, sys.executable, log_dir)
     for name, share in shares.items():
-        log("%s: %d test files, %.0fs measured%s" % (
+        log("%s: %d test files, %.0fs by the last measurement%s" % (
             name, len(share.files), share.seconds,
             "; not measured yet (counted as %ds): %s" % (plan.UNMEASURED_SECONDS, ", ".join(share.unmeasured))
             if share.unmeasured else ""))
@@ -208,10 +209,10 @@ def main():
     with open(os.path.join(log_dir, "summary.txt"), "w") as handle:
         handle.write(summary.text)
     if args.record_durations:
-        measured = plan.file_durations([case for lane_reports in reports.values()
-                                        for cases in lane_reports.values() for case in cases])
+        measured = plan.file_durations([case for name in shares
+                                        for cases in reports.get(name, {}).values() for case in cases])
         plan.save_durations(DURATIONS, measured, durations)
-        log("wrote %s (%d test files)" % (os.path.relpath(DURATIONS, ROOT), len(measured)))
+        log("wrote %s (%d measured)" % (os.path.relpath(DURATIONS, ROOT), len(measured)))
     print("total: %d passed, %d failed, %d skipped" % (summary.passed, summary.failed, summary.skipped), flush=True)
     return 1 if summary.failed or summary.lanes_failed else 0
 

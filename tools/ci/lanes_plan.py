@@ -99,24 +99,29 @@ def _steps(entries, values):
             for entry in entries]
 
 
-def lanes(config, test_files, durations, python, log_dir):
-    """The lanes of config (lanes.yml) with the integration tests shared out; returns (lanes, {lane: Share})."""
+def lanes(config, items, durations, python, log_dir):
+    """The lanes of config (lanes.yml); returns (lanes, {lane: Share}).
+
+    A lane entry with `shared: N` is N lanes <name>-1 ... <name>-N, among which the paths matching its `items` glob
+    (items: {glob: [paths]}) are shared out by their measured seconds; its `run` names them with "{items}".
+    """
     result, shares = [], {}
     for name, entry in config["lanes"].items():
         values = {"python": python}
-        if entry.get("integration"):
-            for index, share in enumerate(share_out(test_files, durations, entry["integration"]), 1):
+        env = dict(entry.get("env") or {})
+        if entry.get("shared"):
+            for index, share in enumerate(share_out(items[entry["items"]], durations, entry["shared"]), 1):
                 lane = "%s-%d" % (name, index)
                 shares[lane] = share
-                argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "--junitxml=%s" % os.path.join(log_dir, lane, "pytest.xml"), *share.files]
-                result.append(Lane(lane, entry["budget"], entry.get("needs") or [],
-                                   [Step("pytest", argv, dict(entry.get("env") or {}))]))
+                values["junit"] = os.path.join(log_dir, lane, "%s.xml" % entry["step"])
+                argv = [item for part in entry["run"]
+                        for item in (share.files if part == "{items}" else [part.format(**values)])]
+                result.append(Lane(lane, entry["budget"], entry.get("needs") or [], [Step(entry["step"], argv, env)]))
             continue
         steps = _steps(entry["steps"], values)
         for step in steps:
             # make's pytest targets write their JUnit reports there, named after the target (the step).
-            step.env = dict(entry.get("env") or {}, JUNIT_DIR=os.path.join(log_dir, name), **step.env)
+            step.env = dict(env, JUNIT_DIR=os.path.join(log_dir, name), **step.env)
         result.append(Lane(name, entry["budget"], entry.get("needs") or [], steps))
     return result, shares
 
@@ -138,18 +143,18 @@ def save_durations(path, measured, previous):
     """Measured seconds per test file; files this run did not measure keep their previous figure."""
     seconds = dict(previous)
     seconds.update({name: round(value, 1) for name, value in measured.items()})
+    about = ("seconds per integration test file and molecule scenario, from tools/ci/lanes.py --record-durations; "
+             "the shared lanes are shared out from these")
     with open(path, "w") as handle:
-        json.dump({"about": "seconds per integration test file, from tools/ci/lanes.py --record-durations; the "
-                            "integration lanes are shared out from these", "seconds": dict(sorted(seconds.items()))},
-                  handle, indent=2)
+        json.dump({"about": about, "seconds": dict(sorted(seconds.items()))}, handle, indent=2)
         handle.write("\n")
 
 
 def file_durations(cases):
+    """Seconds per file (a test file, a molecule scenario) of the cases given."""
     totals = {}
     for case in cases:
-        if case.file.startswith("tests/integration/"):
-            totals[case.file] = totals.get(case.file, 0.0) + case.seconds
+        totals[case.file] = totals.get(case.file, 0.0) + case.seconds
     return totals
 
 
@@ -191,10 +196,10 @@ def step_cases(step, reports):
 
 
 def parse_molecule(text):
-    """Each scenario tools/ci/molecule.sh reports, as a TestCase (molecule/<scenario>)."""
+    """Each scenario tools/ci/molecule.sh reports, as a TestCase (molecule/<scenario>, of its molecule.yml)."""
     outcomes = {"passed": "passed", "FAILED": "failed", "SKIPPED": "skipped"}
-    return [TestCase("molecule/" + match.group(1), "molecule/" + match.group(1), float(match.group(3) or 0),
-                     outcomes[match.group(2)])
+    return [TestCase("molecule/" + match.group(1), "molecule/%s/molecule.yml" % match.group(1),
+                     float(match.group(3) or 0), outcomes[match.group(2)])
             for match in map(MOLECULE_LINE.match, text.splitlines()) if match]
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the molecule scenarios on the local simulated GPU cluster: tools/ci/molecule.sh [scenario ...]
-# (default: every molecule/*/molecule.yml). The cluster is the one of $GKM_SIM_DIR (default .sim/ in the
+# (a name, or its molecule.yml: molecule/day2/molecule.yml; default: every molecule/*/molecule.yml). The cluster is the one of $GKM_SIM_DIR (default .sim/ in the
 # checkout), as for tools/sim-cluster/sim.py: a running one is used as it is; one that is not running is
 # started here and stopped again at the end, unless another session (a pytest run registered under
 # $GKM_SIM_DIR/users) still uses it. The kind scenario runs only where kind and a container engine exist.
@@ -47,10 +47,10 @@ finish() {
 }
 trap finish EXIT
 
+scenarios=()
 if [ $# -gt 0 ]; then
-  scenarios=("$@")
+  for scenario in "$@"; do scenarios+=("$(basename "${scenario%/molecule.yml}")"); done
 else
-  scenarios=()
   for file in "$ROOT"/molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$file")")"); done
 fi
 
