@@ -167,7 +167,7 @@ def main():
     os.makedirs(log_dir)
     lanes, shares = plan.lanes(config, items, durations, sys.executable, log_dir)
     for name, share in shares.items():
-        log("%s: %d test files, %.0fs by the last measurement%s" % (
+        log("%s: %d shared out (test files or scenarios), %.0fs by the last measurement%s" % (
             name, len(share.files), share.seconds,
             "; not measured yet (counted as %ds): %s" % (plan.UNMEASURED_SECONDS, ", ".join(share.unmeasured))
             if share.unmeasured else ""))
