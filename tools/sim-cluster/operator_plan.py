@@ -19,6 +19,11 @@ PROXY_PORT = 8888
 # The engine's work directory for ansible-runner (fixed in v1.42.2). A run of an earlier process can leave a
 # `latest` link to a rotated-away run, on which ansible-runner's artifact rotation fails: a new process starts clean.
 RUNNER_DIR = "/tmp/ansible-operator/runner"
+# The fixed ports (the proxy's and the event server's) and RUNNER_DIR make the local operator one per machine. A run's
+# operator holds this lock while it lives (its process inherits the locked file), so another run's operator-up waits
+# for it instead of colliding: the lanes of `make test` run several clusters at once.
+HOST_LOCK = "/run/lock/gkm-sim-operator.lock"
+HOST_LOCK_WAIT_SECONDS = 1200
 # Runs per kind at once. A cache run mostly waits for its extraction Jobs, so several may overlap. Node events come
 # with every node heartbeat (the engine cannot filter status-only updates) and most change nothing: one at a time
 # bounds their cost to one run (about 2 s of CPU) at once, and the first run of a burst of joins reconciles every node

@@ -14,7 +14,8 @@
     sim.py tools-image   build (or reuse) the tools image, push it to the registry, record it as "tools_image"
     sim.py operator-image the same for the operator image (the in-cluster operator), recorded as "operator_image"
     sim.py operator-up   build (or reuse) ansible-operator and run the collection's operator here (out of cluster,
-                         operator_plan.py), after applying the GKM CRDs
+                         operator_plan.py), after applying the GKM CRDs; one at a time on a machine (the
+                         engine's ports are fixed): it waits while another run's operator runs
     sim.py operator-down stop it
     sim.py kyverno-up    build (or reuse) Kyverno, apply its CRDs and run its admission controller here (out of
                          cluster, kyverno_plan.py); prints its version and webhook address as JSON
@@ -43,6 +44,7 @@ added, never one the machine had.
 import argparse
 import concurrent.futures
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -135,12 +137,12 @@ def is_running(record):
     return bool(record) and _process_start_time(record["pid"]) == record["start_time"]
 
 
-def start_process(state, name, argv, environment=None):
+def start_process(state, name, argv, environment=None, pass_fds=()):
     os.makedirs(LOG_DIR, exist_ok=True)
     with open(os.path.join(LOG_DIR, name + ".log"), "ab") as log_file:
         process = subprocess.Popen(
             argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=SIM_DIR, env=environment,
+            start_new_session=True, cwd=SIM_DIR, env=environment, pass_fds=pass_fds,
         )
     state["processes"][name] = {"pid": process.pid, "start_time": _process_start_time(process.pid), "argv": argv}
     save_state(state)
@@ -661,6 +663,28 @@ def operator_dir():
     return result.stdout.strip().splitlines()[-1]
 
 
+def lock_operator_slot():
+    """The machine's one local operator slot (operator_plan.HOST_LOCK), locked: waits while another run's operator
+    holds it. The returned descriptor is passed to the operator, which keeps the lock for as long as it runs."""
+    os.makedirs(os.path.dirname(operator_plan.HOST_LOCK), exist_ok=True)
+    descriptor = os.open(operator_plan.HOST_LOCK, os.O_WRONLY | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + operator_plan.HOST_LOCK_WAIT_SECONDS
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return descriptor
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise SystemExit("sim: another run's operator still holds %s after %ss: `sim.py operator-down` in "
+                                 "that run" % (operator_plan.HOST_LOCK, operator_plan.HOST_LOCK_WAIT_SECONDS)) from None
+            if not waiting:
+                log("another run's operator runs on this machine (one at a time: fixed ports and runner directory); "
+                    "waiting for it to stop")
+                waiting = True
+            time.sleep(1)
+
+
 def cmd_operator_up(args):
     """Run ansible-operator with the collection's watches here; print the process name and health address as JSON."""
     state = load_state()
@@ -669,6 +693,7 @@ def cmd_operator_up(args):
     running = is_running(state["processes"].get("operator"))
     if not running:
         binary = os.path.join(operator_dir(), "bin", "ansible-operator")
+        slot = lock_operator_slot()
         subprocess.run(["rm", "-rf", "--one-file-system", operator_plan.RUNNER_DIR], check=True)
         apply_crds(state, pki, os.path.join(ROOT, "roles", "gkm", "files", "crds"))
         create_if_missing(state, pki, "/api/v1/namespaces",
@@ -681,7 +706,8 @@ def cmd_operator_up(args):
             options = json.loads(args.run_vars or "{}")
             json.dump(operator_plan.extra_vars(tools_image, KUBECONFIG, options), handle)
         start_process(state, "operator", operator_plan.argv(binary, ROOT, vars_file, ports),
-                      operator_plan.environment(os.environ, ROOT, os.path.dirname(sys.executable), KUBECONFIG))
+                      operator_plan.environment(os.environ, ROOT, os.path.dirname(sys.executable), KUBECONFIG),
+                      pass_fds=(slot,))
     wait_for("the operator", lambda: _http_ok("http://127.0.0.1:%d/readyz" % ports["health"]), 60, ["operator"], state)
     print(json.dumps({"changed": not running, "health": "127.0.0.1:%d" % ports["health"]}))
 
