@@ -232,22 +232,25 @@ def test_pause_image_reproducible_pushed_stops_and_reaps(registry, tmp_path):
         time.sleep(0.5)
         assert pause.poll() is None  # sleeps until told
         pause.send_signal(stop)  # chroot execs: the signal reaches pause itself
-        assert pause.wait(timeout=5) == 0
+        assert pause.wait(timeout=30) == 0
 
     # As a pod sandbox's PID 1 (its own PID namespace), pause inherits orphans and must reap them.
     unshare = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "chroot", "--userspec", user,
                                 str(tmp_path / "bundle" / "rootfs"), *process["args"]])
     try:
-        pause_pid = int(wait_for(lambda: children(unshare.pid))[0])
-        subprocess.run(["nsenter", "--target", str(pause_pid), "--pid", "--", "sh", "-c", "sleep 1 & exit 0"],
+        pause_pid = int(wait_for(lambda: children(unshare.pid), timeout=30)[0])
+        # The orphan lives until this test kills it: on a loaded machine a timed orphan could be gone before it
+        # is looked at.
+        subprocess.run(["nsenter", "--target", str(pause_pid), "--pid", "--", "sh", "-c", "sleep 600 & exit 0"],
                        check=True)
-        [orphan] = children(pause_pid)
+        [orphan] = wait_for(lambda: children(pause_pid))
         with open("/proc/%s/comm" % orphan) as f:
             assert f.read().strip() == "sleep"
-        time.sleep(1.5)  # the orphan has exited: reaped, it leaves no zombie behind
-        assert children(pause_pid) == []
+        os.kill(int(orphan), signal.SIGKILL)
+        # Reaped, the dead orphan leaves no zombie behind.
+        wait_for(lambda: children(pause_pid) == [], timeout=10)
         os.kill(pause_pid, signal.SIGTERM)
-        assert unshare.wait(timeout=5) == 0
+        assert unshare.wait(timeout=30) == 0
     finally:
         if unshare.poll() is None:
             unshare.kill()
