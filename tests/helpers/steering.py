@@ -3,7 +3,7 @@ JSONPatch (RFC 6902 add and replace) the webhook writes, to read a patched objec
 
 import copy
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import serving
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering_view import SteeringView

@@ -17,9 +17,10 @@ import urllib.request
 
 from kubernetes import client
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common import naming, tls
+from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import install as webhook_install
 

@@ -1,7 +1,7 @@
 """A failed extraction recorded on its PVC (failure_record.py): it outlives the Job, creates no Job again, and
 deleting the PVC is the retry."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common import naming
+from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import failure_record
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import SIGNATURE_NOT_VERIFIED

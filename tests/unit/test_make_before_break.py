@@ -1,7 +1,7 @@
 """Make before break in the planner and the readiness labels: a node keeps a verified cache it had until the new
 digest is extracted there."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_readiness, status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, merged

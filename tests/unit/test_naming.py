@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common import naming
+from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64

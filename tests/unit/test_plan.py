@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common import naming
+from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     node_status,
     registry_secret,

@@ -1,7 +1,7 @@
 """A rolling upgrade inside one reconcile (distribute/rollout.py): the wave plan from a plan made without holds, then
 the plan made again with the nodes it holds, as runner._plan does, without a cluster."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_status, rollout, status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy

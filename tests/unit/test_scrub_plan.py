@@ -1,6 +1,6 @@
 """Scrub planning and rendering, pure: which paths each node's scrub Job removes, and how the Job is confined."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import scrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import render_pv
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import CacheSpec

@@ -2,7 +2,7 @@
 
 import json
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status, status_summary
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import SlotState

@@ -1,7 +1,7 @@
 """A rolling upgrade in the cache resource's status (distribute/upgrade_status.py): bounded counts, the phase and
 the Upgraded condition, without a cluster."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import upgrade_status as upgrade
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import upgrade_waves as waves

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import upgrade_waves as waves

@@ -4,7 +4,7 @@ JSONPatch, a denial of either part denies, workloads get steering only, malforme
 import base64
 import json
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import ALLOWED, DENIED, INVALID, PATCHED
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.decide import decide

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot, label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, label_value, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import serving
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION

@@ -3,7 +3,7 @@
 """Name conflicts between caches, pure: two caches that would own one object.
 
 Every object name but one hashes the whole slot (cache, cache namespace, namespace, node, digest; see
-common/naming.py), so two caches never share it. The exception is what workloads name: a ReadOnlyMany cache's
+contract/naming.py), so two caches never share it. The exception is what workloads name: a ReadOnlyMany cache's
 PVC and a ReadWriteOnce cache's serving PVC (serving.py) are named as the cache, in each of its namespaces, so a
 GKMCache and a ClusterGKMCache of one name whose namespaces meet want one PVC (a resource does not say whether
 its serving PVC is turned off, so every resource is taken to want it). Of two such resources the one that came
@@ -17,7 +17,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     MANAGED_BY_LABEL,

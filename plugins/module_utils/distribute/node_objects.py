@@ -20,7 +20,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import MANAGED_BY_LABEL, MANAGER, label_value
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import MANAGED_BY_LABEL, MANAGER, label_value
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import node_gpus
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.resource import GROUP, VERSION
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (

@@ -17,7 +17,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import KEPT_UNTIL_REPLACED
 
 LABEL_PREFIX = "cache.gkm.io/"

@@ -16,7 +16,7 @@ __metaclass__ = type
 import datetime
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_objects import (
     CREATE,
     DELETE,

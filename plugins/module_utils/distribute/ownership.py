@@ -15,7 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import CACHE_LABEL, CACHE_NAMESPACE_LABEL
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import CACHE_LABEL, CACHE_NAMESPACE_LABEL
 
 # The kind of the cache resource an object was distributed for; absent on the objects of a cache distributed
 # without a resource (gkm.cluster.cache_distribute), which only their own module removes.

@@ -27,7 +27,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
     DIGEST_LABEL,
     NODE_LABEL,
     Slot,

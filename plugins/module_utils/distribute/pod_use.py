@@ -7,7 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import MANAGED_BY_LABEL, MANAGER
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import MANAGED_BY_LABEL, MANAGER
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 

@@ -11,7 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import DIGEST_LABEL, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import DIGEST_LABEL, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 

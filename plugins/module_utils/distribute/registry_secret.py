@@ -17,7 +17,7 @@ __metaclass__ = type
 import base64
 import json
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     MANAGED_BY_LABEL,

@@ -17,8 +17,8 @@ import time
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import cache_selector, managed_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import cache_selector, managed_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     conflicts,
     dry_run,

@@ -14,7 +14,7 @@ __metaclass__ = type
 import copy
 import math
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import name_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import IMAGE_VOLUME, MOUNT_MODES, PVC
 
 READ_WRITE_ONCE = "ReadWriteOnce"

@@ -10,7 +10,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import name_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.module_result import without_node_details
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.reconcile import reconcile

@@ -22,8 +22,8 @@ from ansible.module_utils.six.moves import http_client
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import name_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.common.tls import not_after
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import name_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import objects, rollout
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import tls as webhook_tls
 

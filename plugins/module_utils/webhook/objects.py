@@ -14,7 +14,7 @@ __metaclass__ = type
 import base64
 import copy
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import MANAGED_BY_LABEL, MANAGER
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import MANAGED_BY_LABEL, MANAGER
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import MUTATION_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_use import CACHE_ANNOTATION
 
