@@ -25,6 +25,10 @@ import time  # noqa: E402
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (  # noqa: E402
+    GROUP,
+    VERSION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr  # noqa: E402
 from bench.distribute import BENCH_LABEL, ensure_nodes  # noqa: E402
 from bench.webhook import save_results  # noqa: E402
@@ -44,7 +48,7 @@ MODES = (
 
 def manifest(name, image_ref, spec_fields):
     template = {"spec": {"nodeSelector": {BENCH_LABEL: POOL}, "tolerations": [{"operator": "Exists"}]}}
-    return {"apiVersion": "%s/%s" % (cache_cr.GROUP, cache_cr.VERSION), "kind": "GKMCache",
+    return {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
             "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": dict(spec_fields, image=image_ref, podTemplate=template)}
 
@@ -60,7 +64,7 @@ def objects(raw, name, pool):
 
     pvcs = live("PersistentVolumeClaim")
     node_objects = raw.list_pages("/apis/%s/%s/namespaces/%s/gkmcachenodes" % (
-        cache_cr.GROUP, cache_cr.VERSION, NAMESPACE))
+        GROUP, VERSION, NAMESPACE))
     return {
         "slot_pvcs": sum(1 for pvc in pvcs if "gkm.io/node" in pvc["metadata"].get("labels", {})),
         "serving_pvcs": sum(1 for pvc in pvcs if "gkm.io/node" not in pvc["metadata"].get("labels", {})),

@@ -37,6 +37,10 @@ import yaml  # noqa: E402
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (  # noqa: E402
+    GROUP,
+    VERSION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
@@ -161,7 +165,7 @@ class Cluster:
 
     def manifest(self, name):
         template = {"spec": {"nodeSelector": {POOL_LABEL: POOL}, "tolerations": [{"operator": "Exists"}]}}
-        return {"apiVersion": "%s/%s" % (cache_cr.GROUP, cache_cr.VERSION), "kind": "GKMCache",
+        return {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
                 "metadata": {"name": name, "namespace": NAMESPACE},
                 "spec": {"image": self.image_ref, "podTemplate": template}}
 
@@ -193,7 +197,7 @@ class Cluster:
         return node["metadata"]["name"]
 
     def other_caches(self):
-        return sum(len(self.raw.list_pages("/apis/%s/%s/%s" % (cache_cr.GROUP, cache_cr.VERSION, plural)))
+        return sum(len(self.raw.list_pages("/apis/%s/%s/%s" % (GROUP, VERSION, plural)))
                    for plural in ("gkmcaches", "clustergkmcaches"))
 
 

@@ -36,6 +36,10 @@ import yaml  # noqa: E402
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (  # noqa: E402
+    API_VERSION,
+    SCRUB_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC  # noqa: E402
@@ -47,14 +51,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner impo
     build_spec,
     gather_facts,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub import SCRUB_LABEL  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
 from bench.distribute import wait_gone  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
 from tests.helpers.modules import ansible_cli_floor, run_module, run_module_measured  # noqa: E402
 
 BENCH_LABEL = "gkm.io/bench"
-GROUP = "gkm-bench-scale"
+NODE_GROUP = "gkm-bench-scale"
 RESULTS = os.path.join(ROOT, "bench", "results", "scale.json")
 NAMESPACES = ["bench-scale-a", "bench-scale-b", "bench-scale-c"]
 OPTIONS = dict(registry_plain_http=True, extract_image="gkm-cluster-tools:bench", concurrency=16)
@@ -95,10 +98,10 @@ def install_crds(raw):
 
 def resize_nodes(raw, count):
     """Exactly `count` bench GPU nodes: create the missing ones, delete those past the count."""
-    wanted = gpu_nodes.render_nodes([{"name": GROUP, "count": count, "vendor": "amd",
-                                      "labels": {BENCH_LABEL: GROUP}}]) if count else []
+    wanted = gpu_nodes.render_nodes([{"name": NODE_GROUP, "count": count, "vendor": "amd",
+                                      "labels": {BENCH_LABEL: NODE_GROUP}}]) if count else []
     names = {node["metadata"]["name"] for node in wanted}
-    existing = {n["metadata"]["name"] for n in raw.list("Node", label_selector="%s=%s" % (BENCH_LABEL, GROUP),
+    existing = {n["metadata"]["name"] for n in raw.list("Node", label_selector="%s=%s" % (BENCH_LABEL, NODE_GROUP),
                                                        metadata_only=True)}
     missing = [node for node in wanted if node["metadata"]["name"] not in existing]
     raw.map(lambda node: raw.request("POST", "/api/v1/nodes", body=node), missing)
@@ -106,8 +109,8 @@ def resize_nodes(raw, count):
 
 
 def cache_manifest(name, image):
-    template = {"spec": {"tolerations": [{"operator": "Exists"}], "nodeSelector": {BENCH_LABEL: GROUP}}}
-    return {"apiVersion": "%s/%s" % (cache_cr.GROUP, cache_cr.VERSION), "kind": "ClusterGKMCache",
+    template = {"spec": {"tolerations": [{"operator": "Exists"}], "nodeSelector": {BENCH_LABEL: NODE_GROUP}}}
+    return {"apiVersion": API_VERSION, "kind": "ClusterGKMCache",
             "metadata": {"name": name},
             "spec": {"image": image, "podTemplate": template, "workloadNamespaces": NAMESPACES}}
 

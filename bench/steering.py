@@ -26,6 +26,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, ROOT)
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (  # noqa: E402
+    SERVING_LABEL,
+)
 from bench import webhook as webhook_bench  # noqa: E402  (the load generator, floor and loopback method)
 
 RESULTS = os.path.join(ROOT, "bench", "results", "steering.json")
@@ -66,8 +69,7 @@ def benchmark_nodes(count, ready_key, short_digest):
 def serving_volume(namespace):
     """The serving PVC and a PV bound to it (the scheduler places no pod whose claim is unbound); kwok nodes mount
     nothing, so the PV's hostPath is never used."""
-    from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import Slot
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING_LABEL
+    from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
 
     labels = dict(Slot(CACHE, namespace, namespace, "", DIGEST).labels(), **{SERVING_LABEL: "true"})
     pv_name = "gkm-%s" % namespace
@@ -140,7 +142,7 @@ def run_benchmark(args):
     from kubernetes import client, config
 
     from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
-    from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import short_digest
+    from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
     from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
     from tests.helpers.crds import apply_crds
     from tests.helpers.sim import sim_control

@@ -21,6 +21,9 @@ sys.path.insert(0, ROOT)
 # kwok ones; GKM_SIM_REAL_NODES=0 leaves them out (the tests that need them then skip).
 os.environ.setdefault("GKM_SIM_REAL_NODES", "2")
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (  # noqa: E402
+    SIM_NODE_LABEL,
+)
 from tests.helpers.sim import SIM_SCRIPT, sim_control  # noqa: E402
 
 
@@ -157,7 +160,7 @@ def sim_nodes(kube):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             ready = {
-                node.metadata.name for node in core.list_node(label_selector="%s=true" % gpu_nodes.SIM_LABEL).items
+                node.metadata.name for node in core.list_node(label_selector="%s=true" % SIM_NODE_LABEL).items
                 if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
             }
             if names <= ready:

@@ -4,10 +4,13 @@ JSONPatch (RFC 6902 add and replace) the webhook writes, to read a patched objec
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import serving
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KIND,
+    CLUSTER_CACHE_KIND,
+    SERVING_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering_view import SteeringView
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import CLUSTER_KIND, NAMESPACED_KIND
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -47,14 +50,14 @@ def cache(name, namespace="apps", targets=None, digest=DIGEST_A, **spec):
 
 def serving_pvc(name, namespace="apps", digest=DIGEST_A, cache_namespace="apps"):
     labels = Slot(name, cache_namespace, namespace, "", digest).labels()
-    labels[serving.SERVING_LABEL] = "true"
+    labels[SERVING_LABEL] = "true"
     return {"metadata": {"name": name, "namespace": namespace, "labels": labels}}
 
 
 def view(caches=(), cluster_caches=(), pvcs=(), nodes=None):
     steering_view = SteeringView()
-    steering_view.replace_caches(NAMESPACED_KIND, list(caches))
-    steering_view.replace_caches(CLUSTER_KIND, list(cluster_caches))
+    steering_view.replace_caches(CACHE_KIND, list(caches))
+    steering_view.replace_caches(CLUSTER_CACHE_KIND, list(cluster_caches))
     steering_view.replace_pvcs(list(pvcs))
     steering_view.replace_nodes(mixed_nodes() if nodes is None else nodes)
     return steering_view

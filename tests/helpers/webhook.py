@@ -21,7 +21,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    EXTRACTED_DIGEST_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import install as webhook_install
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -184,7 +186,7 @@ def node_pvc(namespace, cache, node, digest=DIGEST, cluster=False, extracted=Tru
     return {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": slot.pvc_name(), "namespace": namespace, "labels": slot.labels(),
-                     "annotations": {EXTRACTED_ANNOTATION: digest} if extracted else {}},
+                     "annotations": {EXTRACTED_DIGEST_ANNOTATION: digest} if extracted else {}},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": "gkm-test-absent-pv",
                  "resources": {"requests": {"storage": "1Mi"}}},
     }

@@ -13,7 +13,9 @@ import uuid
 import pytest
 from kubernetes import client
 
-from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    REAL_NODE_LABEL,
+)
 from tests.helpers.sim import sim_control
 
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
@@ -46,7 +48,7 @@ def pods_on_real_nodes(kube, sim, real_nodes):
     for node in real_nodes:
         core.create_namespaced_pod(namespace, {
             "metadata": {"name": node["name"]},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": node["name"], gpu_nodes.REAL_NODE_LABEL: "true"},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node["name"], REAL_NODE_LABEL: "true"},
                      "tolerations": [GPU_TOLERATION], "automountServiceAccountToken": False,
                      "containers": [{"name": "main", "image": sim.state["pause_image"]}]}})
     deadline = time.monotonic() + 90

@@ -22,6 +22,10 @@ import pytest
 from kubernetes import client, config
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    REAL_NODE_LABEL,
+    SIM_NODE_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 from tests.helpers.sim import SIM_SCRIPT, sim_control
 from tests.helpers.webhook import wait_until
@@ -31,11 +35,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 CONTAINER = {"name": "main", "image": "registry.k8s.io/pause:3.10"}
 # Pods of this image only "run" on kwok nodes: real nodes would try to pull it (and may pull only locally).
-ON_KWOK = {gpu_nodes.SIM_LABEL: "true"}
+ON_KWOK = {SIM_NODE_LABEL: "true"}
 
 
 def gpu_node_names(core):
-    nodes = core.list_node(label_selector="hardware-type=gpu,%s=true" % gpu_nodes.SIM_LABEL).items
+    nodes = core.list_node(label_selector="hardware-type=gpu,%s=true" % SIM_NODE_LABEL).items
     return sorted(node.metadata.name for node in nodes)
 
 
@@ -242,12 +246,12 @@ def test_the_fake_ranges_are_unreachable_here_and_a_connect_to_them_fails_at_onc
 def test_real_nodes_look_like_gpu_nodes_without_the_kwok_marks(kube, real_nodes):
     core = client.CoreV1Api(kube)
     nodes = {node.metadata.name: node for node in core.list_node(
-        label_selector="%s=true" % gpu_nodes.REAL_NODE_LABEL).items}
+        label_selector="%s=true" % REAL_NODE_LABEL).items}
     assert sorted(nodes) == sorted(node["name"] for node in real_nodes)
     assert {node.metadata.labels["gkm.io/gpu-backend"] for node in nodes.values()} == {"hip", "cuda"}
     for node in nodes.values():
         labels = node.metadata.labels
-        assert gpu_nodes.SIM_LABEL not in labels and labels.get("type") != "kwok"
+        assert SIM_NODE_LABEL not in labels and labels.get("type") != "kwok"
         assert gpu_nodes.KWOK_ANNOTATION not in (node.metadata.annotations or {})
         vendor = "amd" if labels["gkm.io/gpu-backend"] == "hip" else "nvidia"
         facts = gpu_nodes.VENDORS[vendor]

@@ -14,7 +14,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
-from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    SIM_NODE_LABEL,
+)
 from tests.helpers.webhook import (
     GPU_TOLERATION,
     KWOK_NODES,
@@ -33,7 +35,7 @@ PAUSE = {"name": "main", "image": "registry.k8s.io/pause:3.10"}
 
 def gpu_node_names(core):
     """The kwok GPU nodes: pods bound to them run nothing, so their images are never pulled."""
-    labels = dict(KWOK_NODES, **{"hardware-type": "gpu", gpu_nodes.SIM_LABEL: "true"})
+    labels = dict(KWOK_NODES, **{"hardware-type": "gpu", SIM_NODE_LABEL: "true"})
     nodes = core.list_node(label_selector=",".join("%s=%s" % label for label in sorted(labels.items()))).items
     return sorted(node.metadata.name for node in nodes)
 

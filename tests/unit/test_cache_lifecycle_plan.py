@@ -6,6 +6,9 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.filter.cache_orphans import cache_orphans
 from ansible_collections.gkm.cluster.plugins.filter.cache_undeclared import cache_undeclared
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KIND_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import conflicts, ownership
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from tests.unit.test_plan import as_live, facts, make_spec
@@ -50,11 +53,11 @@ def test_a_gkmcache_owns_its_namespaced_objects_and_labels_its_pvs_without_a_ref
         for obj in objects[kind]:
             assert obj["metadata"]["ownerReferences"] == [
                 {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "name": "vector-add", "uid": "uid-1"}]
-            assert obj["metadata"]["labels"][ownership.CACHE_KIND_LABEL] == "GKMCache"
+            assert obj["metadata"]["labels"][CACHE_KIND_LABEL] == "GKMCache"
     for pv in objects["PersistentVolume"]:
         # Cluster-scoped: no namespaced owner; and the collector would beat the scrub to it.
         assert "ownerReferences" not in pv["metadata"]
-        assert pv["metadata"]["labels"][ownership.CACHE_KIND_LABEL] == "GKMCache"
+        assert pv["metadata"]["labels"][CACHE_KIND_LABEL] == "GKMCache"
 
 
 def test_a_cluster_cache_owns_objects_in_every_workload_namespace_but_not_its_pvs():
@@ -77,13 +80,13 @@ def test_a_manifest_not_applied_yet_labels_its_objects_but_references_no_uid():
     spec = make_spec(owner=owner(uid=None, created=None))
     for obj in planner.plan(spec, facts()).desired:
         assert "ownerReferences" not in obj["metadata"]
-        assert obj["metadata"]["labels"][ownership.CACHE_KIND_LABEL] == "GKMCache"
+        assert obj["metadata"]["labels"][CACHE_KIND_LABEL] == "GKMCache"
 
 
 def test_cache_distribute_objects_stay_as_rendered():
     for obj in planner.plan(make_spec(), facts()).desired:
         assert "ownerReferences" not in obj["metadata"]
-        assert ownership.CACHE_KIND_LABEL not in obj["metadata"]["labels"]
+        assert CACHE_KIND_LABEL not in obj["metadata"]["labels"]
 
 
 def test_objects_from_before_owner_references_or_of_a_recreated_resource_are_updated_in_place():
@@ -104,7 +107,7 @@ def test_objects_from_before_owner_references_or_of_a_recreated_resource_are_upd
 
 def labelled(kind, namespace, name, cache_namespace=""):
     labels = {"app.kubernetes.io/managed-by": "gkm.cluster", "gkm.io/cache": name,
-              "gkm.io/cache-namespace": cache_namespace, ownership.CACHE_KIND_LABEL: kind}
+              "gkm.io/cache-namespace": cache_namespace, CACHE_KIND_LABEL: kind}
     return {"metadata": {"name": "obj", "labels": labels}}
 
 

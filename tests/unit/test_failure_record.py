@@ -2,10 +2,19 @@
 deleting the PVC is the retry."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    DIGEST_LABEL,
+    ERROR,
+    EXTRACTION_FAILED_LABEL,
+    EXTRACTION_FAILURE_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    PENDING,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import failure_record
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import SIGNATURE_NOT_VERIFIED
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import ERROR, PENDING, slot_phase
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import slot_phase
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, as_live, facts, make_spec
 
 SHORT_A = naming.short_digest(DIGEST_A)
@@ -22,7 +31,7 @@ def failed(live, refusing_pods=True):
             pods.append({
                 "metadata": {"name": job["metadata"]["name"] + "-x", "namespace": job["metadata"]["namespace"],
                              "labels": {failure_record.JOB_NAME_LABEL: job["metadata"]["name"],
-                                        naming.MANAGED_BY_LABEL: naming.MANAGER}},
+                                        MANAGED_BY_LABEL: MANAGER}},
                 "spec": {"nodeName": "n"},
                 "status": {"phase": "Failed", "containerStatuses": [{"name": "extract", "state": {
                     "terminated": {"exitCode": 5, "message": "signature does not verify"}}}]},
@@ -44,7 +53,7 @@ def test_a_failed_job_is_recorded_on_its_pvc_with_what_its_pod_said_and_no_job_i
     result = planner.plan(spec, facts(objects=live, pods=pods))
     assert {(a.verb, a.kind) for a in result.actions} == {("update", "PersistentVolumeClaim")}
     pvc = result.actions[0].body
-    assert pvc["metadata"]["labels"][failure_record.FAILED_LABEL] == SHORT_A
+    assert pvc["metadata"]["labels"][EXTRACTION_FAILED_LABEL] == SHORT_A
     said = failure_record.recorded(pvc, SHORT_A)
     assert said.reason == SIGNATURE_NOT_VERIFIED and "signature does not verify" in said.message
 
@@ -87,14 +96,14 @@ def test_deleting_the_pvc_retries_and_a_new_digest_starts_without_the_record():
     slot = naming.Slot("vector-add", "team-a", "team-a", planner.plan(spec, facts()).slots[0].node, DIGEST_A)
     assert {(a.verb, a.kind) for a in result.actions if a.name in (slot.pvc_name(), slot.job_name())} == {
         ("create", "PersistentVolumeClaim"), ("replace", "Job")}
-    assert not any(failure_record.FAILED_LABEL in a.body["metadata"].get("labels", {}) for a in result.actions
+    assert not any(EXTRACTION_FAILED_LABEL in a.body["metadata"].get("labels", {}) for a in result.actions
                    if a.name == slot.pvc_name())
 
     moved = planner.plan(make_spec(digest=DIGEST_B), facts(objects=recorded, pods=pods))
     created = [a for a in moved.actions if a.verb == "create" and a.kind in ("PersistentVolumeClaim", "Job")]
-    assert created and all(failure_record.FAILED_LABEL not in a.body["metadata"]["labels"] for a in created)
+    assert created and all(EXTRACTION_FAILED_LABEL not in a.body["metadata"]["labels"] for a in created)
     # The failed slots of the old digest were never extracted: nothing keeps them.
-    assert {a.verb for a in moved.actions if a.body["metadata"].get("labels", {}).get(naming.DIGEST_LABEL) == SHORT_A
+    assert {a.verb for a in moved.actions if a.body["metadata"].get("labels", {}).get(DIGEST_LABEL) == SHORT_A
             } == {"delete"}
 
 
@@ -108,7 +117,7 @@ def test_a_record_for_another_digest_or_job_or_an_unreadable_one():
     assert failure_record.record({"metadata": {"name": "p"}}, SHORT_A, said)["metadata"] == pvc["metadata"]
     assert failure_record.job_failure({"metadata": {"name": "j"}, "status": {"conditions": [
         {"type": "Failed", "status": "True"}]}}, []).reason == failure_record.UNKNOWN_REASON
-    pvc["metadata"]["annotations"][failure_record.FAILURE_ANNOTATION] = "not json"
+    pvc["metadata"]["annotations"][EXTRACTION_FAILURE_ANNOTATION] = "not json"
     assert failure_record.recorded(pvc, SHORT_A) is None
     # A Job still running is no failure; a slot recorded failed but whose PVC is gone is Pending again.
     assert failure_record.job_failure({"metadata": {"name": "j"}, "status": {}}, []) is None

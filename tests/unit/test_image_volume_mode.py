@@ -4,6 +4,9 @@ mount_mode option as the default of resources without spec.mountMode."""
 
 import pytest
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    RESOLVED,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import image_volume, module_result
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
@@ -59,7 +62,7 @@ def test_the_status_is_resolved_counts_fitting_nodes_and_lists_incompatible_ones
     nodes = default_nodes([{"name": "nv", "count": 1, "vendor": "nvidia", "arch": "90"}])
     spec = image_volume_spec(pod_template={"spec": {"tolerations": [{"operator": "Exists"}]}})
     status = image_volume.cache_status(spec, planner.plan(spec, facts(nodes)).eligibility, [], nodes)
-    assert status["phase"] == image_volume.RESOLVED and status["counts"]["nodes"] == len(WORKERS)
+    assert status["phase"] == RESOLVED and status["counts"]["nodes"] == len(WORKERS)
     assert [(e["node"], e["phase"]) for e in status["entries"]] == [("nv-1", "Incompatible")]
     assert status["image_volume"] == {"reference": REFERENCE, "compatible_nodes": len(WORKERS), "pulled_nodes": [],
                                       "pulled_node_count": 0, "pods": [], "pod_count": 0}
@@ -136,7 +139,7 @@ def test_pods_on_the_pinned_and_an_older_digest_and_nodes_with_the_image_are_cou
     assert [(p["name"], p["node"], p["phase"], p["digest"]) for p in use["pods"]] == [
         ("app-1", w1, "Running", DIGEST_A), ("app-2", w1, "Running", DIGEST_A), ("starting", "", "Pending", DIGEST_A),
         ("old-1", w2, "Running", DIGEST_B)]
-    assert status["phase"] == image_volume.RESOLVED
+    assert status["phase"] == RESOLVED
     message = cache_cr.summary_status({"cache": {"digest": DIGEST_A}, "status": status}, "t")["conditions"][0][
         "message"]
     assert message.endswith("2 node(s) pulled it, 2 running pod(s) mount it, 1 an older digest")

@@ -2,6 +2,11 @@
 digest is extracted there."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    EXTRACTED,
+    OUTDATED,
+    PENDING,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_readiness, status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, merged
@@ -43,7 +48,7 @@ def test_a_failed_new_extraction_leaves_the_node_on_its_previous_digest():
 
     entries = status.cache_status(result.slots, WORKERS, [], {}, objects, [])["entries"]
     kept, = [e for e in entries if e.get("reason") == planner.KEPT_UNTIL_REPLACED]
-    assert (kept["node"], kept["phase"], kept["digest"]) == (WORKERS[0], status.OUTDATED, OLD)
+    assert (kept["node"], kept["phase"], kept["digest"]) == (WORKERS[0], OUTDATED, OLD)
     assert node_readiness.ready_labels(make_spec(DIGEST_B), entries) == {
         WORKERS[0]: OLD, WORKERS[1]: NEW, WORKERS[2]: NEW}
 
@@ -62,11 +67,11 @@ def test_kept_slots_do_not_make_the_cache_outdated_unless_pods_read_them():
     objects = merged(live, as_live(started.desired, complete_jobs=True))
     marking = planner.plan(make_spec(DIGEST_B), facts(objects=objects))
     assert kept_nodes(marking) == WORKERS
-    assert status.cache_status(marking.slots, WORKERS, [], {}, objects, [])["phase"] == status.EXTRACTED
+    assert status.cache_status(marking.slots, WORKERS, [], {}, objects, [])["phase"] == EXTRACTED
     reader = {"metadata": {"name": "app", "namespace": "team-a"}, "status": {"phase": "Running"},
               "spec": {"nodeName": WORKERS[0], "volumes": [{"name": "c", "persistentVolumeClaim": {
                   "claimName": old.slots[0].pvc}}]}}
-    assert status.cache_status(marking.slots, WORKERS, [], {}, objects, [reader])["phase"] == status.OUTDATED
+    assert status.cache_status(marking.slots, WORKERS, [], {}, objects, [reader])["phase"] == OUTDATED
 
 
 def test_a_held_node_gets_no_new_slot_keeps_its_previous_one_and_waits_for_its_wave():
@@ -77,6 +82,6 @@ def test_a_held_node_gets_no_new_slot_keeps_its_previous_one_and_waits_for_its_w
     assert kept_nodes(result) == WORKERS
     entries = status.cache_status(result.slots, WORKERS, [], {}, live, [])
     held = [e for e in entries["entries"] if e.get("reason") == planner.WAITING_FOR_WAVE]
-    assert sorted(e["node"] for e in held) == WORKERS[1:] and {e["phase"] for e in held} == {status.PENDING}
-    assert entries["phase"] == status.PENDING
+    assert sorted(e["node"] for e in held) == WORKERS[1:] and {e["phase"] for e in held} == {PENDING}
+    assert entries["phase"] == PENDING
     assert node_readiness.ready_labels(make_spec(DIGEST_B), entries["entries"]) == {node: OLD for node in WORKERS}

@@ -5,6 +5,9 @@ import re
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    NODE_LABEL,
+)
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -65,10 +68,10 @@ def test_long_and_dotted_node_names_are_shortened_with_a_hash():
     for name in (slot.pvc_name(), slot.job_name(), slot.pv_name()):
         assert_valid_name(name)
     labels = slot.labels()
-    assert len(labels[naming.NODE_LABEL]) <= 63
-    assert naming.is_label_value(labels[naming.NODE_LABEL])
+    assert len(labels[NODE_LABEL]) <= 63
+    assert naming.is_label_value(labels[NODE_LABEL])
     other = rwo(node=node + "x", cache="c" * 63)
-    assert other.labels()[naming.NODE_LABEL] != labels[naming.NODE_LABEL]
+    assert other.labels()[NODE_LABEL] != labels[NODE_LABEL]
 
 
 def test_labels_of_namespaced_and_cluster_caches():

@@ -4,6 +4,10 @@ import copy
 import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    MANAGED_BY_LABEL,
+    MANAGER,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_objects, node_status, scheduling
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import CacheSpec
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
@@ -180,7 +184,6 @@ def test_5000_nodes_by_3_namespaces_converge_in_one_write_pair_per_node_and_reru
 
 
 def test_the_diff_shows_the_changed_entries_of_at_most_20_nodes_without_timestamps():
-    from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import MANAGED_BY_LABEL, MANAGER
     from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import MAX_DIFF_NODES, node_diff
 
     names = ["gpu-%02d" % number for number in range(25)]

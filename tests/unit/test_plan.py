@@ -5,6 +5,14 @@ import copy
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    EXTRACTED_DIGEST_ANNOTATION,
+    IMAGE_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    NODE_LABEL,
+    SPEC_HASH_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     node_status,
     registry_secret,
@@ -58,8 +66,8 @@ def as_live(desired, complete_jobs=False, marked=False):
             if complete_jobs:
                 live["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
         if obj["kind"] == "PersistentVolumeClaim" and marked:
-            image = obj["metadata"]["annotations"][render.IMAGE_ANNOTATION]
-            live["metadata"]["annotations"][render.EXTRACTED_ANNOTATION] = image.rsplit("@", 1)[1]
+            image = obj["metadata"]["annotations"][IMAGE_ANNOTATION]
+            live["metadata"]["annotations"][EXTRACTED_DIGEST_ANNOTATION] = image.rsplit("@", 1)[1]
         objects.setdefault(obj["kind"], []).append(live)
     return objects
 
@@ -324,7 +332,7 @@ def test_image_change_prunes_old_digest_but_keeps_a_mounted_pvc_as_outdated():
     live = as_live(old.desired, complete_jobs=True)
     mounted = old.slots[0].pvc
     pods = [pod("app", "team-a", mounted), pod("done", "team-a", old.slots[1].pvc, phase="Succeeded"),
-            pod("extractor", "team-a", old.slots[2].pvc, labels={naming.MANAGED_BY_LABEL: naming.MANAGER})]
+            pod("extractor", "team-a", old.slots[2].pvc, labels={MANAGED_BY_LABEL: MANAGER})]
     new_spec = make_spec(digest=DIGEST_B)
     # Make before break: while the new slots are not extracted every old slot stays.
     first = planner.plan(new_spec, facts(objects=live, pods=pods))
@@ -573,7 +581,7 @@ def test_every_pvc_of_a_cache_carries_the_hash_of_its_spec_and_signature_check(k
     body = pvcs[0]["spec"]
     checked = render.verification.identity(spec.verification)
     expected = render.spec_hash(dict(body, signatureCheck=checked) if checked else body)
-    assert len(pvcs) > 1 and {p["metadata"]["annotations"][render.SPEC_HASH_ANNOTATION] for p in pvcs} == {expected}
+    assert len(pvcs) > 1 and {p["metadata"]["annotations"][SPEC_HASH_ANNOTATION] for p in pvcs} == {expected}
 
 
 def test_a_rerun_renders_no_job_of_an_extracted_slot_unless_its_metadata_changed(monkeypatch):
@@ -587,7 +595,7 @@ def test_a_rerun_renders_no_job_of_an_extracted_slot_unless_its_metadata_changed
     assert planner.plan(spec, facts(objects=live)).actions == [] and rendered == []
     # A live Job that lost one of our labels is updated with the whole Job, as rendered on the first run.
     job = by_kind(first.desired, "Job")[0]
-    del live["Job"][0]["metadata"]["labels"][naming.NODE_LABEL]
+    del live["Job"][0]["metadata"]["labels"][NODE_LABEL]
     relabelled = planner.plan(spec, facts(objects=live))
     assert [(a.verb, a.kind, a.body) for a in relabelled.actions] == [("update", "Job", job)]
     assert len(rendered) == 1

@@ -1,6 +1,9 @@
 """Scrub planning and rendering, pure: which paths each node's scrub Job removes, and how the Job is confined."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    SCRUB_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import scrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import render_pv
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import CacheSpec
@@ -109,7 +112,7 @@ def test_rendered_scrub_reaches_the_root_through_its_own_pv_pinned_to_the_node()
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["automountServiceAccountToken"] is False
     assert job["spec"]["activeDeadlineSeconds"] == 120
-    assert job["metadata"]["labels"][scrub.SCRUB_LABEL] == "true"
+    assert job["metadata"]["labels"][SCRUB_LABEL] == "true"
 
 
 def test_failure_message_prefers_the_container_termination_message():

@@ -1,6 +1,11 @@
 """The serving PVC of a ReadWriteOnce cache (distribute/serving.py) through the planner, the status and the scrub
 plan, without a cluster."""
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    EXTRACTED,
+    RUNNING,
+    SERVING_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import scrub, serving, status
 from tests.unit.test_plan import (
@@ -46,7 +51,7 @@ def test_one_serving_pvc_named_as_the_cache_bound_to_an_unpinned_pv_at_the_publi
                   if not serving.is_serving(p)}
     assert slot_paths == {pv["spec"]["hostPath"]["path"].rsplit("/", 1)[0]}
     assert len(by_kind(result.desired, "Job")) == len(WORKERS)
-    assert pv["metadata"]["labels"][serving.SERVING_LABEL] == "true"
+    assert pv["metadata"]["labels"][SERVING_LABEL] == "true"
     assert [(s.outcome, s.pvc) for s in result.slots if s.outcome == serving.SERVING] == [
         (serving.SERVING, "vector-add")]
 
@@ -129,7 +134,7 @@ def test_pods_of_the_current_serving_pvc_count_as_running_on_their_nodes():
     second = planner.plan(serving_spec(), facts(objects=live, pods=readers))
     result = status.cache_status(second.slots, WORKERS, [], {}, live, readers)
     assert result["counts"]["pod_running"] == 2 and result["counts"]["node_in_use"] == 2
-    assert result["phase"] == status.RUNNING
+    assert result["phase"] == RUNNING
     served, = result["serving"]
     assert served["pvc"] == "vector-add" and sorted(served["mounted_by"]) == ["team-a/r0", "team-a/r1"]
     assert all(entry["node"] for entry in result["entries"])
@@ -141,7 +146,7 @@ def test_cache_info_tells_the_serving_pvc_from_a_slot():
     slots, nodes = status.slots_from_live(live)
     assert nodes == sorted(WORKERS)
     assert [s.pvc for s in slots if s.outcome == serving.SERVING] == ["vector-add"]
-    assert status.cache_status(slots, nodes, [], {}, live, [])["phase"] == status.EXTRACTED
+    assert status.cache_status(slots, nodes, [], {}, live, [])["phase"] == EXTRACTED
 
 
 def test_pv_name_fits_a_dns_label_for_the_longest_cache_name():

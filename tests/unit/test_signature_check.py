@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import SIGNATURE_FORMAT_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import signature_check as sc
 
 IMAGE = "registry.example/caches/vllm@sha256:" + "a" * 64
@@ -20,7 +21,7 @@ def test_an_unlabelled_cache_gets_no_condition():
 
 
 def test_kyverno_s_record_of_a_pass_for_the_image_is_verified():
-    resource = cache(labels={sc.FORMAT_LABEL: "cosign-v3"},
+    resource = cache(labels={SIGNATURE_FORMAT_LABEL: "cosign-v3"},
                      annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
     condition = sc.signature_condition(resource, NOW)
     assert (condition["type"], condition["status"], condition["reason"]) == (
@@ -30,7 +31,7 @@ def test_kyverno_s_record_of_a_pass_for_the_image_is_verified():
 
 def test_kyverno_s_record_without_the_tag_matches_the_tagged_pinned_image():
     tagged = "registry.example:5000/caches/vllm:v1@sha256:" + "a" * 64
-    resource = cache(labels={sc.FORMAT_LABEL: "cosign-v2"}, image=tagged,
+    resource = cache(labels={SIGNATURE_FORMAT_LABEL: "cosign-v2"}, image=tagged,
                      annotations={sc.KYVERNO_RECORD: json.dumps({"registry.example:5000/caches/vllm@sha256:" + "a" * 64:
                                                                  "pass"})})
     assert sc.signature_condition(resource, NOW)["status"] == "True"
@@ -45,14 +46,15 @@ def test_kyverno_s_record_without_the_tag_matches_the_tagged_pinned_image():
     {sc.KYVERNO_RECORD: json.dumps({"registry.example/caches/vllm:v1": "pass"})},
 ], ids=["no-record", "other-image", "not-pass", "unreadable", "not-a-map", "no-digest"])
 def test_a_labelled_cache_without_kyverno_s_pass_says_nothing_checked_it(annotations):
-    condition = sc.signature_condition(cache(labels={sc.FORMAT_LABEL: "cosign-v2"}, annotations=annotations), NOW)
+    condition = sc.signature_condition(cache(labels={SIGNATURE_FORMAT_LABEL: "cosign-v2"}, annotations=annotations),
+                                       NOW)
     assert (condition["status"], condition["reason"]) == ("False", "NotVerified")
     assert "nothing checked the signature of %s" % IMAGE in condition["message"]
     assert "extracted unchecked" in condition["message"] and "is it running" in condition["message"]
 
 
 def test_a_labelled_cluster_cache_names_why_kyverno_did_not_check_it():
-    condition = sc.signature_condition(cache(kind="ClusterGKMCache", labels={sc.FORMAT_LABEL: "cosign-v2"}), NOW)
+    condition = sc.signature_condition(cache(kind="ClusterGKMCache", labels={SIGNATURE_FORMAT_LABEL: "cosign-v2"}), NOW)
     assert condition["status"] == "False"
     assert "Kyverno does not see cluster-scoped resources" in condition["message"]
 
@@ -61,7 +63,7 @@ def entry(phase, reason=None, message=None):
     return {"phase": phase, "reason": reason, "message": message}
 
 
-LABELLED = {sc.FORMAT_LABEL: "cosign-v3"}
+LABELLED = {SIGNATURE_FORMAT_LABEL: "cosign-v3"}
 
 
 @pytest.mark.parametrize("kind", ["GKMCache", "ClusterGKMCache"])

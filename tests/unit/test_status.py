@@ -1,8 +1,10 @@
 """Cache status: per-slot phases, GKM's counts and scheduler diagnostics, from plain API dicts."""
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    EXTRACTED_DIGEST_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import SlotState
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 
 DIGEST = "a" * 12
 NODES = ["n1", "n2", "n3"]
@@ -55,7 +57,8 @@ def test_phases_and_counts_of_a_mixed_rwo_cache():
 def test_extracted_marker_survives_the_job_ttl_and_idle_nodes_count_as_not_in_use():
     slots = [slot("n1"), slot("n2")]
     live = {"PersistentVolumeClaim": [
-        {"metadata": {"name": s.pvc, "namespace": "ns", "annotations": {EXTRACTED_ANNOTATION: "sha256:" + "a" * 64}}}
+        {"metadata": {"name": s.pvc, "namespace": "ns",
+                      "annotations": {EXTRACTED_DIGEST_ANNOTATION: "sha256:" + "a" * 64}}}
         for s in slots]}
     result = status.cache_status(slots, ["n1", "n2"], [], {}, live, [workload("app", slots[1].pvc, "n2")])
     assert result["counts"] == {"nodes": 2, "node_in_use": 1, "node_not_in_use": 1, "node_error": 0,
@@ -130,7 +133,7 @@ def test_objects_without_a_digest_label_still_get_a_status():
     """A PVC labelled by hand or by an older version: cache_info reports it instead of failing."""
     pvc = {"metadata": {"name": "hand-made", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z",
                         "labels": {"gkm.io/cache": "c", "gkm.io/node": "n1"},
-                        "annotations": {EXTRACTED_ANNOTATION: "sha256:" + DIGEST}}}
+                        "annotations": {EXTRACTED_DIGEST_ANNOTATION: "sha256:" + DIGEST}}}
     live = {"PersistentVolumeClaim": [pvc]}
     slots, nodes = status.slots_from_live(status.group_by_cache(live)[("c", "")])
     assert [(s.pvc, s.outcome, s.digest) for s in slots] == [("hand-made", "current", "")]

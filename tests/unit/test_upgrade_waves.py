@@ -3,6 +3,12 @@
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    ERROR,
+    EXTRACTED,
+    EXTRACTING,
+    PENDING,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import upgrade_waves as waves
@@ -34,11 +40,11 @@ def progress_after(plan, finish, fail=()):
     for name, state in plan.states.items():
         target = None
         if state != waves.WAITING:
-            target = status.PENDING
+            target = PENDING
         if name in finish or state == waves.UPGRADED:
-            target = status.EXTRACTED
+            target = EXTRACTED
         if name in fail:
-            target = status.ERROR
+            target = ERROR
         result[name] = waves.NodeProgress(previous=OLD, target=target)
     return result
 
@@ -112,14 +118,14 @@ def test_a_node_with_nothing_to_protect_starts_at_once_and_takes_no_place():
     nodes = [*fleet(4), node("joined")]
     plan = upgrade(nodes, {"maxUnavailable": 1, "paused": True}, joined=waves.NodeProgress())
     assert plan.starting == ["joined"] and plan.nodes_in(waves.UPGRADING) == ["joined"]
-    running = upgrade(nodes, {"maxUnavailable": 1}, joined=waves.NodeProgress(target=status.PENDING))
+    running = upgrade(nodes, {"maxUnavailable": 1}, joined=waves.NodeProgress(target=PENDING))
     assert running.starting == ["gpu-00"]
 
 
 def test_a_node_whose_workloads_wait_for_their_restart_is_still_upgrading():
     nodes = fleet(3)
     plan = upgrade(nodes, {"maxUnavailable": 1},
-                   **{"gpu-00": waves.NodeProgress(previous=OLD, target=status.EXTRACTED, evictions=2)})
+                   **{"gpu-00": waves.NodeProgress(previous=OLD, target=EXTRACTED, evictions=2)})
     assert plan.restart == ["gpu-00"] and plan.states["gpu-00"] == waves.UPGRADING and plan.starting == []
 
 
@@ -152,16 +158,16 @@ def test_node_progress_from_the_planner_and_the_status_of_a_digest_change():
                                   [])["entries"]
     progress = waves.node_progress(entries, spec.digest, started={WORKERS[2]}, kept_reason=planner.KEPT_UNTIL_REPLACED)
     assert {name: (fact.previous, fact.target) for name, fact in progress.items()} == {
-        WORKERS[0]: (OLD, None), WORKERS[1]: (OLD, None), WORKERS[2]: (OLD, status.PENDING)}
+        WORKERS[0]: (OLD, None), WORKERS[1]: (OLD, None), WORKERS[2]: (OLD, PENDING)}
     plan = waves.plan_waves(parse_upgrade_policy({"maxUnavailable": 2}), spec.digest, new_plan.eligibility.eligible,
                             progress)
     assert plan.starting == [WORKERS[0]] and plan.holds(WORKERS[1])
 
 
 @pytest.mark.parametrize("phases, target", [
-    ((status.EXTRACTED, status.ERROR), status.ERROR),
-    ((status.EXTRACTED, status.EXTRACTING), status.EXTRACTING),
-    ((status.EXTRACTED, status.EXTRACTED), status.EXTRACTED),
+    ((EXTRACTED, ERROR), ERROR),
+    ((EXTRACTED, EXTRACTING), EXTRACTING),
+    ((EXTRACTED, EXTRACTED), EXTRACTED),
 ])
 def test_a_node_is_as_far_as_its_slowest_namespace(phases, target):
     entries = [{"namespace": "ns-%d" % index, "node": "n", "digest": short_digest(DIGEST_B), "phase": phase}
@@ -173,10 +179,10 @@ def test_a_node_is_as_far_as_its_slowest_namespace(phases, target):
 def test_a_node_whose_previous_slot_is_released_keeps_its_place_while_its_workloads_restart():
     nodes = fleet(2)
     plan = upgrade(nodes, {"maxUnavailable": 1},
-                   **{"gpu-00": waves.NodeProgress(target=status.EXTRACTED, evictions=1)})
+                   **{"gpu-00": waves.NodeProgress(target=EXTRACTED, evictions=1)})
     assert plan.active and not plan.complete and plan.restart == ["gpu-00"]
     assert plan.states == {"gpu-00": waves.UPGRADING, "gpu-01": waves.WAITING} and plan.starting == []
-    done = upgrade(nodes, {"maxUnavailable": 1}, **{"gpu-00": waves.NodeProgress(target=status.EXTRACTED)})
+    done = upgrade(nodes, {"maxUnavailable": 1}, **{"gpu-00": waves.NodeProgress(target=EXTRACTED)})
     assert done.starting == ["gpu-01"] and done.restart == []
 
 

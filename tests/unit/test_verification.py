@@ -5,6 +5,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    SPEC_HASH_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     job_pods,
     registry_secret,
@@ -76,7 +79,7 @@ def test_jobs_verify_with_the_mounted_key_and_the_label_s_format_against_the_dig
 def test_an_unverified_spec_renders_as_before():
     unverified = by_kind(planner.plan(make_spec(), facts()).desired, "PersistentVolumeClaim")[0]
     body = unverified["spec"]
-    assert unverified["metadata"]["annotations"][render.SPEC_HASH_ANNOTATION] == render.spec_hash(body)
+    assert unverified["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == render.spec_hash(body)
 
 
 def test_turning_the_check_on_or_changing_key_or_format_extracts_the_slots_again():

@@ -5,10 +5,13 @@ import base64
 import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KIND,
+    EXTRACTED_DIGEST_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import ALLOWED, DENIED, INVALID, PATCHED
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.decide import decide
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import NAMESPACED_KIND, CacheView
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import CacheView
 from tests.helpers.steering import (
     DIGEST_A,
     READY_KEY,
@@ -38,11 +41,11 @@ def pinned(node_name):
 def views():
     caches = [cache("vector-add")]
     cache_view = CacheView()
-    cache_view.replace_caches(NAMESPACED_KIND, caches)
+    cache_view.replace_caches(CACHE_KIND, caches)
     slot = Slot("vector-add", "apps", "apps", "amd-1", DIGEST_A)
     # Marked extracted: the webhook hands out no other node PVC (make before break).
     cache_view.replace_pvcs([{"metadata": {"name": slot.pvc_name(), "namespace": "apps", "labels": slot.labels(),
-                                           "annotations": {EXTRACTED_ANNOTATION: slot.digest}}}])
+                                           "annotations": {EXTRACTED_DIGEST_ANNOTATION: slot.digest}}}])
     return cache_view, view(caches, pvcs=[serving_pvc("vector-add")]), slot.pvc_name()
 
 

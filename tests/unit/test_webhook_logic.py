@@ -6,9 +6,13 @@ import json
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KIND,
+    CLUSTER_CACHE_KIND,
+    EXTRACTED_DIGEST_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import serving
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import (
     ALLOWED,
     DENIED,
@@ -17,11 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission impo
     admit,
     pod_node,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
-    CLUSTER_KIND,
-    NAMESPACED_KIND,
-    CacheView,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import CacheView
 from tests.unit.test_plan import make_spec
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -35,7 +35,7 @@ def pvc(slot, created="2026-01-01T00:00:00Z", extracted=True):
             "name": slot.pvc_name(),
             "namespace": slot.namespace,
             "labels": slot.labels(),
-            "annotations": {EXTRACTED_ANNOTATION: slot.digest} if extracted else {},
+            "annotations": {EXTRACTED_DIGEST_ANNOTATION: slot.digest} if extracted else {},
             "creationTimestamp": created,
         }
     }
@@ -253,7 +253,7 @@ def test_pod_node(spec, node):
 
 def test_cluster_cache_visible_only_in_workload_namespaces():
     view = CacheView()
-    view.replace_caches(CLUSTER_KIND, [cache_object("shared", workload_namespaces=["apps", "ml"])])
+    view.replace_caches(CLUSTER_CACHE_KIND, [cache_object("shared", workload_namespaces=["apps", "ml"])])
     view.replace_pvcs([pvc(Slot("shared", "", "apps", "worker-1", DIGEST_A))])
 
     patched = admit(review(pod(claims=("shared",), node="worker-1")), view)
@@ -285,7 +285,7 @@ def test_namespaced_cache_shadows_cluster_cache_of_same_name():
 
 def test_declared_cache_without_pvcs_is_denied():
     view = CacheView()
-    view.replace_caches(NAMESPACED_KIND, [cache_object("vector-add", "apps")])
+    view.replace_caches(CACHE_KIND, [cache_object("vector-add", "apps")])
     decision = admit(review(pod(node="worker-1")), view)
     assert decision.outcome == DENIED
     assert 'GKMCache "apps/vector-add" has not been distributed to any node yet' in (
@@ -294,7 +294,7 @@ def test_declared_cache_without_pvcs_is_denied():
 
 def test_read_only_many_cache_needs_no_rewrite():
     view = CacheView()
-    view.replace_caches(NAMESPACED_KIND, [cache_object("rox", "apps", access_modes=["ReadOnlyMany"])])
+    view.replace_caches(CACHE_KIND, [cache_object("rox", "apps", access_modes=["ReadOnlyMany"])])
     assert admit(review(pod(claims=("rox",))), view).outcome == ALLOWED
     view = CacheView()
     view.replace_pvcs([pvc(Slot("rox2", "apps", "apps", "", DIGEST_A))])
@@ -314,7 +314,7 @@ def test_newest_digest_is_current_unless_the_cache_pins_one():
     kept = admit(review(pod(claims=("kc",), node="worker-2")), view)
     assert patch_of(kept)[0]["value"] == Slot("kc", "apps", "apps", "worker-2", DIGEST_A).pvc_name()
 
-    view.apply_cache_event(NAMESPACED_KIND, "ADDED", cache_object("kc", "apps", image="reg/kc@" + DIGEST_A))
+    view.apply_cache_event(CACHE_KIND, "ADDED", cache_object("kc", "apps", image="reg/kc@" + DIGEST_A))
     pinned = admit(review(pod(claims=("kc",), node="worker-2")), view)
     assert patch_of(pinned)[0]["value"] == Slot("kc", "apps", "apps", "worker-2", DIGEST_A).pvc_name()
 
@@ -339,9 +339,9 @@ def test_watch_events_update_the_view(view):
 
 
 def test_cache_deletion_event(view):
-    view.apply_cache_event(CLUSTER_KIND, "ADDED", cache_object("shared", workload_namespaces=["apps"]))
+    view.apply_cache_event(CLUSTER_CACHE_KIND, "ADDED", cache_object("shared", workload_namespaces=["apps"]))
     assert admit(review(pod(claims=("shared",), node="worker-1")), view).outcome == DENIED
-    view.apply_cache_event(CLUSTER_KIND, "DELETED", cache_object("shared"))
+    view.apply_cache_event(CLUSTER_CACHE_KIND, "DELETED", cache_object("shared"))
     assert admit(review(pod(claims=("shared",), node="worker-1")), view).outcome == ALLOWED
 
 
@@ -379,8 +379,8 @@ def test_denials_say_why_a_node_never_gets_the_cache_and_not_yet_only_when_it_is
     the denial; a node without a GPU has no per-node entry and is denied without a reason."""
     cache = cache_object("vector-add", "apps")
     view = CacheView()
-    view.replace_caches(NAMESPACED_KIND, [cache])
-    view.replace_node_objects(NAMESPACED_KIND, _node_objects("GKMCache", "apps", "vector-add", {
+    view.replace_caches(CACHE_KIND, [cache])
+    view.replace_node_objects(CACHE_KIND, _node_objects("GKMCache", "apps", "vector-add", {
         "nv-1": ["GPU cuda/90/32 does not match the image's targets (hip/gfx90a/64)"],
         "tainted-1": ["untolerated taint team=ml:NoSchedule (add a toleration to pod_template.spec.tolerations)"],
     }))
@@ -399,7 +399,7 @@ def test_denials_say_why_a_node_never_gets_the_cache_and_not_yet_only_when_it_is
     not_yet = denial("worker-2")
     assert 'is not extracted for node "worker-2" (digest %s) yet' % short_digest(DIGEST_A) in not_yet
     assert "gkm.cluster.cache_distribute" in not_yet
-    view.apply_node_object_event(NAMESPACED_KIND, "DELETED", {"metadata": {"name": "nv-1", "namespace": "apps"}})
+    view.apply_node_object_event(CACHE_KIND, "DELETED", {"metadata": {"name": "nv-1", "namespace": "apps"}})
     assert "yet" in denial("nv-1")
 
 

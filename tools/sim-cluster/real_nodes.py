@@ -25,6 +25,10 @@ from typing import Callable
 import real_nodes_plan as plan
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    REAL_NODE_LABEL,
+    SIM_NODE_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
 NETNS_DIR = "/run/netns"
@@ -246,7 +250,7 @@ def _make_cgroup_root(root):
 
 def _specs(groups):
     """Name, labels, taints and GPU capacity of the real nodes of these node groups."""
-    return [plan.real_node_object(node, gpu_nodes.SIM_LABEL, gpu_nodes.REAL_NODE_LABEL)
+    return [plan.real_node_object(node, SIM_NODE_LABEL, REAL_NODE_LABEL)
             for node in gpu_nodes.render_nodes(groups)]
 
 

@@ -71,6 +71,10 @@ import real_nodes  # noqa: E402
 import real_nodes_plan  # noqa: E402
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (  # noqa: E402
+    REAL_NODE_LABEL,
+    SIM_NODE_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
 
 SIM_DIR = os.path.abspath(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")))
@@ -423,7 +427,7 @@ def real_nodes_run(state, pki=None):
 
 
 def list_sim_nodes(state, pki):
-    result = api_request(state, pki, "GET", "/api/v1/nodes?labelSelector=%s%%3Dtrue" % gpu_nodes.SIM_LABEL)
+    result = api_request(state, pki, "GET", "/api/v1/nodes?labelSelector=%s%%3Dtrue" % SIM_NODE_LABEL)
     return result["items"]
 
 
@@ -853,7 +857,7 @@ def cmd_status(_args):
 def cmd_nodes(_args):
     state = load_state()
     pki = ensure_pki(state)
-    real = api_request(state, pki, "GET", "/api/v1/nodes?labelSelector=%s%%3Dtrue" % gpu_nodes.REAL_NODE_LABEL)
+    real = api_request(state, pki, "GET", "/api/v1/nodes?labelSelector=%s%%3Dtrue" % REAL_NODE_LABEL)
     rows = [dict(gpu_nodes.node_summary(node), kind=kind) for kind, nodes in (
         ("kwok", list_sim_nodes(state, pki)), ("real", real["items"])) for node in nodes]
     print("Simulated cluster: %s (KUBECONFIG=%s), registry %s" % (state["apiserver"], KUBECONFIG, state["registry"]))

@@ -17,12 +17,14 @@ __metaclass__ = type
 import hashlib
 import re
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGER = "gkm.cluster"
-CACHE_LABEL = "gkm.io/cache"
-CACHE_NAMESPACE_LABEL = "gkm.io/cache-namespace"
-NODE_LABEL = "gkm.io/node"
-DIGEST_LABEL = "gkm.io/digest"
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_LABEL,
+    CACHE_NAMESPACE_LABEL,
+    DIGEST_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    NODE_LABEL,
+)
 
 MAX_NAME = 63
 HASH_LENGTH = 10

@@ -7,7 +7,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import MOUNT_MODES, PVC
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    MOUNT_MODES,
+    PVC,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_ARG_SPEC
 
 # How a cache is distributed, independent of which cache: set by the operator, not by a GKMCache.

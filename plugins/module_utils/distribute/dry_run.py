@@ -17,7 +17,10 @@ import copy
 import re
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube, KubeError, resource_path
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import DIGEST_LABEL, NODE_LABEL
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    DIGEST_LABEL,
+    NODE_LABEL,
+)
 
 INVALID = "Invalid"
 # An object replaced under its own name still exists: its stand-in gets a server-made name, so the server

@@ -18,17 +18,21 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_LABEL,
+    EXTRACTION_FAILED_LABEL,
+    EXTRACTION_FAILURE_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import (
     JOB_NAME_LABEL,
     job_condition,
     pods_problem,
 )
 
-FAILED_LABEL = "gkm.io/extraction-failed"
-FAILURE_ANNOTATION = "gkm.io/extraction-failure"
 MAX_MESSAGE = 1024
 UNKNOWN_REASON = "ExtractionFailed"
-RETRY_FIX = "delete the PVC to retry: kubectl delete pvc -n <namespace> -l %s,gkm.io/cache=<cache>" % FAILED_LABEL
+RETRY_FIX = "delete the PVC to retry: kubectl delete pvc -n <namespace> -l %s,%s=<cache>" % (
+    EXTRACTION_FAILED_LABEL, CACHE_LABEL)
 
 
 class Failure:
@@ -71,16 +75,16 @@ def pods_of(job, pods):
 
 
 def has_record(pvc):
-    return FAILED_LABEL in (((pvc or {}).get("metadata") or {}).get("labels") or {})
+    return EXTRACTION_FAILED_LABEL in (((pvc or {}).get("metadata") or {}).get("labels") or {})
 
 
 def recorded(pvc, short, job_hash=None):
     """The Failure recorded on the PVC for the slot's short digest (and, when given, for the Job of that spec
     hash), else None. An unreadable record is no record: the slot is tried again."""
     metadata = (pvc or {}).get("metadata") or {}
-    if (metadata.get("labels") or {}).get(FAILED_LABEL) != short:
+    if (metadata.get("labels") or {}).get(EXTRACTION_FAILED_LABEL) != short:
         return None
-    annotation = (metadata.get("annotations") or {}).get(FAILURE_ANNOTATION) or ""
+    annotation = (metadata.get("annotations") or {}).get(EXTRACTION_FAILURE_ANNOTATION) or ""
     try:
         said = json.loads(annotation)
     except ValueError:
@@ -95,6 +99,6 @@ def record(pvc, short, failure):
     """The desired PVC with the failure recorded (a copy; labels and annotations are not shared with the input)."""
     metadata = dict(pvc["metadata"], labels=dict(pvc["metadata"].get("labels") or {}),
                     annotations=dict(pvc["metadata"].get("annotations") or {}))
-    metadata["labels"][FAILED_LABEL] = short
-    metadata["annotations"][FAILURE_ANNOTATION] = failure.annotation()
+    metadata["labels"][EXTRACTION_FAILED_LABEL] = short
+    metadata["annotations"][EXTRACTION_FAILURE_ANNOTATION] = failure.annotation()
     return dict(pvc, metadata=metadata)

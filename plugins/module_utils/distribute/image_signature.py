@@ -15,9 +15,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_ANNOTATION,
+    SIGNATURE_FORMAT_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import pinned_reference
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import SIGNATURE_NOT_VERIFIED
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.verification import FORMAT_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import OCIError, RegistryClient
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.signature import SignatureError, verify_image_signature
@@ -41,14 +44,14 @@ def refusal_message(image, signature_format, why, kept_digest):
     """What the Error status says of a refused digest: the image and digest, why, what pods mount now, the fix."""
     if kept_digest:
         now = ("status.resolvedDigest stays %s, recorded before and still verified with the key, so pods annotated "
-               "gkm.io/cache go on mounting that digest" % kept_digest)
+               "%s go on mounting that digest" % (kept_digest, CACHE_ANNOTATION))
     else:
-        now = ("no digest is recorded (status.resolvedDigest is empty), so pods annotated gkm.io/cache are denied "
-               "until a digest verifies")
+        now = ("no digest is recorded (status.resolvedDigest is empty), so pods annotated %s are denied "
+               "until a digest verifies" % CACHE_ANNOTATION)
     return ("mountMode imageVolume: the reconcile refused %s: its signature does not verify with the public key "
             "(signature_public_key) as the label %s asks (cosign %s): %s; %s. Fix: sign that digest with the key "
             "of signature_public_key (caches_signature_public_key) in that format, or give the key it was signed "
-            "with" % (image, FORMAT_LABEL, signature_format, why, now))
+            "with" % (image, SIGNATURE_FORMAT_LABEL, signature_format, why, now))
 
 
 def _refusal(params, image, digest, verification):

@@ -11,14 +11,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_ANNOTATION,
+    RESOLVED,
+    RUNNING,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pod_use import pod_user, workload_pod
 
-PVC = "PVC"
-IMAGE_VOLUME = "imageVolume"
-MOUNT_MODES = (PVC, IMAGE_VOLUME)
 # The status phase of an imageVolume cache whose image is resolved: nothing is extracted, pods pull it themselves.
-RESOLVED = "Resolved"
-RUNNING = "Running"
 # At most this many pulled nodes and mounting pods in a result without node_details and in a resource's status (as
 # many as its problems), whatever the cluster's size; the counts say how many there are.
 MAX_LISTED = 10
@@ -108,7 +108,8 @@ def resource_status(image_volume):
 
 
 def ready_message(image_volume, counts):
-    return ("mountMode imageVolume: no PVC or Job; pods annotated gkm.io/cache mount %s as an image volume on the %d "
+    return ("mountMode imageVolume: no PVC or Job; pods annotated %s mount %s as an image volume on the %d "
             "node(s) whose GPU fits; %d node(s) pulled it, %d running pod(s) mount it, %d an older digest" % (
-                image_volume["reference"], image_volume["compatible_nodes"], image_volume["pulled_node_count"],
+                CACHE_ANNOTATION, image_volume["reference"], image_volume["compatible_nodes"],
+                image_volume["pulled_node_count"],
                 counts.get("pod_running", 0), counts.get("pod_outdated", 0)))

@@ -11,6 +11,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    SIGNATURE_FORMAT_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import OWNER_CONTAINER
 
 # The label the Job controller puts on its pods.
@@ -33,7 +36,7 @@ _FIXES = {
     PERMISSION_STEP_FAILED: ["set_volume_owner", "storage_class_name"],
     VOLUME_NOT_WRITABLE: ["set_volume_owner", "storage_class_name"],
     SIGNATURE_NOT_VERIFIED: ["sign the image with the key of signature_public_key (caches_signature_public_key), "
-                             "in the format of the label gkm.io/signature-format",
+                             "in the format of the label " + SIGNATURE_FORMAT_LABEL,
                              "signature_public_key (caches_signature_public_key)"],
     REGISTRY_UNREACHABLE: ["registry_plain_http / registry_ca_file / registry_validate_certs",
                            "the registry's address as the nodes see it"],

@@ -13,9 +13,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    DECLARED_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import owner_key
 
-DECLARED_LABEL = "gkm.io/declared-by"
 DECLARED_BY = "inventory"
 CACHE_KINDS = ("GKMCache", "ClusterGKMCache")
 

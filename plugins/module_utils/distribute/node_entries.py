@@ -14,8 +14,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    EXTRACTED,
+    EXTRACTING,
+    RUNNING,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import DOWNLOADING
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import EXTRACTED, EXTRACTING, RUNNING
 
 _PHASES = {DOWNLOADING: EXTRACTING, RUNNING: EXTRACTED}
 SHARED_PVC_OWNER = "Operator"

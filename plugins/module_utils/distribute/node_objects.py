@@ -20,21 +20,21 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import MANAGED_BY_LABEL, MANAGER, label_value
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import node_gpus
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.resource import GROUP, VERSION
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     ERROR,
     EXTRACTED,
+    GROUP,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    NODE_KINDS,
     OUTDATED,
     RUNNING,
+    VERSION,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import node_gpus
 
 # cache kind -> (per-node kind, plural, namespaced)
-NODE_KINDS = {
-    "GKMCache": ("GKMCacheNode", "gkmcachenodes", True),
-    "ClusterGKMCache": ("ClusterGKMCacheNode", "clustergkmcachenodes", False),
-}
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 CREATE, PATCH_STATUS, DELETE = "create", "patch_status", "delete"
 

@@ -18,24 +18,25 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import pod_mounts
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import (
-    format_taint,
-    untolerated_taints,
-)
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     ERROR,
     EXTRACTED,
     EXTRACTING,
+    GPU_ARCH_LABEL,
+    GPU_BACKEND_LABEL,
     INCOMPATIBLE,
     OUTDATED,
     PENDING,
     RUNNING,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import pod_mounts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import (
+    NO_GPU_LABELS,
+    format_taint,
+    untolerated_taints,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
-    NODE_LABEL_ARCH,
-    NODE_LABEL_BACKEND,
     GPUSpecError,
     gpus_compatible,
     gpus_from_node_labels,
@@ -56,7 +57,7 @@ _REASON_PREFIXES = (
     ("not selected by node_selector", NOT_SELECTED),
     ("labels do not match pod_template.spec.nodeSelector", NOT_SELECTED),
     ("does not match the required node affinity", NOT_SELECTED),
-    ("no gkm.io/gpu-* labels", NO_GPU),
+    (NO_GPU_LABELS, NO_GPU),
     ("GPU labels unusable", GPU_LABELS_UNUSABLE),
     ("GPU ", INCOMPATIBLE),
     ("untolerated taint", UNTOLERATED_TAINT),
@@ -87,7 +88,7 @@ def exclusion_code(reasons):
 
 
 def is_gpu_node(node):
-    return NODE_LABEL_BACKEND in (node["metadata"].get("labels") or {})
+    return GPU_BACKEND_LABEL in (node["metadata"].get("labels") or {})
 
 
 def _gpu_count(node):
@@ -108,7 +109,7 @@ def node_gpus(node):
         return []
     labels = node["metadata"].get("labels") or {}
     product = next((labels[key] for key in GPU_PRODUCT_LABELS if labels.get(key)), None)
-    group = {"gpuType": product or ("%s %s" % (labels[NODE_LABEL_BACKEND], labels.get(NODE_LABEL_ARCH, ""))).strip(),
+    group = {"gpuType": product or ("%s %s" % (labels[GPU_BACKEND_LABEL], labels.get(GPU_ARCH_LABEL, ""))).strip(),
              "ids": list(range(_gpu_count(node)))}
     driver = next((labels[key] for key in GPU_DRIVER_LABELS if labels.get(key)), None)
     if driver:

@@ -17,10 +17,12 @@ import datetime
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    NODE_KINDS,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_objects import (
     CREATE,
     DELETE,
-    NODE_KINDS,
     PATCH_STATUS,
     node_object_path,
     plan_node_objects,

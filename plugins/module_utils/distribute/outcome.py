@@ -13,7 +13,9 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import ERROR as ERROR_PHASE
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    ERROR,
+)
 
 DEFAULT_REASON = "ReconcileFailed"
 # GKM's condition type for a workload namespace that does not exist; every other refusal is its Error type.
@@ -43,9 +45,9 @@ def failure_reason(error):
 
 def error_status(reason, message, now, counts_names):
     """The whole status of a refused cache (a merge patch of it replaces every field of the last run)."""
-    condition_type = NO_NAMESPACE if reason == NO_NAMESPACE else ERROR_PHASE
+    condition_type = NO_NAMESPACE if reason == NO_NAMESPACE else ERROR
     status = {
-        "phase": ERROR_PHASE,
+        "phase": ERROR,
         "resolvedDigest": "",
         "targets": [],
         "lastReconcileTime": now,

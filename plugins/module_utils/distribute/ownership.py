@@ -13,14 +13,18 @@ the next run that reconciles caches finds them without a resource, scrubs and de
 
 from __future__ import absolute_import, division, print_function
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    API_VERSION,
+    CACHE_KIND_LABEL,
+    CACHE_LABEL,
+    CACHE_NAMESPACE_LABEL,
+)
+
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import CACHE_LABEL, CACHE_NAMESPACE_LABEL
 
 # The kind of the cache resource an object was distributed for; absent on the objects of a cache distributed
 # without a resource (gkm.cluster.cache_distribute), which only their own module removes.
-CACHE_KIND_LABEL = "gkm.io/cache-kind"
-RESOURCE_API_VERSION = "gkm.io/v1alpha1"
 # Cluster-scoped objects the planner writes; none of them takes a reference (see above).
 CLUSTER_SCOPED = ("PersistentVolume", "Namespace")
 
@@ -46,7 +50,7 @@ def may_reference(owner, obj):
 
 
 def owner_reference(owner):
-    return {"apiVersion": RESOURCE_API_VERSION, "kind": owner["kind"], "name": owner["name"], "uid": owner["uid"]}
+    return {"apiVersion": API_VERSION, "kind": owner["kind"], "name": owner["name"], "uid": owner["uid"]}
 
 
 def mark(obj, owner):

@@ -27,11 +27,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     DIGEST_LABEL,
+    EXTRACTED_DIGEST_ANNOTATION,
+    IMAGE_ANNOTATION,
     NODE_LABEL,
-    Slot,
-    short_digest,
+    SPEC_HASH_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     conflicts,
@@ -44,9 +46,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pod_use import pod_user, workload_pod
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
-    EXTRACTED_ANNOTATION,
-    IMAGE_ANNOTATION,
-    SPEC_HASH_ANNOTATION,
     render_job,
     render_namespace,
     render_pv,
@@ -314,7 +313,7 @@ class _Planner:
         pv_live = self.live.get(pv_ref) if make_pvs else None
         job_done = job_live is not None and job_condition(job_live, "Complete") is not None
         marked = pvc_live is not None and (pvc_live["metadata"].get("annotations") or {}).get(
-            EXTRACTED_ANNOTATION) == spec.digest
+            EXTRACTED_DIGEST_ANNOTATION) == spec.digest
         pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, False), spec.owner)
         fresh = pvc_live is None or _differs(pvc_live, pvc) or (pv is not None and (
             pv_live is None or _differs(pv_live, pv)))

@@ -5,9 +5,13 @@
 
 from __future__ import absolute_import, division, print_function
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    MANAGED_BY_LABEL,
+    MANAGER,
+)
+
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import MANAGED_BY_LABEL, MANAGER
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 

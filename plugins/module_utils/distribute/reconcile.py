@@ -11,9 +11,11 @@ import datetime
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
 from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    IMAGE_VOLUME,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     image_signature,
-    image_volume,
     outcome,
     signature_check,
     verification,
@@ -122,7 +124,7 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     cache = result["cache"]
     signature = signature_check.signature_condition(
         declared, _now(), result["status"]["entries"], bool(cache["signature_check"]),
-        cache["digest"] if cache["mount_mode"] == image_volume.IMAGE_VOLUME else None)
+        cache["digest"] if cache["mount_mode"] == IMAGE_VOLUME else None)
     if signature:
         status["conditions"].append(signature)
         if signature["status"] == "False":

@@ -17,13 +17,12 @@ __metaclass__ = type
 import base64
 import json
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import MAX_NAME, stable_hash
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
-    MAX_NAME,
-    stable_hash,
 )
 
 DOCKER_CONFIG_KEY = "config.json"

@@ -13,12 +13,14 @@ import functools
 import hashlib
 import json
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    EXTRACTED_DIGEST_ANNOTATION,
+    IMAGE_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import gpus_from_node_labels
 
-SPEC_HASH_ANNOTATION = "gkm.io/spec-hash"
-IMAGE_ANNOTATION = "gkm.io/image"
-EXTRACTED_ANNOTATION = "gkm.io/extracted-digest"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # The PVC is mounted at /gkm and the cache goes one level down: the extractor swaps a finished tree
 # into place with a rename, which a volume's mount point itself cannot take part in.
@@ -93,7 +95,7 @@ def render_pvc(spec, slot, storage_class_name, extracted):
     body = _claim_body(tuple(spec.access_modes), spec.size, storage_class_name)
     annotations = {IMAGE_ANNOTATION: spec.image}
     if extracted:
-        annotations[EXTRACTED_ANNOTATION] = spec.digest
+        annotations[EXTRACTED_DIGEST_ANNOTATION] = spec.digest
     return _object("PersistentVolumeClaim", slot.pvc_name(), slot.namespace, slot.labels(), annotations, body,
                    content_hash=_claim_hash(tuple(spec.access_modes), spec.size, storage_class_name,
                                             spec.verification))

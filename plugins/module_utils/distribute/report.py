@@ -12,6 +12,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import cache_selector, managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KINDS,
+    GROUP,
+    VERSION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_entries import cache_entries
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import node_objects_by_cache
@@ -59,9 +64,9 @@ def image_volume_statuses(kube, name=None, namespace=None):
         ("GKMCache", None), ("ClusterGKMCache", None)]
     statuses = {}
     for kind, kind_namespace in kinds:
-        plural, namespaced = cache_cr.KINDS[kind]
+        plural, namespaced = CACHE_KINDS[kind]
         path = ("%s/%s" % (cache_cr.resource_path(kind, None, kind_namespace), name) if name
-                else "/apis/%s/%s/%s" % (cache_cr.GROUP, cache_cr.VERSION, plural))
+                else "/apis/%s/%s/%s" % (GROUP, VERSION, plural))
         status_code, body = kube.request("GET", path, what="%s %s" % (kind, name or "list"))
         if status_code == 404:
             continue

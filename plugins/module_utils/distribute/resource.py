@@ -13,6 +13,13 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KINDS,
+    GROUP,
+    PVC,
+    RESOLVED,
+    VERSION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import image_volume, status_summary
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
@@ -21,10 +28,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_sta
     upgrade_status,
 )
 
-GROUP = "gkm.io"
-VERSION = "v1alpha1"
 # kind -> (plural, namespaced)
-KINDS = {"GKMCache": ("gkmcaches", True), "ClusterGKMCache": ("clustergkmcaches", False)}
 
 # The distribution module's counts under GKM's status names (its printer columns read these).
 COUNT_NAMES = (
@@ -36,7 +40,7 @@ COUNT_NAMES = (
     ("pod_outdated", "podOutdatedCnt"),
 )
 # An imageVolume cache is Resolved, not Extracted: nothing is extracted, its pods pull the image.
-READY_PHASES = ("Extracted", "Running", image_volume.RESOLVED)
+READY_PHASES = ("Extracted", "Running", RESOLVED)
 # Fields of a status that say when it was written rather than what it says.
 _TIMESTAMP_FIELDS = ("lastReconcileTime",)
 # The Ready message names a few nodes per reason; distinct reasons could still make it long.
@@ -51,9 +55,9 @@ class ResourceError(GkmError, ValueError):
 
 def resource_path(kind, name=None, namespace=None):
     """API path of a cache resource (collection path without a name)."""
-    if kind not in KINDS:
-        raise ResourceError("kind must be one of %s, got %r" % (", ".join(sorted(KINDS)), kind))
-    plural, namespaced = KINDS[kind]
+    if kind not in CACHE_KINDS:
+        raise ResourceError("kind must be one of %s, got %r" % (", ".join(sorted(CACHE_KINDS)), kind))
+    plural, namespaced = CACHE_KINDS[kind]
     path = "/apis/%s/%s" % (GROUP, VERSION)
     if namespaced:
         if not namespace:
@@ -72,8 +76,8 @@ def distribute_params(resource, defaults):
     kind = resource.get("kind")
     metadata = resource.get("metadata") or {}
     spec = resource.get("spec") or {}
-    if kind not in KINDS:
-        raise ResourceError("kind must be one of %s, got %r" % (", ".join(sorted(KINDS)), kind))
+    if kind not in CACHE_KINDS:
+        raise ResourceError("kind must be one of %s, got %r" % (", ".join(sorted(CACHE_KINDS)), kind))
     if not spec.get("image"):
         raise ResourceError("%s %s: spec.image is required" % (kind, metadata.get("name")))
     params = copy.deepcopy(defaults)
@@ -85,7 +89,7 @@ def distribute_params(resource, defaults):
         pod_template=copy.deepcopy(spec.get("podTemplate")) or None,
         upgrade_policy=upgrade_policy(resource) if spec.get("upgradePolicy") is not None else None,
         # Unset in the resource: the operator's default (defaults["mount_mode"]), else PVC.
-        mount_mode=spec.get("mountMode") or defaults.get("mount_mode") or image_volume.PVC,
+        mount_mode=spec.get("mountMode") or defaults.get("mount_mode") or PVC,
     )
     if kind == "GKMCache":
         params.update(scope="namespaced", namespace=metadata.get("namespace"), workload_namespaces=None)

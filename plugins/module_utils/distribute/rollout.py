@@ -11,11 +11,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     DIGEST_LABEL,
     NODE_LABEL,
-    label_value,
-    short_digest,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import KEPT_UNTIL_REPLACED
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import (

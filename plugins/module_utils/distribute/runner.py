@@ -19,6 +19,14 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import G
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import cache_selector, managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KINDS,
+    ERROR,
+    EXTRACTED,
+    GROUP,
+    UNSCHEDULABLE,
+    VERSION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     conflicts,
     dry_run,
@@ -30,7 +38,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
     verification,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import (
     sync_for_spec,
 )
@@ -41,12 +48,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import
     cache_spec_from_params,
     pin_image,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
-    ERROR,
-    EXTRACTED,
-    UNSCHEDULABLE,
-    cache_status,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.workload_restarts_runner import Evictions
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
@@ -212,8 +214,8 @@ def conflict_facts(kube, spec):
         return [], []
     by_name = "metadata.name=%s" % spec.name
     # Every kind's collection across namespaces: /apis/<group>/<version>/<plural>.
-    kinds = sorted(cache_cr.KINDS) if spec.owner else []
-    paths = ["/apis/%s/%s/%s" % (cache_cr.GROUP, cache_cr.VERSION, cache_cr.KINDS[kind][0]) for kind in kinds]
+    kinds = sorted(CACHE_KINDS) if spec.owner else []
+    paths = ["/apis/%s/%s/%s" % (GROUP, VERSION, CACHE_KINDS[kind][0]) for kind in kinds]
     calls = [lambda: kube.list("PersistentVolumeClaim", field_selector=by_name)]
     calls += [lambda path=path: kube.request("GET", path, [("fieldSelector", by_name)], what="list %s" % path)
               for path in paths]

@@ -10,6 +10,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    GPU_LABELS,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import has_pulled
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
@@ -17,6 +20,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import 
     gpus_from_node_labels,
 )
 
+# The reason of a node without GPU labels; node_status.py sorts reasons by it.
+NO_GPU_LABELS = "no %s labels" % GPU_LABELS
 TOLERATIONS_FIX = "pod_template.spec.tolerations"
 
 
@@ -174,7 +179,7 @@ def gpu_incompatibility(labels, targets):
     except GPUSpecError as error:
         return True, "GPU labels unusable: %s" % error
     if not gpus:
-        return False, "no gkm.io/gpu-* labels: not a GPU node (use compatibility: ignore to include it)"
+        return False, NO_GPU_LABELS + ": not a GPU node (use compatibility: ignore to include it)"
     compatible, incompatible = gpus_compatible(targets or [], gpus)
     if compatible:
         return True, None

@@ -15,19 +15,18 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, stable_hash
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     DIGEST_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
-    label_value,
-    stable_hash,
+    SCRUB_LABEL,
+    SERVING_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING_LABEL
 
-SCRUB_LABEL = "gkm.io/scrub"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SCRUB_MOUNT_PATH = "/gkm-root"
 SCRUB_CONTAINER = "scrub"

@@ -14,10 +14,12 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    SCRUB_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import job_condition, pod_mounts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub import (
-    SCRUB_LABEL,
     failure_message,
     is_slot_pv,
     job_image,

@@ -23,23 +23,25 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
-    DIGEST_LABEL,
     MAX_NAME,
-    NODE_LABEL,
     Slot,
     label_value,
     short_digest,
     stable_hash,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    DIGEST_LABEL,
+    IMAGE_ANNOTATION,
+    NODE_LABEL,
+    SERVING_LABEL,
+    SPEC_HASH_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
     CACHE_MOUNT_PATH,
     EXTRACT_DEST,
-    IMAGE_ANNOTATION,
-    SPEC_HASH_ANNOTATION,
     spec_hash,
 )
 
-SERVING_LABEL = "gkm.io/serving"
 # The SlotState outcome of a serving PVC at the current digest (status.py counts its pods as running).
 SERVING = "serving"
 # Where the Job's atomic swap publishes the tree, relative to the slot's directory.

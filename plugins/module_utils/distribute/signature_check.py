@@ -21,12 +21,17 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_ANNOTATION,
+    EXTRACTED,
+    INCOMPATIBLE,
+    OUTDATED,
+    SIGNATURE_FORMAT_LABEL,
+    SIGNATURE_VERIFIED_CONDITION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import SIGNATURE_NOT_VERIFIED
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import EXTRACTED, INCOMPATIBLE, OUTDATED
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.verification import FORMAT_LABEL
 
 KYVERNO_RECORD = "kyverno.io/verify-images"
-CONDITION = "SignatureVerified"
 
 
 def _repository_and_digest(reference):
@@ -75,8 +80,8 @@ def _by_extraction(signature_format, image, entries):
 def _by_reconcile(signature_format, image, digest):
     return "True", "VerifiedByReconcile", (
         "mountMode imageVolume: the reconcile verified the %s signature of %s at %s with the public key "
-        "(signature_public_key) before recording that digest, the one pods annotated gkm.io/cache mount"
-        % (signature_format, image, digest))
+        "(signature_public_key) before recording that digest, the one pods annotated %s mount"
+        % (signature_format, image, digest, CACHE_ANNOTATION))
 
 
 def _unchecked(resource, signature_format, image, image_volume_digest):
@@ -85,7 +90,7 @@ def _unchecked(resource, signature_format, image, image_volume_digest):
                "Kyverno recorded no verification (is it running, with the kyverno role's policies?)")
     if image_volume_digest:
         checker, consequence, fix = (
-            "the reconcile", "pods annotated gkm.io/cache mount %s unchecked" % image_volume_digest,
+            "the reconcile", "pods annotated %s mount %s unchecked" % (CACHE_ANNOTATION, image_volume_digest),
             "the reconcile verifies each digest before it records it")
     else:
         checker, consequence, fix = ("the extraction Jobs", "the image is extracted unchecked",
@@ -93,7 +98,7 @@ def _unchecked(resource, signature_format, image, image_volume_digest):
     return "False", "NotVerified", (
         "labelled %s=%s, but nothing checked the signature of %s: %s and %s had no public key; %s. Fix: give the key "
         "in signature_public_key (the caches role's caches_signature_public_key), and %s"
-        % (FORMAT_LABEL, signature_format, image, kyverno, checker, consequence, fix))
+        % (SIGNATURE_FORMAT_LABEL, signature_format, image, kyverno, checker, consequence, fix))
 
 
 def signature_condition(resource, now, entries=(), key_given=False, image_volume_digest=None):
@@ -104,7 +109,7 @@ def signature_condition(resource, now, entries=(), key_given=False, image_volume
     verified it first); None in PVC mode, where the Jobs verify.
     """
     metadata = resource.get("metadata") or {}
-    signature_format = (metadata.get("labels") or {}).get(FORMAT_LABEL)
+    signature_format = (metadata.get("labels") or {}).get(SIGNATURE_FORMAT_LABEL)
     if not signature_format:
         return None
     image = (resource.get("spec") or {}).get("image") or ""
@@ -122,7 +127,8 @@ def signature_condition(resource, now, entries=(), key_given=False, image_volume
         message = "Kyverno verified the %s signature of %s when the resource was admitted" % (signature_format, image)
     else:
         status, reason, message = _unchecked(resource, signature_format, image, image_volume_digest)
-    return {"type": CONDITION, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
+    return {"type": SIGNATURE_VERIFIED_CONDITION, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": now}
 
 
 def refused_status(status, current, kept_digest, now):
@@ -133,7 +139,7 @@ def refused_status(status, current, kept_digest, now):
     if kept_digest:
         status.update(resolvedDigest=kept_digest, targets=list((current or {}).get("targets") or []))
     message = next(c["message"] for c in status["conditions"] if c["type"] == "Ready")
-    status["conditions"] = status["conditions"] + [{"type": CONDITION, "status": "False",
+    status["conditions"] = status["conditions"] + [{"type": SIGNATURE_VERIFIED_CONDITION, "status": "False",
                                                     "reason": "VerificationFailed", "message": message,
                                                     "lastTransitionTime": now}]
     return status

@@ -15,7 +15,11 @@ import copy
 import math
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import name_problem
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import IMAGE_VOLUME, MOUNT_MODES, PVC
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    IMAGE_VOLUME,
+    MOUNT_MODES,
+    PVC,
+)
 
 READ_WRITE_ONCE = "ReadWriteOnce"
 READ_ONLY_MANY = "ReadOnlyMany"

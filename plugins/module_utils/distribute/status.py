@@ -13,13 +13,23 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     DIGEST_LABEL,
+    ERROR,
+    EXTRACTED,
+    EXTRACTED_DIGEST_ANNOTATION,
+    EXTRACTING,
+    INCOMPATIBLE,
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
+    OUTDATED,
+    PENDING,
+    RUNNING,
+    SPEC_HASH_ANNOTATION,
+    UNSCHEDULABLE,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import failure_record
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import (
@@ -36,16 +46,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
     job_condition,
     pod_mounts,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
-    EXTRACTED_ANNOTATION,
-    SPEC_HASH_ANNOTATION,
-)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING, is_serving
-
-PENDING, EXTRACTING, EXTRACTED, ERROR, INCOMPATIBLE, OUTDATED = (
-    "Pending", "Extracting", "Extracted", "Error", "Incompatible", "Outdated")
-RUNNING = "Running"
-UNSCHEDULABLE = "Unschedulable"
 
 # Scheduler message fragments -> the option that changes the outcome.
 _FIXES = (
@@ -94,7 +95,7 @@ def slot_phase(slot, pvc, job, job_pods):
         return PENDING, slot.reason, [], None
     if slot.outcome == HELD:
         return PENDING, slot.reason, [], WAITING_FOR_WAVE
-    marker = ((pvc or {}).get("metadata", {}).get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
+    marker = ((pvc or {}).get("metadata", {}).get("annotations") or {}).get(EXTRACTED_DIGEST_ANNOTATION) or ""
     if slot.digest and marker.split(":", 1)[-1].startswith(slot.digest):
         return EXTRACTED, None, [], None
     # Recorded when its Job failed: the record outlives the Job (a live Job of another template is a retry).

@@ -12,10 +12,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    ERROR,
+    OUTDATED,
+    PENDING,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import exclusion_code
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import KEPT_UNTIL_REPLACED
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import ERROR, OUTDATED, PENDING
 
 MAX_PROBLEMS = 10
 MAX_EXAMPLE_NODES = 3

@@ -11,6 +11,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    UPGRADED_CONDITION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import (
     FAILED,
     ROLLED_BACK,
@@ -20,7 +23,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_wav
 )
 
 PROGRESSING, PAUSED, STOPPED, COMPLETE = "Progressing", "Paused", "Stopped", "Complete"
-CONDITION = "Upgraded"
 # The condition's reason per phase; a stopped rollout says why it stopped.
 _REASONS = {PROGRESSING: "RolloutProgressing", PAUSED: "RolloutPaused", STOPPED: "RolloutStopped",
             COMPLETE: "RolloutComplete"}
@@ -53,5 +55,5 @@ def upgrade_status(rollout):
 
 def upgrade_condition(upgrade, now):
     """The Upgraded condition of a status.upgrade (now: an RFC 3339 timestamp)."""
-    return {"type": CONDITION, "status": "True" if upgrade["phase"] == COMPLETE else "False",
+    return {"type": UPGRADED_CONDITION, "status": "True" if upgrade["phase"] == COMPLETE else "False",
             "reason": _REASONS[upgrade["phase"]], "message": upgrade["message"], "lastTransitionTime": now}

@@ -26,26 +26,26 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.failure_record import FAILED_LABEL
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     ERROR,
     EXTRACTED,
     EXTRACTING,
+    EXTRACTION_FAILED_LABEL,
     INCOMPATIBLE,
     OUTDATED,
     PENDING,
+    UPGRADE_STATE_LABEL_PREFIX,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import ORDER_BY_NAME
 
-STATE_LABEL_PREFIX = "upgrade.gkm.io/"
 WAITING, UPGRADING, UPGRADED, FAILED, ROLLED_BACK = "pending", "upgrading", "upgraded", "failed", "rolled-back"
 # A node's phase of the new digest is the worst of its namespaces' slots.
 _PHASE_ORDER = (ERROR, PENDING, EXTRACTING, EXTRACTED)
 
 
 def state_label_key(cache, cache_namespace):
-    return label_key(cache, cache_namespace, STATE_LABEL_PREFIX)
+    return label_key(cache, cache_namespace, UPGRADE_STATE_LABEL_PREFIX)
 
 
 class NodeProgress:
@@ -207,7 +207,7 @@ def _message(plan, failed):
         return ("rollout to %s stopped: %d node(s) failed (%s), more than failureThreshold %r allows; they serve their "
                 "previous digest (%s). Fix: push a fixed image, or delete their PVCs labelled %s to retry"
                 % (plan.digest, len(failed), ", ".join(failed[:5]), plan.policy.failure_threshold, counts,
-                   FAILED_LABEL))
+                   EXTRACTION_FAILED_LABEL))
     if plan.policy.paused:
         return "rollout to %s paused (%s); set upgradePolicy.paused false to go on" % (plan.digest, counts)
     return "rollout to %s, %d node(s) at a time: %s" % (plan.digest, plan.budget, counts)

@@ -17,8 +17,10 @@ __metaclass__ = type
 import hashlib
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    SIGNATURE_FORMAT_LABEL,
+)
 
-FORMAT_LABEL = "gkm.io/signature-format"
 # Label value -> the extractor's --signature-format.
 LABEL_FORMATS = {"cosign-v2": "v2", "cosign-v3": "v3"}
 ANY_FORMAT = "auto"
@@ -35,7 +37,7 @@ class VerificationError(GkmError, ValueError):
 
 def format_label(resource):
     """The value of a cache resource's signature-format label, or None."""
-    return ((resource.get("metadata") or {}).get("labels") or {}).get(FORMAT_LABEL) or None
+    return ((resource.get("metadata") or {}).get("labels") or {}).get(SIGNATURE_FORMAT_LABEL) or None
 
 
 def public_key_text(value):
@@ -74,7 +76,8 @@ def job_verification(params):
     if LABEL_PARAM in params:
         label = params[LABEL_PARAM]
         if label and label not in LABEL_FORMATS:
-            raise VerificationError("label %s=%s: use %s" % (FORMAT_LABEL, label, " or ".join(sorted(LABEL_FORMATS))))
+            raise VerificationError("label %s=%s: use %s" % (SIGNATURE_FORMAT_LABEL, label,
+                                                              " or ".join(sorted(LABEL_FORMATS))))
         signature_format = LABEL_FORMATS.get(label)
     else:
         signature_format = ANY_FORMAT

@@ -13,7 +13,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import DIGEST_LABEL, NODE_LABEL, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    DIGEST_LABEL,
+    NODE_LABEL,
+)
 
 # A Deployment's pods belong to its ReplicaSet "<deployment>-<pod-template-hash>".
 TEMPLATE_HASH_LABEL = "pod-template-hash"

@@ -29,6 +29,9 @@ import os
 import sys
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    GPU_LABELS,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import RegistryUnreachable
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.signature import SignatureError
@@ -63,7 +66,7 @@ def build_parser():
     parser.add_argument("--plain-http", action="store_true", help="talk HTTP, not HTTPS (loopback registries)")
     parser.add_argument("--gpu", dest="gpus", action="append", type=_gpu, help="backend/arch/warp_size; repeatable")
     parser.add_argument("--gpus-from-node-labels", metavar="NODE", default=os.environ.get("GKM_NODE_NAME"),
-                        help="read gkm.io/gpu-* labels of this node (default: $GKM_NODE_NAME)")
+                        help="read %s labels of this node (default: $GKM_NODE_NAME)" % GPU_LABELS)
     parser.add_argument("--kubeconfig", help="kubeconfig for --gpus-from-node-labels outside a cluster")
     parser.add_argument("--compatibility", choices=cache_pull.COMPATIBILITY_MODES, default="fail")
     parser.add_argument("--verify", choices=cache_pull.VERIFY_MODES, default="none")

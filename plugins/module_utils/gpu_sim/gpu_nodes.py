@@ -18,15 +18,17 @@ __metaclass__ = type
 
 import copy
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    GPU_ARCH_LABEL,
+    GPU_BACKEND_LABEL,
+    GPU_WARP_SIZE_LABEL,
+    SIM_NODE_LABEL,
+)
+
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
-SIM_LABEL = "gkm.io/sim-node"
 # Nodes with a real kubelet and containerd (tools/sim-cluster/real_nodes.py): pods that must really run pin here.
-REAL_NODE_LABEL = "gkm.io/real-node"
 
-GPU_BACKEND_LABEL = "gkm.io/gpu-backend"
-GPU_ARCH_LABEL = "gkm.io/gpu-arch"
-GPU_WARP_SIZE_LABEL = "gkm.io/gpu-warp-size"
 
 # Per vendor: extended resource, backend, default architecture and warp size (design notes, section 1).
 VENDORS = {
@@ -86,7 +88,7 @@ def render_node(name, group):
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         "type": "kwok",
-        SIM_LABEL: "true",
+        SIM_NODE_LABEL: "true",
     }
     taints = []
     capacity = dict(_BASE_CAPACITY)

@@ -22,13 +22,16 @@ import time
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import kube as kube_access
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    SIM_NODE_LABEL,
+    SIM_SCOPE_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
 # Patch mode applies as its own field manager: nodes it patches may carry fields that another apply as
 # "gkm.cluster" owns (sim_nodes' create mode, for one), and applying under that name would drop them.
 PATCH_FIELD_MANAGER = "gkm.cluster-node-patch"
 # With a scope, only the nodes carrying this label with the scope's value are listed, compared and pruned.
-SCOPE_LABEL = "gkm.io/sim-scope"
 # Labels the kubelet (or kwok) owns; patch mode never sets them.
 KUBELET_LABELS = ("kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch", "type")
 # Taints the node lifecycle controller adds and removes by itself; never compared, always kept.
@@ -81,7 +84,7 @@ def desired_patch_node(name, group):
 def desired_nodes(groups, mode, scope=None):
     """name -> desired Node, in list order; raises SimNodesError naming what is wrong."""
     if scope:
-        groups = [dict(group, labels=dict(group.get("labels") or {}, **{SCOPE_LABEL: scope})) for group in groups]
+        groups = [dict(group, labels=dict(group.get("labels") or {}, **{SIM_SCOPE_LABEL: scope})) for group in groups]
     try:
         if mode == "create":
             return dict((node["metadata"]["name"], node) for node in gpu_nodes.render_nodes(groups))
@@ -189,7 +192,7 @@ def reconcile(kube, groups, mode="create", prune=True, wait=True, timeout=300, s
     """Make the cluster match groups; returns the module result (without 'diff')."""
     field_manager = kube_access.FIELD_MANAGER if mode == "create" else PATCH_FIELD_MANAGER
     desired = desired_nodes(groups, mode, scope)
-    selector = "%s=true" % gpu_nodes.SIM_LABEL + (",%s=%s" % (SCOPE_LABEL, scope) if scope else "")
+    selector = "%s=true" % SIM_NODE_LABEL + (",%s=%s" % (SIM_SCOPE_LABEL, scope) if scope else "")
     if mode == "create":
         live_nodes = kube.list("Node", label_selector=selector)
     else:

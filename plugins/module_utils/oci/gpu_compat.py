@@ -8,11 +8,14 @@ is compared without a leading "sm_" ("sm_90" and "90" are the same GPU).
 
 from __future__ import absolute_import, division, print_function
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    GPU_ARCH_LABEL,
+    GPU_BACKEND_LABEL,
+    GPU_WARP_SIZE_LABEL,
+)
+
 __metaclass__ = type
 
-NODE_LABEL_BACKEND = "gkm.io/gpu-backend"
-NODE_LABEL_ARCH = "gkm.io/gpu-arch"
-NODE_LABEL_WARP_SIZE = "gkm.io/gpu-warp-size"
 
 
 class GPUSpecError(ValueError):
@@ -53,15 +56,15 @@ def gpus_compatible(targets, gpus):
 def gpus_from_node_labels(labels):
     """The GPUs a node advertises through gkm.io/gpu-* labels: [] when the node has none."""
     labels = labels or {}
-    if NODE_LABEL_BACKEND not in labels:
+    if GPU_BACKEND_LABEL not in labels:
         return []
     gpu = {
-        "backend": labels.get(NODE_LABEL_BACKEND),
-        "arch": labels.get(NODE_LABEL_ARCH),
-        "warp_size": labels.get(NODE_LABEL_WARP_SIZE),
+        "backend": labels.get(GPU_BACKEND_LABEL),
+        "arch": labels.get(GPU_ARCH_LABEL),
+        "warp_size": labels.get(GPU_WARP_SIZE_LABEL),
     }
     missing = [key for key, value in gpu.items() if value in (None, "")]
     if missing:
-        raise GPUSpecError("node labels give %s but not %s" % (NODE_LABEL_BACKEND, ", ".join(
-            {"arch": NODE_LABEL_ARCH, "warp_size": NODE_LABEL_WARP_SIZE}[key] for key in missing)))
+        raise GPUSpecError("node labels give %s but not %s" % (GPU_BACKEND_LABEL, ", ".join(
+            {"arch": GPU_ARCH_LABEL, "warp_size": GPU_WARP_SIZE_LABEL}[key] for key in missing)))
     return [normalize_gpu(gpu)]

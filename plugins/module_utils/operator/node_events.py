@@ -21,18 +21,18 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
+    INCOMPATIBLE,
+    NODE_KINDS,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_objects import NODE_KINDS
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import EXCLUDED, node_gpus
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import (
     required_affinity_matches,
     selector_mismatches,
     untolerated_taints,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import INCOMPATIBLE
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
     gpus_from_node_labels,

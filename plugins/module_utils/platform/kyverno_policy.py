@@ -20,10 +20,17 @@ __metaclass__ = type
 import fnmatch
 import re
 
-FORMAT_LABEL = "gkm.io/signature-format"
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    API_VERSION,
+    CACHE_KIND,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    SIGNATURE_FORMAT_LABEL,
+)
+
 FORMAT_TYPES = {"cosign-v2": "Cosign", "cosign-v3": "SigstoreBundle"}
-GKMCACHE_KIND = "gkm.io/v1alpha1/GKMCache"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "gkm.cluster"}
+GKMCACHE_KIND = API_VERSION + "/" + CACHE_KIND
+MANAGED_BY = {MANAGED_BY_LABEL: MANAGER}
 DEFAULT_NAME_PREFIX = "gkm-verify-gkmcache"
 # Kyverno refuses a keyless attestor without a Rekor URL (or roots): the public instance unless one is given.
 PUBLIC_REKOR_URL = "https://rekor.sigstore.dev"
@@ -136,14 +143,14 @@ def render_verify_policies(formats, attestor, image_references=("*",), failure_a
             "kind": "ClusterPolicy",
             "metadata": {
                 "name": name,
-                "labels": dict(MANAGED_BY, **{FORMAT_LABEL: signature_format}),
+                "labels": dict(MANAGED_BY, **{SIGNATURE_FORMAT_LABEL: signature_format}),
                 "annotations": {
                     "policies.kyverno.io/title": "Verify %s signatures of GKMCache images" % signature_format,
                     "policies.kyverno.io/subject": "GKMCache",
                     "policies.kyverno.io/description": (
                         "GKMCache objects labelled %s=%s must name an image signed by the stated signer; the image "
                         "is pinned to its digest. ClusterGKMCache images are verified by gkm.cluster's extraction, "
-                        "since Kyverno does not see cluster-scoped custom resources." % (FORMAT_LABEL,
+                        "since Kyverno does not see cluster-scoped custom resources." % (SIGNATURE_FORMAT_LABEL,
                                                                                          signature_format)),
                 },
             },
@@ -154,7 +161,7 @@ def render_verify_policies(formats, attestor, image_references=("*",), failure_a
                     "name": "verify-%s" % signature_format,
                     "match": {"any": [{"resources": {
                         "kinds": [GKMCACHE_KIND],
-                        "selector": {"matchLabels": {FORMAT_LABEL: signature_format}},
+                        "selector": {"matchLabels": {SIGNATURE_FORMAT_LABEL: signature_format}},
                     }}]},
                     "imageExtractors": {"GKMCache": [{"path": "/spec/image"}]},
                     "verifyImages": [{

@@ -20,9 +20,12 @@ __metaclass__ = type
 
 import re
 
-GPU_BACKEND_LABEL = "gkm.io/gpu-backend"
-GPU_ARCH_LABEL = "gkm.io/gpu-arch"
-GPU_WARP_SIZE_LABEL = "gkm.io/gpu-warp-size"
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    GPU_ARCH_LABEL,
+    GPU_BACKEND_LABEL,
+    GPU_WARP_SIZE_LABEL,
+)
+
 GKM_LABELS = (GPU_BACKEND_LABEL, GPU_ARCH_LABEL, GPU_WARP_SIZE_LABEL)
 
 VENDOR_FACTS = {"nvidia": {"backend": "cuda", "warp_size": 32, "resource": "nvidia.com/gpu"},

@@ -16,6 +16,11 @@ import time
 
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    MANAGED_BY_LABEL,
+    MANAGER,
+    PROBE_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.platform import preflight
 
 PROBE_PREFIX = "gkm-rox-probe-"
@@ -46,7 +51,7 @@ def rox_probe(kube, storage_class, namespace, timeout):
     kube.wait_gone([("PersistentVolumeClaim", namespace, name)], DELETE_WAIT_SECONDS)
     kube.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                 "metadata": {"name": name, "namespace": namespace,
-                             "labels": {"app.kubernetes.io/managed-by": "gkm.cluster", "gkm.io/probe": "rox"}},
+                             "labels": {MANAGED_BY_LABEL: MANAGER, PROBE_LABEL: "rox"}},
                 "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": storage_class["name"],
                          "resources": {"requests": {"storage": "1Mi"}}}})
     started = time.monotonic()

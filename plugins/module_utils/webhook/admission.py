@@ -15,7 +15,10 @@ __metaclass__ = type
 import base64
 import json
 
-MUTATION_LABEL = "gkm.io/pvc-mutation"
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    PVC_MUTATION_LABEL,
+)
+
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 
 # Outcomes, also the values of the server's requests_total{outcome=...} metric.
@@ -172,8 +175,8 @@ def pvc_mutation(request, view):
         return [], None, "not a create"
     pod = _dict(request.get("object"))
     metadata = _dict(pod.get("metadata"))
-    if _dict(metadata.get("labels")).get(MUTATION_LABEL) != "true":
-        return [], None, "pod not labelled {0}=true".format(MUTATION_LABEL)
+    if _dict(metadata.get("labels")).get(PVC_MUTATION_LABEL) != "true":
+        return [], None, "pod not labelled {0}=true".format(PVC_MUTATION_LABEL)
     namespace = request.get("namespace") or metadata.get("namespace") or ""
     spec = _dict(pod.get("spec"))
     claims = _cache_claims(spec.get("volumes"), namespace, view)

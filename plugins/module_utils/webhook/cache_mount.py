@@ -17,7 +17,11 @@ __metaclass__ = type
 
 import posixpath
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import IMAGE_VOLUME
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CONTAINERS_ANNOTATION,
+    IMAGE_VOLUME,
+    MOUNT_PATH_ANNOTATION,
+)
 
 VOLUME_PREFIX = "gkm-cache-"
 MAX_VOLUME_NAME = 63
@@ -61,8 +65,8 @@ def mount_operations(spec, use):
     Raises MountError for a missing or relative path, an unknown container, or a path another volume holds."""
     path = use.mount_path
     if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) == "/":
-        raise MountError("annotation gkm.io/cache-mount-path must be an absolute directory other than /, got %r: "
-                         "set it to where the containers read the cache" % (path,))
+        raise MountError("annotation %s must be an absolute directory other than /, got %r: "
+                         "set it to where the containers read the cache" % (MOUNT_PATH_ANNOTATION, path))
     desired = volume(use.target)
     operations = []
     volumes = _list(spec.get("volumes"))
@@ -76,8 +80,8 @@ def mount_operations(spec, use):
     names = [c.get("name") for c in containers]
     unknown = sorted(set(use.containers or ()) - set(names))
     if unknown:
-        raise MountError("annotation gkm.io/cache-containers names %s, which the pod does not have (containers: %s)" % (
-            ", ".join(unknown), ", ".join(str(n) for n in names)))
+        raise MountError("annotation %s names %s, which the pod does not have (containers: %s)" % (
+            CONTAINERS_ANNOTATION, ", ".join(unknown), ", ".join(str(n) for n in names)))
     mount = {"name": desired["name"], "mountPath": path, "readOnly": True}
     for index, container in enumerate(containers):
         if use.containers is not None and container.get("name") not in use.containers:
@@ -88,7 +92,7 @@ def mount_operations(spec, use):
         taken = [m.get("name") for m in mounts or () if isinstance(m, dict)
                  and posixpath.normpath(m.get("mountPath") or "") == posixpath.normpath(path)]
         if taken:
-            raise MountError("container %s already mounts volume %s at %s: choose another gkm.io/cache-mount-path" % (
-                container.get("name"), taken[0], path))
+            raise MountError("container %s already mounts volume %s at %s: choose another %s" % (
+                container.get("name"), taken[0], path, MOUNT_PATH_ANNOTATION))
         operations.append(_append("/spec/containers/%d/volumeMounts" % index, mounts, mount))
     return operations

@@ -15,12 +15,15 @@ Three ways, in every mode:
 
 from __future__ import absolute_import, division, print_function
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_ANNOTATION,
+    CONTAINERS_ANNOTATION,
+    MOUNT_PATH_ANNOTATION,
+    STEERING_ANNOTATION,
+)
+
 __metaclass__ = type
 
-CACHE_ANNOTATION = "gkm.io/cache"
-MOUNT_PATH_ANNOTATION = "gkm.io/cache-mount-path"
-CONTAINERS_ANNOTATION = "gkm.io/cache-containers"
-STEERING_ANNOTATION = "gkm.io/cache-steering"
 STEERING_DISABLED = "disabled"
 STEERING_TEMPLATE = "template"
 

@@ -19,14 +19,14 @@ __metaclass__ = type
 
 import itertools
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    GPU_ARCH_LABEL,
+    GPU_BACKEND_LABEL,
+    GPU_WARP_SIZE_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import HOSTNAME_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import required_affinity_matches
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
-    NODE_LABEL_ARCH,
-    NODE_LABEL_BACKEND,
-    NODE_LABEL_WARP_SIZE,
-    normalize_gpu,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import normalize_gpu
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -56,9 +56,9 @@ def gpu_alternatives(targets):
         gpu = normalize_gpu(target)
         archs.setdefault((gpu["backend"], gpu["warp_size"]), set()).update(_arch_values(gpu["backend"], gpu["arch"]))
     return [[
-        {"key": NODE_LABEL_BACKEND, "operator": "In", "values": [backend]},
-        {"key": NODE_LABEL_ARCH, "operator": "In", "values": sorted(archs[(backend, warp_size)])},
-        {"key": NODE_LABEL_WARP_SIZE, "operator": "In", "values": [str(warp_size)]},
+        {"key": GPU_BACKEND_LABEL, "operator": "In", "values": [backend]},
+        {"key": GPU_ARCH_LABEL, "operator": "In", "values": sorted(archs[(backend, warp_size)])},
+        {"key": GPU_WARP_SIZE_LABEL, "operator": "In", "values": [str(warp_size)]},
     ] for backend, warp_size in sorted(archs)]
 
 

@@ -14,9 +14,12 @@ __metaclass__ = type
 import base64
 import copy
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import MANAGED_BY_LABEL, MANAGER
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import MUTATION_LABEL
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_use import CACHE_ANNOTATION
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    PVC_MUTATION_LABEL,
+)
 
 SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main"
 # The webhook's name carries the install's name and namespace: the API server's denial messages and
@@ -334,10 +337,10 @@ def mutating_webhook_configuration(settings, ca_bundle):
                   "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced"}]
     webhooks = [
         _webhook(settings, ca_bundle, settings.webhook_name, pods, settings.failure_policy,
-                 objectSelector={"matchLabels": {MUTATION_LABEL: "true"}}),
+                 objectSelector={"matchLabels": {PVC_MUTATION_LABEL: "true"}}),
         _webhook(settings, ca_bundle, settings.steering_webhook_name, pods, STEERING_FAILURE_POLICY,
                  objectSelector={"matchExpressions": [
-                     {"key": MUTATION_LABEL, "operator": "NotIn", "values": ["true"]}]},
+                     {"key": PVC_MUTATION_LABEL, "operator": "NotIn", "values": ["true"]}]},
                  matchConditions=[{"name": "may-use-a-cache", "expression": _uses_a_cache("object")}]),
         _webhook(settings, ca_bundle, settings.workloads_webhook_name, workloads, STEERING_FAILURE_POLICY,
                  matchConditions=[{"name": "template-may-use-a-cache",

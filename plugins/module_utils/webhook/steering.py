@@ -27,15 +27,20 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import IMAGE_VOLUME
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_ANNOTATION,
+    GPU_ARCH_LABEL,
+    GPU_BACKEND_LABEL,
+    GPU_WARP_SIZE_LABEL,
+    IMAGE_VOLUME,
+    PVC_MUTATION_LABEL,
+    STEERING_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import node_affinity
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import MUTATION_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_mount import MountError, mount_operations
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_use import (
     BY_ANNOTATION,
     BY_CLAIM,
-    CACHE_ANNOTATION,
-    STEERING_ANNOTATION,
     STEERING_DISABLED,
     STEERING_TEMPLATE,
     cache_uses,
@@ -164,7 +169,8 @@ def steer(request, view):
             if is_pod and use.target.readiness_key and use.target.serving_digest is None:
                 problems.append("%s has no serving PVC in namespace %s to mount (serving_pvc is off, its storage "
                                 "class has a provisioner, or no reconcile made it yet): mount its per-node PVCs "
-                                "through the gkm.io/pvc-mutation webhook instead" % (use.target.describe(), namespace))
+                                "through the %s webhook instead" % (
+                                    use.target.describe(), namespace, PVC_MUTATION_LABEL))
                 continue
             try:
                 pod_operations = mount_operations(spec, use)
@@ -179,7 +185,7 @@ def steer(request, view):
         if template_steering(metadata) and not steering_disabled(pod_metadata):
             return _steered_template(label, spec, spec_path, uses)
         return Steering(note="%s: checked; its pods are steered when they are created" % label)
-    mutation_labelled = _mapping(pod_metadata.get("labels")).get(MUTATION_LABEL) == "true"
+    mutation_labelled = _mapping(pod_metadata.get("labels")).get(PVC_MUTATION_LABEL) == "true"
     if not mutation_labelled:
         operations.extend(_alias_operations(spec, spec_path, uses))
     if steering_disabled(pod_metadata):
@@ -252,8 +258,8 @@ def _why_nowhere(view, needs):
         if target.targets and not view.gpu_nodes(target.targets):
             reasons.append((target, ("no node has a GPU it was built for (%s)" % ", ".join(
                 "%s/%s/%s" % (t["backend"], t["arch"], t["warp_size"]) for t in target.targets),
-                "add nodes with such a GPU (labels gkm.io/gpu-backend, gkm.io/gpu-arch, gkm.io/gpu-warp-size) or "
-                "build the cache for the cluster's GPUs")))
+                "add nodes with such a GPU (labels %s, %s, %s) or build the cache for the cluster's GPUs" % (
+                    GPU_BACKEND_LABEL, GPU_ARCH_LABEL, GPU_WARP_SIZE_LABEL))))
         elif target.readiness_key and not _target_nodes(view, target, digest, holders):
             elsewhere = len(view.ready_nodes(target.readiness_key))
             reasons.append((target, ("no node holds it extracted at digest %s yet%s" % (digest, (

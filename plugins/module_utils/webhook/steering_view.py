@@ -16,19 +16,20 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KIND,
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
+    CLUSTER_CACHE_KIND,
     DIGEST_LABEL,
-    label_value,
-    short_digest,
-)
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import (
     IMAGE_VOLUME,
     PVC,
-    pinned_reference,
+    READ_ONLY_MANY,
+    READINESS_LABEL_PREFIX,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import LABEL_PREFIX, label_key
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import pinned_reference
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import HOSTNAME_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import alias_name, is_serving
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.verification import format_label
@@ -37,12 +38,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import 
     gpus_from_node_labels,
     normalize_gpu,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
-    CLUSTER_KIND,
-    NAMESPACED_KIND,
-    READ_ONLY_MANY,
-    pvc_record,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import pvc_record
 
 
 class CacheTarget:
@@ -106,7 +102,7 @@ class _Cache:
         if self.digest is None and not (self.mode == IMAGE_VOLUME and format_label(obj)):
             self.digest = _digest((self.image or "").rpartition("@")[2])
         self.targets = _targets(status.get("targets"))
-        listed = spec.get("workloadNamespaces") if kind == CLUSTER_KIND else None
+        listed = spec.get("workloadNamespaces") if kind == CLUSTER_CACHE_KIND else None
         self.workload_namespaces = frozenset(ns for ns in listed or () if isinstance(ns, str))
 
 
@@ -154,7 +150,7 @@ def _key(obj):
 
 class SteeringView:
     def __init__(self):
-        self._caches = {NAMESPACED_KIND: {}, CLUSTER_KIND: {}}  # kind -> {(namespace, name): _Cache}
+        self._caches = {CACHE_KIND: {}, CLUSTER_CACHE_KIND: {}}  # kind -> {(namespace, name): _Cache}
         self._cluster_by_name = {}
         self._serving = {}  # (namespace, pvc name) -> (cache, cache namespace, short digest)
         self._nodes = {}  # name -> Node with metadata (name, labels) only
@@ -179,7 +175,7 @@ class SteeringView:
         self._caches_changed(kind)
 
     def _caches_changed(self, kind):
-        if kind == CLUSTER_KIND:
+        if kind == CLUSTER_CACHE_KIND:
             self._cluster_by_name = {name: cache for (_namespace, name), cache in self._caches[kind].items()}
 
     def apply_pvc_event(self, event_type, obj):
@@ -219,7 +215,7 @@ class SteeringView:
         self._nodes[name] = {"metadata": {"name": name, "labels": labels}}
         self._node_by_label[label_value(name)] = name
         for key, value in labels.items():
-            if key.startswith(LABEL_PREFIX):
+            if key.startswith(READINESS_LABEL_PREFIX):
                 self._ready.setdefault(key, {}).setdefault(value, set()).add(name)
         gpu = _gpu_key(labels)
         if gpu is not None:
@@ -237,7 +233,7 @@ class SteeringView:
         self._node_by_label.pop(label_value(name), None)
         labels = node["metadata"]["labels"]
         for key, value in labels.items():
-            if key.startswith(LABEL_PREFIX):
+            if key.startswith(READINESS_LABEL_PREFIX):
                 _discard(self._ready[key], value, name)
                 if not self._ready[key]:
                     del self._ready[key]
@@ -249,7 +245,7 @@ class SteeringView:
 
     def resolve(self, namespace, name):
         """The CacheTarget `name` names in namespace (a GKMCache there shadows a ClusterGKMCache), or None."""
-        cache = self._caches[NAMESPACED_KIND].get((namespace, name))
+        cache = self._caches[CACHE_KIND].get((namespace, name))
         scope, cache_namespace = "namespaced", namespace
         if cache is None:
             cache = self._cluster_by_name.get(name)

@@ -17,14 +17,13 @@ import threading
 from functools import partial
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError, resource_path
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import (
-    CLUSTER_KIND,
-    GKM_GROUP,
-    GKM_VERSION,
-    MANAGED_PVC_SELECTOR,
-    NAMESPACED_KIND,
-    NODE_KINDS,
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KIND,
+    CLUSTER_CACHE_KIND,
+    GROUP,
+    VERSION,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import MANAGED_PVC_SELECTOR, NODE_KINDS
 
 LOG = logging.getLogger("gkm.webhook")
 
@@ -69,7 +68,7 @@ class ViewSync:
 
         def gkm_source(plural, on_event, on_list):
             # The CRDs may come after the server: a 404 reads as "none of these yet".
-            return _Source(plural, "/apis/%s/%s/%s" % (GKM_GROUP, GKM_VERSION, plural), None, on_event, on_list,
+            return _Source(plural, "/apis/%s/%s/%s" % (GROUP, VERSION, plural), None, on_event, on_list,
                            optional=True)
 
         def cache_source(kind, plural):
@@ -86,10 +85,10 @@ class ViewSync:
             _Source("persistentvolumeclaims", resource_path("PersistentVolumeClaim"), MANAGED_PVC_SELECTOR,
                     _both(view.apply_pvc_event, steering_view.apply_pvc_event),
                     _both(view.replace_pvcs, steering_view.replace_pvcs), optional=False),
-            cache_source(NAMESPACED_KIND, "gkmcaches"),
-            cache_source(CLUSTER_KIND, "clustergkmcaches"),
-            node_object_source(NAMESPACED_KIND),
-            node_object_source(CLUSTER_KIND),
+            cache_source(CACHE_KIND, "gkmcaches"),
+            cache_source(CLUSTER_CACHE_KIND, "clustergkmcaches"),
+            node_object_source(CACHE_KIND),
+            node_object_source(CLUSTER_CACHE_KIND),
             # Every node: steering must know the ones without a GPU or a cache too (a pod may fit nowhere else).
             _Source("nodes", resource_path("Node"), None, steering_view.apply_node_event, steering_view.replace_nodes,
                     optional=False),

@@ -22,26 +22,23 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KIND,
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
+    CLUSTER_CACHE_KIND,
     DIGEST_LABEL,
+    EXTRACTED_DIGEST_ANNOTATION,
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
-    label_value,
-    short_digest,
+    READ_ONLY_MANY,
+    SERVING_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import EXTRACTED_ANNOTATION
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING_LABEL
 
-GKM_GROUP = "gkm.io"
-GKM_VERSION = "v1alpha1"
-NAMESPACED_KIND = "GKMCache"
-CLUSTER_KIND = "ClusterGKMCache"
 # cache kind -> the kind of its per-node objects
-NODE_KINDS = {NAMESPACED_KIND: "GKMCacheNode", CLUSTER_KIND: "ClusterGKMCacheNode"}
-READ_ONLY_MANY = "ReadOnlyMany"
+NODE_KINDS = {CACHE_KIND: "GKMCacheNode", CLUSTER_CACHE_KIND: "ClusterGKMCacheNode"}
 
 # Selector for the only PVCs the webhook needs to see.
 MANAGED_PVC_SELECTOR = "{0}={1},{2}".format(MANAGED_BY_LABEL, MANAGER, CACHE_LABEL)
@@ -132,7 +129,7 @@ def _declared_cache(obj, kind):
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     access_modes = spec.get("accessModes") or []
     workload_namespaces = frozenset()
-    if kind == CLUSTER_KIND:
+    if kind == CLUSTER_CACHE_KIND:
         listed = spec.get("workloadNamespaces") or []
         workload_namespaces = frozenset(ns for ns in listed if isinstance(ns, str))
     return _DeclaredCache(
@@ -150,7 +147,7 @@ def pvc_record(obj):
         # A serving PVC (distribute/serving.py) is no node's PVC: pods mount it by the cache's name as it is.
         return None
     digest = labels.get(DIGEST_LABEL) or ""
-    marker = (metadata.get("annotations") or {}).get(EXTRACTED_ANNOTATION) or ""
+    marker = (metadata.get("annotations") or {}).get(EXTRACTED_DIGEST_ANNOTATION) or ""
     return _PvcRecord(
         cache=labels[CACHE_LABEL],
         cache_namespace=labels.get(CACHE_NAMESPACE_LABEL, ""),
@@ -236,10 +233,10 @@ class CacheView:
     def __init__(self):
         self._pvc_groups = {}  # (pvc namespace, cache, cache namespace) -> _PvcGroup
         self._pvc_group_of = {}  # (namespace, pvc name) -> group key, to move or drop a PVC
-        self._caches = {NAMESPACED_KIND: {}, CLUSTER_KIND: {}}  # kind -> {(namespace, name): _DeclaredCache}
+        self._caches = {CACHE_KIND: {}, CLUSTER_CACHE_KIND: {}}  # kind -> {(namespace, name): _DeclaredCache}
         self._cluster_caches_by_name = {}
         # cache kind -> {(namespace or '', node): {cache: reason}}, only nodes with an exclusion
-        self._exclusions = {NAMESPACED_KIND: {}, CLUSTER_KIND: {}}
+        self._exclusions = {CACHE_KIND: {}, CLUSTER_CACHE_KIND: {}}
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -297,7 +294,7 @@ class CacheView:
             self.apply_node_object_event(kind, "ADDED", obj)
 
     def _caches_changed(self, kind):
-        if kind == CLUSTER_KIND:
+        if kind == CLUSTER_CACHE_KIND:
             self._cluster_caches_by_name = {name: cache for (_namespace, name), cache in self._caches[kind].items()}
 
     def _forget_pvc(self, key):
@@ -315,24 +312,24 @@ class CacheView:
     def counts(self):
         return {
             "pvcs": len(self._pvc_group_of),
-            "namespaced_caches": len(self._caches[NAMESPACED_KIND]),
-            "cluster_caches": len(self._caches[CLUSTER_KIND]),
+            "namespaced_caches": len(self._caches[CACHE_KIND]),
+            "cluster_caches": len(self._caches[CLUSTER_CACHE_KIND]),
         }
 
     def resolve(self, namespace, claim_name):
         """The CacheClaim that claim_name names in namespace, or None when it names no cache."""
-        declared = self._caches[NAMESPACED_KIND].get((namespace, claim_name))
+        declared = self._caches[CACHE_KIND].get((namespace, claim_name))
         group = self._pvc_groups.get((namespace, claim_name, namespace))
         if declared is not None or group is not None:
             return self._claim(claim_name, namespace, "namespaced", declared, group, self._excluded(
-                NAMESPACED_KIND, namespace, claim_name))
+                CACHE_KIND, namespace, claim_name))
         declared = self._cluster_caches_by_name.get(claim_name)
         if declared is not None and namespace not in declared.workload_namespaces:
             declared = None
         group = self._pvc_groups.get((namespace, claim_name, ""))
         if declared is not None or group is not None:
             return self._claim(claim_name, namespace, "cluster", declared, group, self._excluded(
-                CLUSTER_KIND, "", claim_name))
+                CLUSTER_CACHE_KIND, "", claim_name))
         return None
 
     def _excluded(self, kind, namespace, cache):

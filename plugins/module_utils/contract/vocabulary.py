@@ -1,0 +1,100 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Every name the collection's writers and readers share: the API group and kinds, labels, annotations, mount
+modes, phases and conditions.
+
+What one part writes another reads (the reconcile, the webhook, the operator's events, the roles' filters, Kyverno's
+policies): a name defined here once cannot drift between them. Nothing of ours is imported here.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOMAIN = "gkm.io"
+
+# ------------------------------------------------------------------ API
+GROUP = DOMAIN
+VERSION = "v1alpha1"
+API_VERSION = GROUP + "/" + VERSION
+CACHE_KIND = "GKMCache"
+CLUSTER_CACHE_KIND = "ClusterGKMCache"
+CACHE_NODE_KIND = "GKMCacheNode"
+CLUSTER_CACHE_NODE_KIND = "ClusterGKMCacheNode"
+# cache kind -> (plural, namespaced)
+CACHE_KINDS = {CACHE_KIND: ("gkmcaches", True), CLUSTER_CACHE_KIND: ("clustergkmcaches", False)}
+# cache kind -> (its per-node kind, that kind's plural, namespaced)
+NODE_KINDS = {
+    CACHE_KIND: (CACHE_NODE_KIND, "gkmcachenodes", True),
+    CLUSTER_CACHE_KIND: (CLUSTER_CACHE_NODE_KIND, "clustergkmcachenodes", False),
+}
+PLURALS = tuple(plural for plural, _namespaced in CACHE_KINDS.values()) + tuple(
+    plural for _kind, plural, _namespaced in NODE_KINDS.values())
+
+# ------------------------------------------------------------------ labels on the objects a cache owns
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGER = "gkm.cluster"
+CACHE_LABEL = DOMAIN + "/cache"
+CACHE_NAMESPACE_LABEL = DOMAIN + "/cache-namespace"
+CACHE_KIND_LABEL = DOMAIN + "/cache-kind"
+NODE_LABEL = DOMAIN + "/node"
+DIGEST_LABEL = DOMAIN + "/digest"
+SERVING_LABEL = DOMAIN + "/serving"
+SCRUB_LABEL = DOMAIN + "/scrub"
+EXTRACTION_FAILED_LABEL = DOMAIN + "/extraction-failed"
+PROBE_LABEL = DOMAIN + "/probe"
+
+# ------------------------------------------------------------------ annotations on the objects a cache owns
+SPEC_HASH_ANNOTATION = DOMAIN + "/spec-hash"
+IMAGE_ANNOTATION = DOMAIN + "/image"
+EXTRACTED_DIGEST_ANNOTATION = DOMAIN + "/extracted-digest"
+EXTRACTION_FAILURE_ANNOTATION = DOMAIN + "/extraction-failure"
+
+# ------------------------------------------------------------------ labels on cache resources
+SIGNATURE_FORMAT_LABEL = DOMAIN + "/signature-format"
+DECLARED_LABEL = DOMAIN + "/declared-by"
+
+# ------------------------------------------------------------------ labels on nodes
+GPU_BACKEND_LABEL = DOMAIN + "/gpu-backend"
+GPU_ARCH_LABEL = DOMAIN + "/gpu-arch"
+GPU_WARP_SIZE_LABEL = DOMAIN + "/gpu-warp-size"
+# The three, as messages name them.
+GPU_LABELS = DOMAIN + "/gpu-*"
+# `cache.gkm.io/<cache namespace>.<cache>`: the short digest whose slots are all extracted on the node.
+READINESS_LABEL_PREFIX = "cache." + DOMAIN + "/"
+# `upgrade.gkm.io/<cache namespace>.<cache>`: the node's state in a rolling upgrade.
+UPGRADE_STATE_LABEL_PREFIX = "upgrade." + DOMAIN + "/"
+SIM_NODE_LABEL = DOMAIN + "/sim-node"
+REAL_NODE_LABEL = DOMAIN + "/real-node"
+SIM_SCOPE_LABEL = DOMAIN + "/sim-scope"
+
+# ------------------------------------------------------------------ what workloads say
+PVC_MUTATION_LABEL = DOMAIN + "/pvc-mutation"
+CACHE_ANNOTATION = DOMAIN + "/cache"
+MOUNT_PATH_ANNOTATION = DOMAIN + "/cache-mount-path"
+CONTAINERS_ANNOTATION = DOMAIN + "/cache-containers"
+STEERING_ANNOTATION = DOMAIN + "/cache-steering"
+
+# ------------------------------------------------------------------ mount modes (spec.mountMode)
+PVC = "PVC"
+IMAGE_VOLUME = "imageVolume"
+MOUNT_MODES = (PVC, IMAGE_VOLUME)
+READ_ONLY_MANY = "ReadOnlyMany"
+READ_WRITE_ONCE = "ReadWriteOnce"
+
+# ------------------------------------------------------------------ phases (status.phase, per-node states)
+PENDING = "Pending"
+EXTRACTING = "Extracting"
+EXTRACTED = "Extracted"
+ERROR = "Error"
+INCOMPATIBLE = "Incompatible"
+OUTDATED = "Outdated"
+RUNNING = "Running"
+UNSCHEDULABLE = "Unschedulable"
+# An imageVolume cache is Resolved, not Extracted: nothing is extracted, its pods pull the image.
+RESOLVED = "Resolved"
+
+# ------------------------------------------------------------------ condition types
+READY_CONDITION = "Ready"
+SIGNATURE_VERIFIED_CONDITION = "SignatureVerified"
+UPGRADED_CONDITION = "Upgraded"
