@@ -26,6 +26,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, ROOT)
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (  # noqa: E402
+    readiness_label_key,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (  # noqa: E402
     SERVING_LABEL,
 )
@@ -143,7 +146,6 @@ def run_benchmark(args):
 
     from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
     from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
     from tests.helpers.crds import apply_crds
     from tests.helpers.sim import sim_control
     from tests.helpers.webhook import CertificateFiles, LocalWebhookServer, free_port, install, wait_until
@@ -161,7 +163,7 @@ def run_benchmark(args):
         handle.write(certs.ca)
     suffix = uuid.uuid4().hex[:5]
     namespace, webhook_name, webhook_namespace = "bench-st-" + suffix, "bench-st-" + suffix, "gkm-bench-" + suffix
-    ready_key = label_key(CACHE, namespace)
+    ready_key = readiness_label_key(CACHE, namespace)
     nodes = benchmark_nodes(args.nodes, ready_key, short_digest(DIGEST))
     node_names = [node["metadata"]["name"] for node in nodes]
     ready_nodes = {node["metadata"]["name"] for node in nodes if ready_key in node["metadata"]["labels"]}

@@ -3,13 +3,15 @@ JSONPatch (RFC 6902 add and replace) the webhook writes, to read a patched objec
 
 import copy
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    Slot,
+    readiness_label_key,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KIND,
     CLUSTER_CACHE_KIND,
     SERVING_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering_view import SteeringView
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -17,7 +19,7 @@ DIGEST_B = "sha256:" + "b" * 64
 SHORT_A, SHORT_B = "a" * 12, "b" * 12
 AMD = [{"backend": "hip", "arch": "gfx90a", "warpSize": 64}]
 NVIDIA = [{"backend": "cuda", "arch": "sm_90", "warpSize": 32}]
-READY_KEY = label_key("vector-add", "apps")
+READY_KEY = readiness_label_key("vector-add", "apps")
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 

@@ -14,6 +14,9 @@ import pytest
 from kubernetes import client
 from urllib3.exceptions import HTTPError
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    upgrade_state_label_key,
+)
 from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
@@ -177,14 +180,13 @@ def reconcile(sim, name, namespace, check=False, wait_timeout=120):
 
 def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_one_run(
         sim, kube, crds, images, namespace):
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
 
     name = unique("waves")
     old, new = short(images[0]), short(images[1])
     core = client.CoreV1Api(kube)
 
     def state_labels():
-        key = state_label_key(name, namespace)
+        key = upgrade_state_label_key(name, namespace)
         return {node: (core.read_node(node).metadata.labels or {}).get(key) for node in WORKERS}
 
     def update(image, policy):
@@ -245,7 +247,6 @@ def test_an_upgrade_policy_holds_while_paused_then_moves_one_node_at_a_time_in_o
 
 def test_a_wave_that_fails_verification_stops_the_rollout_and_its_node_keeps_the_previous_digest(
         sim, kube, crds, images, namespace):
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
 
     name = unique("poison")
     old, new = short(images[0]), short(images[1])
@@ -273,7 +274,7 @@ def test_a_wave_that_fails_verification_stops_the_rollout_and_its_node_keeps_the
         assert node_pvcs(core.list_persistent_volume_claim_for_all_namespaces(
             label_selector="gkm.io/cache=%s,gkm.io/node" % name).items) == {
             WORKERS[0]: {old: True, new: False}, WORKERS[1]: {old: True}, WORKERS[2]: {old: True}}
-        key = state_label_key(name, namespace)
+        key = upgrade_state_label_key(name, namespace)
         assert {node: (core.read_node(node).metadata.labels or {}).get(key) for node in WORKERS} == {
             WORKERS[0]: "rolled-back", WORKERS[1]: "pending", WORKERS[2]: "pending"}
         upgrade = crds.get_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name)["status"]
@@ -308,7 +309,6 @@ def test_twenty_nodes_at_a_quarter_never_have_more_than_five_upgrading_or_withou
         sim, kube, crds, images, namespace, sim_nodes):
     """The issue's 20-node upgrade: kwok GPU nodes of their own, maxUnavailable 25%, the PVCs polled through the API
     during the one `wait: true` run that walks every wave."""
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
 
     pool = "waves-%s" % uuid.uuid4().hex[:4]
     nodes = sim_nodes([{"name": pool, "count": 20, "vendor": "amd", "labels": {POOL_LABEL: pool}}], timeout=120)
@@ -323,7 +323,7 @@ def test_twenty_nodes_at_a_quarter_never_have_more_than_five_upgrading_or_withou
         assert sorted(first["eligible_nodes"]) == nodes and first["rollout"]["complete"], first["rollout"]
         crds.patch_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name,
                                             {"spec": {"image": images[1].ref}})
-        watcher = Watcher(kube, name, new, nodes, state_label_key(name, namespace))
+        watcher = Watcher(kube, name, new, nodes, upgrade_state_label_key(name, namespace))
         watcher.start()
         started = time.monotonic()
         rolled = reconcile(sim, name, namespace, wait_timeout=300)
@@ -336,7 +336,7 @@ def test_twenty_nodes_at_a_quarter_never_have_more_than_five_upgrading_or_withou
         assert watcher.digests_seen == {node: {old, new} for node in nodes}, figures
         # The state labels followed the waves during the run, and went at its end.
         assert {"pending", "upgrading", "upgraded"} <= watcher.labels_seen, watcher.labels_seen
-        assert not client.CoreV1Api(kube).list_node(label_selector=state_label_key(name, namespace)).items
+        assert not client.CoreV1Api(kube).list_node(label_selector=upgrade_state_label_key(name, namespace)).items
         status = crds.get_namespaced_custom_object("gkm.io", "v1alpha1", namespace, "gkmcaches", name)["status"]
         assert status["upgrade"]["phase"] == "Complete" and status["upgrade"]["counts"]["upgraded"] == 20, status
         print("20 nodes at 25%%: %s" % figures)

@@ -4,6 +4,9 @@ mount_mode option as the default of resources without spec.mountMode."""
 
 import pytest
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    pinned_reference,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     RESOLVED,
 )
@@ -29,7 +32,7 @@ def image_volume_spec(**params):
     ("localhost:5000/y:v1@sha256:" + "0" * 64, "localhost:5000/y@" + DIGEST_A),
 ])
 def test_the_reference_is_pinned_to_the_resolved_digest(image, expected):
-    assert image_volume.pinned_reference(image, DIGEST_A) == expected
+    assert pinned_reference(image, DIGEST_A) == expected
 
 
 def test_the_mode_is_parsed_checked_and_needs_no_extraction_image():

@@ -1,5 +1,8 @@
 """Node readiness labels (distribute/node_readiness.py), without a cluster."""
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    readiness_label_key,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     READINESS_LABEL_PREFIX,
 )
@@ -16,11 +19,11 @@ def node(name, labels=None):
 
 
 def test_keys_tell_namespaced_from_cluster_caches_and_fit_a_label_name():
-    assert node_readiness.label_key("vector-add", "team-a") == "cache.gkm.io/team-a.vector-add"
-    assert node_readiness.label_key("vector-add", "") == "cache.gkm.io/vector-add"
-    long_key = node_readiness.label_key("c" * 63, "n" * 63)
+    assert readiness_label_key("vector-add", "team-a") == "cache.gkm.io/team-a.vector-add"
+    assert readiness_label_key("vector-add", "") == "cache.gkm.io/vector-add"
+    long_key = readiness_label_key("c" * 63, "n" * 63)
     name = long_key[len(READINESS_LABEL_PREFIX):]
-    assert len(name) <= 63 and name != node_readiness.label_key("c" * 63, "m" * 63)[len(READINESS_LABEL_PREFIX):]
+    assert len(name) <= 63 and name != readiness_label_key("c" * 63, "m" * 63)[len(READINESS_LABEL_PREFIX):]
 
 
 def test_a_node_is_ready_only_while_every_current_slot_on_it_is_extracted():

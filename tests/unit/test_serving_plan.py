@@ -1,6 +1,12 @@
 """The serving PVC of a ReadWriteOnce cache (distribute/serving.py) through the planner, the status and the scrub
 plan, without a cluster."""
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import (
+    is_serving,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    serving_alias_name,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     EXTRACTED,
     RUNNING,
@@ -30,7 +36,7 @@ def serving_spec(digest=DIGEST_A, **params):
 
 
 def serving_objects(objects):
-    return [obj for obj in objects if serving.is_serving(obj)]
+    return [obj for obj in objects if is_serving(obj)]
 
 
 def live_after(result, **marks):
@@ -48,7 +54,7 @@ def test_one_serving_pvc_named_as_the_cache_bound_to_an_unpinned_pv_at_the_publi
                                       "type": "Directory"}
     # Every node's slot PV is that directory's parent: the extraction's swap publishes exactly there.
     slot_paths = {p["spec"]["hostPath"]["path"] for p in by_kind(result.desired, "PersistentVolume")
-                  if not serving.is_serving(p)}
+                  if not is_serving(p)}
     assert slot_paths == {pv["spec"]["hostPath"]["path"].rsplit("/", 1)[0]}
     assert len(by_kind(result.desired, "Job")) == len(WORKERS)
     assert pv["metadata"]["labels"][SERVING_LABEL] == "true"
@@ -73,7 +79,7 @@ def upgraded(first, pods=()):
     """Live objects after a digest change's first run, once every new slot is extracted: (old, old and new)."""
     live = live_after(first, complete_jobs=True, marked=True)
     started = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=pods))
-    return live, merged(live, as_live([obj for obj in started.desired if not serving.is_serving(obj)],
+    return live, merged(live, as_live([obj for obj in started.desired if not is_serving(obj)],
                                       complete_jobs=True, marked=True))
 
 
@@ -174,7 +180,7 @@ def test_a_mounted_serving_pvc_gets_an_alias_at_the_new_digest_once_every_node_h
     assert not any(a.name == "vector-add" for a in second.actions)
     after = merged(live, as_live([a.body for a in second.actions if a.verb == "create"]))
     assert [a for a in planner.plan(serving_spec(DIGEST_B), facts(objects=after, pods=[reader])).actions
-            if serving.is_serving(a.body)] == []
+            if is_serving(a.body)] == []
 
 
 def test_no_alias_while_a_node_lacks_the_new_digest():
@@ -205,6 +211,6 @@ def test_the_alias_stays_while_pods_mount_it_and_goes_when_unused_once_the_servi
 
 
 def test_alias_names_fit_a_dns_label_and_keep_long_cache_names_apart():
-    assert serving.alias_name("vector-add", "b" * 12) == ALIAS
-    long_names = {serving.alias_name(prefix + "c" * 60, "b" * 12) for prefix in ("a", "b")}
+    assert serving_alias_name("vector-add", "b" * 12) == ALIAS
+    long_names = {serving_alias_name(prefix + "c" * 60, "b" * 12) for prefix in ("a", "b")}
     assert len(long_names) == 2 and all(len(name) <= 63 and name.endswith("-" + "b" * 12) for name in long_names)

@@ -2,7 +2,10 @@
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    short_digest,
+    upgrade_state_label_key,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     ERROR,
     EXTRACTED,
@@ -141,7 +144,7 @@ def test_state_labels_change_only_what_differs():
     nodes[0]["metadata"]["labels"]["upgrade.gkm.io/team-a.vector-add"] = "upgrading"
     nodes[2]["metadata"]["labels"]["upgrade.gkm.io/team-a.vector-add"] = "stale"
     plan = upgrade(nodes, {"maxUnavailable": 1})
-    key = waves.state_label_key("vector-add", "team-a")
+    key = upgrade_state_label_key("vector-add", "team-a")
     assert key == "upgrade.gkm.io/team-a.vector-add"
     # What runner.distribute writes through node_readiness_runner.sync_labels.
     assert label_changes(nodes, key, plan.labels()) == [("gpu-01", "pending"), ("gpu-02", "pending")]

@@ -24,6 +24,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
+    READINESS_LABEL_PREFIX,
+    UPGRADE_STATE_LABEL_PREFIX,
 )
 
 MAX_NAME = 63
@@ -182,3 +184,36 @@ def cache_selector(cache, cache_namespace):
 def managed_selector():
     """Label selector for every object this collection manages, for listing all caches."""
     return "{0}={1}".format(MANAGED_BY_LABEL, MANAGER)
+
+
+def readiness_label_key(cache, cache_namespace):
+    """The node label saying which digest of a cache the node holds extracted: `cache.gkm.io/<namespace>.<cache>`."""
+    return _node_label_key(READINESS_LABEL_PREFIX, cache, cache_namespace)
+
+
+def upgrade_state_label_key(cache, cache_namespace):
+    """The node label saying where the node stands in a cache's rolling upgrade."""
+    return _node_label_key(UPGRADE_STATE_LABEL_PREFIX, cache, cache_namespace)
+
+
+def _node_label_key(prefix, cache, cache_namespace):
+    return prefix + label_value("%s.%s" % (cache_namespace, cache) if cache_namespace else cache)
+
+
+def serving_alias_name(cache, digest):
+    """`<cache>-<short digest>`, the serving PVC of a digest while the one named as the cache is kept at an older one;
+    a long cache name is cut and a hash of it added, so the name stays within 63 characters."""
+    name = "%s-%s" % (cache, digest)
+    if len(name) <= MAX_NAME:
+        return name
+    suffix = "-%s-%s" % (stable_hash("serving-alias", cache), digest)
+    return cache[:MAX_NAME - len(suffix)].rstrip("-") + suffix
+
+
+def pinned_reference(image, digest):
+    """`repository@digest` of an image reference given by tag or digest ('host:5000/a/b:v1' -> 'host:5000/a/b@...')."""
+    repository = image.split("@", 1)[0]
+    last = repository.rsplit("/", 1)[-1]
+    if ":" in last:
+        repository = repository[:len(repository) - len(last)] + last.split(":", 1)[0]
+    return "%s@%s" % (repository, digest)

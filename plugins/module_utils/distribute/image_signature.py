@@ -15,11 +15,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    pinned_reference,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_ANNOTATION,
     SIGNATURE_FORMAT_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import pinned_reference
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import SIGNATURE_NOT_VERIFIED
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import OCIError, RegistryClient

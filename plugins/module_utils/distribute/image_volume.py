@@ -11,6 +11,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    pinned_reference,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_ANNOTATION,
     RESOLVED,
@@ -22,15 +25,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pod_use imp
 # At most this many pulled nodes and mounting pods in a result without node_details and in a resource's status (as
 # many as its problems), whatever the cluster's size; the counts say how many there are.
 MAX_LISTED = 10
-
-
-def pinned_reference(image, digest):
-    """`repository@digest` of an image reference given by tag or digest ('host:5000/a/b:v1' -> 'host:5000/a/b@...')."""
-    repository = image.split("@", 1)[0]
-    last = repository.rsplit("/", 1)[-1]
-    if ":" in last:
-        repository = repository[:len(repository) - len(last)] + last.split(":", 1)[0]
-    return "%s@%s" % (repository, digest)
 
 
 def has_pulled(node, reference):

@@ -17,20 +17,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
-    READINESS_LABEL_PREFIX,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import KEPT_UNTIL_REPLACED
 
 EXTRACTED = "Extracted"
 # Status entries that are not a current slot of the node.
 NOT_CURRENT = ("Outdated", "Incompatible")
-
-
-def label_key(cache, cache_namespace, prefix=READINESS_LABEL_PREFIX):
-    """The node label of one cache under `prefix` (the rollout's state label, upgrade_waves.py, uses another)."""
-    return prefix + label_value("%s.%s" % (cache_namespace, cache) if cache_namespace else cache)
 
 
 def ready_labels(spec, entries):

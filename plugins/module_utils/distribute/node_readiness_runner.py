@@ -7,6 +7,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    readiness_label_key,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_readiness
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -15,7 +18,7 @@ MERGE_PATCH = "application/merge-patch+json"
 def label_nodes(kube, spec, entries, nodes):
     """Label the nodes ready for the cache and unlabel the others; returns [{node, value}] written (value None:
     removed). `nodes` are the cluster's nodes when the cache is present."""
-    key = node_readiness.label_key(spec.name, spec.cache_namespace)
+    key = readiness_label_key(spec.name, spec.cache_namespace)
     return sync_labels(kube, spec, key, node_readiness.ready_labels(spec, entries), nodes)
 
 

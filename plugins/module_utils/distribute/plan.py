@@ -27,10 +27,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import holds_extracted
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     DIGEST_LABEL,
-    EXTRACTED_DIGEST_ANNOTATION,
     IMAGE_ANNOTATION,
     NODE_LABEL,
     SPEC_HASH_ANNOTATION,
@@ -312,8 +312,7 @@ class _Planner:
         pvc_live, job_live = self.live.get(pvc_ref), self.live.get(job_ref)
         pv_live = self.live.get(pv_ref) if make_pvs else None
         job_done = job_live is not None and job_condition(job_live, "Complete") is not None
-        marked = pvc_live is not None and (pvc_live["metadata"].get("annotations") or {}).get(
-            EXTRACTED_DIGEST_ANNOTATION) == spec.digest
+        marked = holds_extracted(pvc_live, spec.digest)
         pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, False), spec.owner)
         fresh = pvc_live is None or _differs(pvc_live, pvc) or (pv is not None and (
             pv_live is None or _differs(pv_live, pv)))

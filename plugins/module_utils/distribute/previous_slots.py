@@ -11,11 +11,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import holds_extracted
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
-    DIGEST_LABEL,
-    EXTRACTED_DIGEST_ANNOTATION,
-)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition
 
 
@@ -24,11 +21,8 @@ def was_extracted(members):
     for obj in members:
         if obj["kind"] == "Job" and job_condition(obj, "Complete") is not None:
             return True
-        if obj["kind"] == "PersistentVolumeClaim":
-            marker = (obj["metadata"].get("annotations") or {}).get(EXTRACTED_DIGEST_ANNOTATION) or ""
-            digest = (obj["metadata"].get("labels") or {}).get(DIGEST_LABEL) or ""
-            if digest and marker.split(":", 1)[-1].startswith(digest):
-                return True
+        if obj["kind"] == "PersistentVolumeClaim" and holds_extracted(obj):
+            return True
     return False
 
 

@@ -13,8 +13,8 @@ import functools
 import hashlib
 import json
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import extracted_mark
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
-    EXTRACTED_DIGEST_ANNOTATION,
     IMAGE_ANNOTATION,
     SPEC_HASH_ANNOTATION,
 )
@@ -95,7 +95,7 @@ def render_pvc(spec, slot, storage_class_name, extracted):
     body = _claim_body(tuple(spec.access_modes), spec.size, storage_class_name)
     annotations = {IMAGE_ANNOTATION: spec.image}
     if extracted:
-        annotations[EXTRACTED_DIGEST_ANNOTATION] = spec.digest
+        annotations.update(extracted_mark(spec.digest))
     return _object("PersistentVolumeClaim", slot.pvc_name(), slot.namespace, slot.labels(), annotations, body,
                    content_hash=_claim_hash(tuple(spec.access_modes), spec.size, storage_class_name,
                                             spec.verification))

@@ -13,10 +13,10 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import CLUSTER, read_cache
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KINDS,
     GROUP,
-    PVC,
     RESOLVED,
     VERSION,
 )
@@ -71,33 +71,25 @@ def distribute_params(resource, defaults):
     """cache_distribute options for a cache resource: its spec over the operator's defaults.
 
     defaults holds the options a resource cannot set (extract_image, registry access, create_pvs,
-    wait, ...); the resource's spec decides image, access modes, storage class and pod template.
+    wait, ...) and the mount mode of a resource without spec.mountMode; the resource's spec decides image,
+    access modes, storage class and pod template. The resource is read as the webhook reads it (contract/).
     """
-    kind = resource.get("kind")
-    metadata = resource.get("metadata") or {}
-    spec = resource.get("spec") or {}
-    if kind not in CACHE_KINDS:
-        raise ResourceError("kind must be one of %s, got %r" % (", ".join(sorted(CACHE_KINDS)), kind))
-    if not spec.get("image"):
-        raise ResourceError("%s %s: spec.image is required" % (kind, metadata.get("name")))
+    cache = read_cache(resource, defaults.get("mount_mode"))
+    if cache.problems:
+        raise ResourceError(cache.problems[0])
     params = copy.deepcopy(defaults)
     params.update(
-        name=metadata["name"],
-        image=spec["image"],
-        access_modes=list(spec.get("accessModes") or ["ReadWriteOnce"]),
-        storage_class_name=spec.get("storageClassName") or None,
-        pod_template=copy.deepcopy(spec.get("podTemplate")) or None,
-        upgrade_policy=upgrade_policy(resource) if spec.get("upgradePolicy") is not None else None,
-        # Unset in the resource: the operator's default (defaults["mount_mode"]), else PVC.
-        mount_mode=spec.get("mountMode") or defaults.get("mount_mode") or PVC,
+        name=cache.name,
+        image=cache.image,
+        access_modes=list(cache.access_modes),
+        storage_class_name=cache.storage_class_name,
+        pod_template=copy.deepcopy(cache.pod_template),
+        upgrade_policy=upgrade_policy(resource) if cache.upgrade_policy is not None else None,
+        mount_mode=cache.mount_mode,
+        scope=cache.scope,
+        namespace=cache.namespace,
+        workload_namespaces=list(cache.workload_namespaces) if cache.scope == CLUSTER else None,
     )
-    if kind == "GKMCache":
-        params.update(scope="namespaced", namespace=metadata.get("namespace"), workload_namespaces=None)
-    else:
-        if not spec.get("workloadNamespaces"):
-            raise ResourceError("ClusterGKMCache %s: spec.workloadNamespaces must list at least one namespace"
-                                % metadata["name"])
-        params.update(scope="cluster", namespace=None, workload_namespaces=list(spec["workloadNamespaces"]))
     return params
 
 

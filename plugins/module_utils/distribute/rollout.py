@@ -11,7 +11,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    label_value,
+    short_digest,
+    upgrade_state_label_key,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     DIGEST_LABEL,
     NODE_LABEL,
@@ -21,7 +25,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_wav
     WAITING,
     node_progress,
     plan_waves,
-    state_label_key,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.workload_restarts import (
     evictions_due,
@@ -69,7 +72,7 @@ def upgrade_states(waves):
 
 def rollout_diff(spec, waves, nodes):
     """The `--diff` entry of an active rollout: the nodes' state labels now, and the wave plan."""
-    key = state_label_key(spec.name, spec.cache_namespace)
+    key = upgrade_state_label_key(spec.name, spec.cache_namespace)
     before = {node["metadata"]["name"]: (node["metadata"].get("labels") or {})[key] for node in nodes
               if key in (node["metadata"].get("labels") or {})}
     header = "upgrade of %s" % "/".join(filter(None, (spec.cache_namespace, spec.name)))

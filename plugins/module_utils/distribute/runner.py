@@ -18,7 +18,12 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import cache_selector, managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    cache_selector,
+    managed_selector,
+    pinned_reference,
+    upgrade_state_label_key,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KINDS,
     ERROR,
@@ -49,7 +54,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import
     pin_image,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import state_label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.workload_restarts_runner import Evictions
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.metadata import (
@@ -168,7 +172,7 @@ def _storage_class(spec, classes):
 
 
 def _node_facts(kube, spec):
-    pulled_image = image_volume.pinned_reference(spec.image, spec.digest) if spec.image_volume else None
+    pulled_image = pinned_reference(spec.image, spec.digest) if spec.image_volume else None
     return [node_facts(node, pulled_image) for node in kube.items("Node")]
 
 
@@ -511,7 +515,7 @@ def _restarting(plan):
 
 def _label_upgrade_states(kube, spec, waves, nodes):
     """Write the nodes' upgrade state labels, and keep `nodes` (the facts' copies) as written."""
-    key = state_label_key(spec.name, spec.cache_namespace)
+    key = upgrade_state_label_key(spec.name, spec.cache_namespace)
     written = node_readiness_runner.sync_labels(kube, spec, key, rollout.upgrade_states(waves), nodes)
     by_name = {node["metadata"]["name"]: node for node in nodes}
     for change in written:

@@ -22,10 +22,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import (
+    is_serving,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
     MAX_NAME,
     Slot,
     label_value,
+    serving_alias_name,
     short_digest,
     stable_hash,
 )
@@ -55,24 +59,10 @@ def wanted(spec, make_pvs):
     return spec.state == "present" and spec.per_node and spec.serving_pvc and make_pvs
 
 
-def is_serving(obj):
-    return ((obj.get("metadata") or {}).get("labels") or {}).get(SERVING_LABEL) == "true"
-
-
 def published_path(spec, namespace):
     """The directory every node's extraction publishes for (cache, namespace, digest): the same on every node."""
     return "%s/%s" % (Slot(spec.name, spec.cache_namespace, namespace, "", spec.digest).host_path(
         spec.host_path_root), PUBLISHED_DIRECTORY)
-
-
-def alias_name(cache, digest):
-    """`<cache>-<short digest>`, the serving PVC of a digest while the one named as the cache is kept at an older one;
-    a long cache name is cut and a hash of it added, so the name stays within 63 characters."""
-    name = "%s-%s" % (cache, digest)
-    if len(name) <= MAX_NAME:
-        return name
-    suffix = "-%s-%s" % (stable_hash("serving-alias", cache), digest)
-    return cache[:MAX_NAME - len(suffix)].rstrip("-") + suffix
 
 
 def pv_name(spec, namespace, alias=False):
@@ -101,7 +91,7 @@ def render(spec, namespace, alias=False):
     """(PV, PVC) serving the cache in `namespace`, the PVC named as the cache or, with alias, alias_name. Both name
     each other and use no storage class (""), so they bind at once and no provisioner or default class takes part."""
     name = pv_name(spec, namespace, alias)
-    claim = alias_name(spec.name, short_digest(spec.digest)) if alias else spec.name
+    claim = serving_alias_name(spec.name, short_digest(spec.digest)) if alias else spec.name
     pv = _object("v1", "PersistentVolume", name, None, spec, {
         "capacity": {"storage": spec.size},
         "accessModes": list(ACCESS_MODES),

@@ -13,13 +13,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import (
+    holds_extracted,
+    is_serving,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     DIGEST_LABEL,
     ERROR,
     EXTRACTED,
-    EXTRACTED_DIGEST_ANNOTATION,
     EXTRACTING,
     INCOMPATIBLE,
     MANAGED_BY_LABEL,
@@ -46,7 +49,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
     job_condition,
     pod_mounts,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING, is_serving
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING
 
 # Scheduler message fragments -> the option that changes the outcome.
 _FIXES = (
@@ -95,8 +98,7 @@ def slot_phase(slot, pvc, job, job_pods):
         return PENDING, slot.reason, [], None
     if slot.outcome == HELD:
         return PENDING, slot.reason, [], WAITING_FOR_WAVE
-    marker = ((pvc or {}).get("metadata", {}).get("annotations") or {}).get(EXTRACTED_DIGEST_ANNOTATION) or ""
-    if slot.digest and marker.split(":", 1)[-1].startswith(slot.digest):
+    if slot.digest and holds_extracted(pvc, slot.digest):
         return EXTRACTED, None, [], None
     # Recorded when its Job failed: the record outlives the Job (a live Job of another template is a retry).
     job_hash = ((job or {}).get("metadata", {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)

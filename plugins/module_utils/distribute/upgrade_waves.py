@@ -25,7 +25,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    short_digest,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     ERROR,
     EXTRACTED,
@@ -34,18 +36,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     INCOMPATIBLE,
     OUTDATED,
     PENDING,
-    UPGRADE_STATE_LABEL_PREFIX,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import ORDER_BY_NAME
 
 WAITING, UPGRADING, UPGRADED, FAILED, ROLLED_BACK = "pending", "upgrading", "upgraded", "failed", "rolled-back"
 # A node's phase of the new digest is the worst of its namespaces' slots.
 _PHASE_ORDER = (ERROR, PENDING, EXTRACTING, EXTRACTED)
-
-
-def state_label_key(cache, cache_namespace):
-    return label_key(cache, cache_namespace, UPGRADE_STATE_LABEL_PREFIX)
 
 
 class NodeProgress:

@@ -16,7 +16,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import (
+    is_serving,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    label_value,
+    pinned_reference,
+    readiness_label_key,
+    serving_alias_name,
+    short_digest,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KIND,
     CACHE_LABEL,
@@ -28,10 +37,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     READ_ONLY_MANY,
     READINESS_LABEL_PREFIX,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import pinned_reference
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_key
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import HOSTNAME_LABEL
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import alias_name, is_serving
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.verification import format_label
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
@@ -63,7 +69,7 @@ class CacheTarget:
         self.targets = cache.targets
         self.readiness_key = None
         if cache.mode == PVC and cache.per_node:
-            self.readiness_key = label_key(name, namespace if scope == "namespaced" else "")
+            self.readiness_key = readiness_label_key(name, namespace if scope == "namespaced" else "")
         self.serving_digest = serving_digest
         self.serving_alias = serving_alias
 
@@ -257,7 +263,7 @@ class SteeringView:
         current = short_digest(cache.digest) if cache.digest else None
         alias = None
         if serving_digest is not None and current and serving_digest != current:
-            named = alias_name(name, current)
+            named = serving_alias_name(name, current)
             alias = named if self._serving.get((namespace, named)) == (name, cache_namespace, current) else None
         return CacheTarget(name, namespace, scope, cache, serving_digest, alias)
 

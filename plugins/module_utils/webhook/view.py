@@ -22,6 +22,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import holds_extracted
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KIND,
@@ -29,7 +30,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_NAMESPACE_LABEL,
     CLUSTER_CACHE_KIND,
     DIGEST_LABEL,
-    EXTRACTED_DIGEST_ANNOTATION,
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
@@ -147,14 +147,13 @@ def pvc_record(obj):
         # A serving PVC (distribute/serving.py) is no node's PVC: pods mount it by the cache's name as it is.
         return None
     digest = labels.get(DIGEST_LABEL) or ""
-    marker = (metadata.get("annotations") or {}).get(EXTRACTED_DIGEST_ANNOTATION) or ""
     return _PvcRecord(
         cache=labels[CACHE_LABEL],
         cache_namespace=labels.get(CACHE_NAMESPACE_LABEL, ""),
         node=labels.get(NODE_LABEL) or None,
         digest=digest,
         created=metadata.get("creationTimestamp") or "",
-        extracted=bool(digest) and marker.split(":", 1)[-1].startswith(digest),
+        extracted=holds_extracted(obj),
     )
 
 

@@ -1,0 +1,106 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A GKMCache or ClusterGKMCache read once, its defaults included, for every part that reads one.
+
+The reconcile, the webhook's views and the operator's node events all read cache resources. Each reading the spec
+its own way let them disagree: under an imageVolume default, a cache without spec.mountMode was an image volume to
+the reconcile and a PVC to the webhook. `read_cache` is the one reading; the mount mode's default is an input,
+given by whoever runs the collection (the caches role's `caches_mount_mode`, the webhook's `--default-mount-mode`).
+
+Pure. A malformed field does not raise: it is listed in `problems` (naming the field and the fix) and read as its
+default, so the webhook keeps answering while the reconcile refuses the resource with those problems.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KINDS,
+    CLUSTER_CACHE_KIND,
+    MOUNT_MODES,
+    PVC,
+    READ_ONLY_MANY,
+    READ_WRITE_ONCE,
+    SIGNATURE_FORMAT_LABEL,
+)
+
+NAMESPACED, CLUSTER = "namespaced", "cluster"
+
+
+class CacheResource:
+    """What a cache resource says. `digest` is status.resolvedDigest (what its reconcile resolved and, if asked,
+    verified) or None; `pinned_digest` is the digest its spec.image pins, or None for a tag."""
+
+    __slots__ = ("access_modes", "digest", "image", "kind", "mount_mode", "name", "namespace", "pinned_digest",
+                 "pod_template", "problems", "signature_format", "status_targets", "storage_class_name",
+                 "upgrade_policy", "workload_namespaces")
+
+    @property
+    def scope(self):
+        return CLUSTER if self.kind == CLUSTER_CACHE_KIND else NAMESPACED
+
+    @property
+    def per_node(self):
+        """True for a cache extracted per node (ReadWriteOnce), False for one PVC per namespace (ReadOnlyMany)."""
+        return READ_ONLY_MANY not in self.access_modes
+
+    def describe(self):
+        if self.kind == CLUSTER_CACHE_KIND:
+            return "ClusterGKMCache %s" % self.name
+        return "%s %s/%s" % (self.kind, self.namespace, self.name)
+
+
+def read_cache(obj, default_mount_mode=PVC):
+    """The CacheResource of a cache object (a dict as the API returns it)."""
+    cache = CacheResource()
+    metadata = _mapping(obj.get("metadata"))
+    spec = _mapping(obj.get("spec"))
+    status = _mapping(obj.get("status"))
+    cache.kind = obj.get("kind")
+    cache.name = metadata.get("name")
+    cache.namespace = metadata.get("namespace") if cache.kind != CLUSTER_CACHE_KIND else None
+    cache.problems = []
+    where = "%s %s" % (cache.kind, cache.name)
+    if cache.kind not in CACHE_KINDS:
+        cache.problems.append("kind must be one of %s, got %r" % (", ".join(sorted(CACHE_KINDS)), cache.kind))
+    cache.image = spec.get("image") if isinstance(spec.get("image"), str) and spec.get("image") else None
+    if cache.image is None:
+        cache.problems.append("%s: spec.image is required" % where)
+    cache.pinned_digest = _digest(cache.image.rpartition("@")[2]) if cache.image and "@" in cache.image else None
+    cache.access_modes = _strings(spec.get("accessModes")) or [READ_WRITE_ONCE]
+    cache.storage_class_name = spec.get("storageClassName") or None
+    cache.pod_template = spec.get("podTemplate") if isinstance(spec.get("podTemplate"), dict) else None
+    cache.upgrade_policy = spec.get("upgradePolicy")
+    cache.mount_mode = spec.get("mountMode") or default_mount_mode or PVC
+    if cache.mount_mode not in MOUNT_MODES:
+        cache.problems.append("%s: spec.mountMode must be one of %s, got %r" % (
+            where, ", ".join(MOUNT_MODES), cache.mount_mode))
+        cache.mount_mode = PVC
+    cache.workload_namespaces = _strings(spec.get("workloadNamespaces")) if cache.kind == CLUSTER_CACHE_KIND else []
+    if cache.kind == CLUSTER_CACHE_KIND and not cache.workload_namespaces:
+        cache.problems.append("ClusterGKMCache %s: spec.workloadNamespaces must list at least one namespace"
+                              % cache.name)
+    cache.signature_format = _mapping(metadata.get("labels")).get(SIGNATURE_FORMAT_LABEL) or None
+    cache.digest = _digest(status.get("resolvedDigest"))
+    cache.status_targets = [t for t in status.get("targets") or () if isinstance(t, dict)] \
+        if isinstance(status.get("targets"), list) else []
+    return cache
+
+
+def _mapping(value):
+    return value if isinstance(value, dict) else {}
+
+
+def _strings(value):
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def _digest(value):
+    """`value` when it is an image digest ('sha256:<hex>'), else None."""
+    try:
+        short_digest(value)
+    except ValueError:
+        return None
+    return value
