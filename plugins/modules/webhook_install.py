@@ -153,6 +153,14 @@ options:
     type: str
     choices: [Fail, Ignore]
     default: Fail
+  default_mount_mode:
+    description:
+      - The mount mode of a cache resource without C(spec.mountMode). Give it the value the reconcile uses
+        (the caches role's C(caches_mount_mode), the gkm role passes it), so the webhook and the reconcile read a
+        cache alike - under V(imageVolume), such a cache has no PVC and its pods get its image mounted.
+    type: str
+    choices: [PVC, imageVolume]
+    default: PVC
   timeout_seconds:
     description: How long the API server waits for the webhook, 1 to 30 seconds.
     type: int
@@ -285,6 +293,7 @@ ARGUMENT_SPEC = dict(
     failure_policy=dict(type="str", choices=["Fail", "Ignore"], default="Fail"),
     timeout_seconds=dict(type="int", default=5),
     excluded_namespaces=dict(type="list", elements="str", default=[]),
+    default_mount_mode=dict(type="str", choices=["PVC", "imageVolume"], default="PVC"),
     wait=dict(type="bool", default=True),
     wait_timeout=dict(type="int", default=120),
 )

@@ -56,8 +56,8 @@ def serving_pvc(name, namespace="apps", digest=DIGEST_A, cache_namespace="apps")
     return {"metadata": {"name": name, "namespace": namespace, "labels": labels}}
 
 
-def view(caches=(), cluster_caches=(), pvcs=(), nodes=None):
-    steering_view = SteeringView()
+def view(caches=(), cluster_caches=(), pvcs=(), nodes=None, default_mount_mode="PVC"):
+    steering_view = SteeringView(default_mount_mode)
     steering_view.replace_caches(CACHE_KIND, list(caches))
     steering_view.replace_caches(CLUSTER_CACHE_KIND, list(cluster_caches))
     steering_view.replace_pvcs(list(pvcs))

@@ -4,6 +4,7 @@ The simulated cluster runs no containers, so the server runs here as a plain pro
 (`python -m ...webhook_server`) and the API server calls it through `clientConfig.url`.
 """
 
+import json
 import os
 import re
 import signal
@@ -75,8 +76,9 @@ class CertificateFiles:
 class LocalWebhookServer:
     """The webhook server as a child process of the test, on a free loopback port."""
 
-    def __init__(self, kubeconfig, cert_file, key_file, port=None, log_path=None):
+    def __init__(self, kubeconfig, cert_file, key_file, port=None, log_path=None, extra_args=()):
         self.kubeconfig = kubeconfig
+        self.extra_args = list(extra_args)
         self.cert_file = cert_file
         self.key_file = key_file
         self.port = port or free_port()
@@ -93,7 +95,7 @@ class LocalWebhookServer:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", SERVER_MODULE, "--cert-file", self.cert_file, "--key-file", self.key_file,
                  "--listen", "127.0.0.1:%d" % self.port, "--kubeconfig", self.kubeconfig,
-                 "--cert-check-seconds", "0.2"],
+                 "--cert-check-seconds", "0.2", *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT, env=env)
         return self
 
@@ -117,6 +119,16 @@ class LocalWebhookServer:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
+
+    def admit_pod(self, pod, namespace, ca):
+        """The server's AdmissionReview response to a pod's CREATE, asked directly (no API server in between)."""
+        body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "direct", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": namespace,
+            "operation": "CREATE", "object": pod}}
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, context=ssl.create_default_context(cadata=ca), timeout=30) as response:
+            return json.loads(response.read())["response"]
 
     def wait_ready(self, ca, timeout=30):
         deadline = time.monotonic() + timeout

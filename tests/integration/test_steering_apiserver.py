@@ -12,6 +12,7 @@ status counts and lists the pods mounting its image (one on an older digest: out
 it pulled it; the caches role's caches_mount_mode makes a cache without spec.mountMode imageVolume.
 """
 
+import base64
 import json
 import time
 import uuid
@@ -328,7 +329,8 @@ def test_the_annotation_of_an_image_volume_cache_mounts_the_pinned_image_on_a_gp
 
 def test_a_cache_without_a_mount_mode_gets_the_caches_role_default(sim, kube, crds, setup, tmp_path):
     """caches_mount_mode: imageVolume, through the caches role's reconcile (as the operator's runs include it), with no
-    tools image: a GKMCache that sets no spec.mountMode is Resolved, and nothing is extracted for it."""
+    tools image: a GKMCache that sets no spec.mountMode is Resolved, and nothing is extracted for it; a webhook given
+    the same default (--default-mount-mode, which the gkm role sets from caches_mount_mode) mounts its image."""
     crds.create_namespaced_custom_object(GROUP, VERSION, setup.namespace, "gkmcaches", {
         "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
         "metadata": {"name": "by-default", "namespace": setup.namespace}, "spec": {"image": setup.image.ref}})
@@ -345,3 +347,23 @@ def test_a_cache_without_a_mount_mode_gets_the_caches_role_default(sim, kube, cr
     assert reconciled["resource"]["status"]["phase"] == "Resolved"
     assert not client.BatchV1Api(kube).list_namespaced_job(
         setup.namespace, label_selector="gkm.io/cache=by-default").items
+
+    certs = CertificateFiles(str(tmp_path / "certs"))
+    server = LocalWebhookServer(sim.kubeconfig, certs.cert_file, certs.key_file,
+                                extra_args=["--default-mount-mode", "imageVolume"])
+    try:
+        server.start().wait_ready(certs.ca)
+        annotated = pod("by-default", annotations={"gkm.io/cache": "by-default", "gkm.io/cache-mount-path": "/k"})
+
+        def mounted_volumes():
+            answer = server.admit_pod(annotated, setup.namespace, certs.ca)
+            if not answer["allowed"]:  # the server's watch may not hold the resolved digest yet
+                return None
+            patch = json.loads(base64.b64decode(answer["patch"]))
+            return [op["value"] for op in patch if op["path"] == "/spec/volumes"]
+
+        [volumes] = wait_until("the pod admitted", mounted_volumes, timeout=30)
+        assert volumes == [{"name": "gkm-cache-by-default",
+                            "image": {"reference": setup.image.digest_ref, "pullPolicy": "IfNotPresent"}}]
+    finally:
+        server.stop()

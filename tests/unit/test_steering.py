@@ -263,3 +263,20 @@ def test_a_template_of_an_image_volume_cache_without_known_targets_is_left_alone
     annotations = {"gkm.io/cache": "vector-add", "gkm.io/cache-mount-path": "/k"}
     result = steer(workload_request("DaemonSet", pod_spec(), annotations=annotations), steering_view)
     assert (result.operations, result.denial) == ([], None)
+
+
+def test_a_cache_without_a_mount_mode_gets_the_installations_default_as_the_reconcile_does():
+    """Under caches_mount_mode imageVolume the reconcile makes no PVC for a cache without spec.mountMode: the webhook
+    must mount its image, not a serving PVC that never exists."""
+    annotations = {"gkm.io/cache": "vector-add", "gkm.io/cache-mount-path": "/k"}
+    unset = cache("vector-add")
+    for default, volume_source in (("imageVolume", "image"), ("PVC", "persistentVolumeClaim")):
+        steering_view = view([unset], pvcs=[serving_pvc("vector-add")], default_mount_mode=default)
+        pod = steered_pod(steering_view, pod_request(pod_spec(), annotations=annotations))
+        [volume] = pod["spec"]["volumes"]
+        assert volume_source in volume, (default, volume)
+    # A cache's own spec.mountMode wins over the default.
+    steering_view = view([cache("vector-add", mountMode="PVC")], pvcs=[serving_pvc("vector-add")],
+                         default_mount_mode="imageVolume")
+    [volume] = steered_pod(steering_view, pod_request(pod_spec(), annotations=annotations))["spec"]["volumes"]
+    assert "persistentVolumeClaim" in volume

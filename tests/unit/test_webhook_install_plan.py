@@ -24,7 +24,7 @@ def params(**overrides):
                 image="reg/tools:1", image_pull_policy="IfNotPresent", replicas=2, tls_mode="self_signed",
                 ca_bundle=None, cert_valid_days=365, ca_valid_days=3650, renew_before_days=30,
                 failure_policy="Fail", timeout_seconds=5, excluded_namespaces=[], wait=True, wait_timeout=120,
-                tolerations=[], node_selector={}, pod_security_level="restricted")
+                default_mount_mode="PVC", tolerations=[], node_selector={}, pod_security_level="restricted")
     base.update(overrides)
     return base
 

@@ -52,13 +52,13 @@ class CacheResource:
         return "%s %s/%s" % (self.kind, self.namespace, self.name)
 
 
-def read_cache(obj, default_mount_mode=PVC):
-    """The CacheResource of a cache object (a dict as the API returns it)."""
+def read_cache(obj, default_mount_mode=PVC, kind=None):
+    """The CacheResource of a cache object (a dict as the API returns it; kind, when its LIST left it out)."""
     cache = CacheResource()
     metadata = _mapping(obj.get("metadata"))
     spec = _mapping(obj.get("spec"))
     status = _mapping(obj.get("status"))
-    cache.kind = obj.get("kind")
+    cache.kind = kind or obj.get("kind")
     cache.name = metadata.get("name")
     cache.namespace = metadata.get("namespace") if cache.kind != CLUSTER_CACHE_KIND else None
     cache.problems = []

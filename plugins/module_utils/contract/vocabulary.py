@@ -68,6 +68,9 @@ SIM_NODE_LABEL = DOMAIN + "/sim-node"
 REAL_NODE_LABEL = DOMAIN + "/real-node"
 SIM_SCOPE_LABEL = DOMAIN + "/sim-scope"
 
+# Kubernetes' own node label, which our Jobs and per-node objects select on.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
 # ------------------------------------------------------------------ what workloads say
 PVC_MUTATION_LABEL = DOMAIN + "/pvc-mutation"
 CACHE_ANNOTATION = DOMAIN + "/cache"

@@ -25,6 +25,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     ERROR,
     EXTRACTED,
     GROUP,
+    HOSTNAME_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_KINDS,
@@ -35,7 +36,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import node_gpus
 
 # cache kind -> (per-node kind, plural, namespaced)
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 CREATE, PATCH_STATUS, DELETE = "create", "patch_status", "delete"
 
 

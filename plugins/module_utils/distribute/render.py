@@ -15,13 +15,13 @@ import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import extracted_mark
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    HOSTNAME_LABEL,
     IMAGE_ANNOTATION,
     SPEC_HASH_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import gpus_from_node_labels
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 # The PVC is mounted at /gkm and the cache goes one level down: the extractor swaps a finished tree
 # into place with a rename, which a volume's mount point itself cannot take part in.
 CACHE_MOUNT_PATH = "/gkm"

@@ -20,6 +20,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     DIGEST_LABEL,
+    HOSTNAME_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
@@ -27,7 +28,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     SERVING_LABEL,
 )
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 SCRUB_MOUNT_PATH = "/gkm-root"
 SCRUB_CONTAINER = "scrub"
 SCRUB_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.scrub_main"

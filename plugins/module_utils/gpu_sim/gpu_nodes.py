@@ -22,6 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     GPU_ARCH_LABEL,
     GPU_BACKEND_LABEL,
     GPU_WARP_SIZE_LABEL,
+    HOSTNAME_LABEL,
     SIM_NODE_LABEL,
 )
 
@@ -84,7 +85,7 @@ def render_node(name, group):
     """Return the Node object for one node of a group."""
     gpu = _gpu_facts(group)
     labels = {
-        "kubernetes.io/hostname": name,
+        HOSTNAME_LABEL: name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         "type": "kwok",

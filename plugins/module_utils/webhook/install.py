@@ -82,6 +82,7 @@ def validate(params):
         renew_before_days=params["renew_before_days"], ca_valid_days=params["ca_valid_days"],
         image_pull_policy=params["image_pull_policy"], tolerations=params.get("tolerations") or [],
         node_selector=params.get("node_selector") or {}, pod_security_level=params["pod_security_level"],
+        default_mount_mode=params["default_mount_mode"],
     )
 
 

@@ -16,8 +16,10 @@ import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_ANNOTATION,
+    HOSTNAME_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
+    PVC,
     PVC_MUTATION_LABEL,
 )
 
@@ -54,7 +56,7 @@ class Settings:
                  tls_mode="self_signed", failure_policy="Fail", timeout_seconds=5,
                  excluded_namespaces=(), cert_valid_days=365, renew_before_days=30, ca_valid_days=3650,
                  image_pull_policy="IfNotPresent", tolerations=(), node_selector=None,
-                 pod_security_level="restricted"):
+                 pod_security_level="restricted", default_mount_mode=PVC):
         self.name = name
         self.namespace = namespace
         self.image = image
@@ -72,6 +74,7 @@ class Settings:
         self.tolerations = list(tolerations)
         self.node_selector = dict(node_selector or {})
         self.pod_security_level = pod_security_level
+        self.default_mount_mode = default_mount_mode
 
     @property
     def serves_in_cluster(self):
@@ -221,6 +224,7 @@ def deployment(settings):
             "--cert-file", CERT_DIR + "/tls.crt",
             "--key-file", CERT_DIR + "/tls.key",
             "--listen", "0.0.0.0:{0}".format(SERVER_PORT),
+            "--default-mount-mode", settings.default_mount_mode,
         ],
         "ports": [{"name": "https", "containerPort": SERVER_PORT, "protocol": "TCP"}],
         "readinessProbe": dict(httpGet=dict(https_probe, path="/readyz"), periodSeconds=5, failureThreshold=2),
@@ -252,7 +256,7 @@ def deployment(settings):
         # Replicas on different nodes, so one node going away never takes admission with it.
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
             "weight": 100,
-            "podAffinityTerm": {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"},
+            "podAffinityTerm": {"labelSelector": {"matchLabels": selector}, "topologyKey": HOSTNAME_LABEL},
         }]}},
     }
     if settings.tolerations:

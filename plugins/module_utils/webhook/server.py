@@ -31,6 +31,7 @@ except ImportError:
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import PVC
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.decide import decide
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.metrics import CONTENT_TYPE, Metrics
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering_view import SteeringView
@@ -175,15 +176,15 @@ class WebhookApp:
         return app
 
 
-def build_app(cert_file, key_file, kubeconfig=None, context=None, cert_check_seconds=1.0):
+def build_app(cert_file, key_file, kubeconfig=None, context=None, cert_check_seconds=1.0, default_mount_mode=PVC):
     """The aiohttp application and the SSLContext to listen with.
 
     Watches start with the application and stop with it; the certificate files are checked every
-    cert_check_seconds.
+    cert_check_seconds. default_mount_mode is the mount mode of a cache without spec.mountMode.
     """
     metrics = Metrics()
     view = CacheView()
-    steering_view = SteeringView()
+    steering_view = SteeringView(default_mount_mode)
     reloader = CertificateReloader(cert_file, key_file, metrics)
     kube = Kube(api_client_from_kubeconfig(kubeconfig, context))
     syncs = []

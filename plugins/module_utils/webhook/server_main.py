@@ -18,6 +18,7 @@ import logging
 import sys
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KUBERNETES_IMPORT_ERROR
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import MOUNT_MODES, PVC
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server import AIOHTTP_IMPORT_ERROR, LOG, build_app
 
 try:
@@ -40,6 +41,9 @@ def main(argv=None):
     parser.add_argument("--kubeconfig", help="kubeconfig to use; without it the in-cluster service account is used")
     parser.add_argument("--context", help="kubeconfig context")
     parser.add_argument("--cert-check-seconds", type=float, default=1.0, help="how often to look for new cert files")
+    parser.add_argument("--default-mount-mode", choices=MOUNT_MODES, default=PVC,
+                        help="the mount mode of a cache without spec.mountMode: the reconcile's own default "
+                             "(caches_mount_mode), so both read a cache alike")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -50,7 +54,8 @@ def main(argv=None):
             sys.stderr.write(error)
             return 2
     host, port = _parse_listen(args.listen)
-    app, ssl_context = build_app(args.cert_file, args.key_file, args.kubeconfig, args.context, args.cert_check_seconds)
+    app, ssl_context = build_app(args.cert_file, args.key_file, args.kubeconfig, args.context, args.cert_check_seconds,
+                                 args.default_mount_mode)
     LOG.info("listening on https://%s:%d", host, port)
     web.run_app(app, host=host, port=port, ssl_context=ssl_context, access_log=None, print=None,
                 shutdown_timeout=10)

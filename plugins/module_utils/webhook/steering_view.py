@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import read_cache
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import (
     is_serving,
 )
@@ -32,13 +33,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_NAMESPACE_LABEL,
     CLUSTER_CACHE_KIND,
     DIGEST_LABEL,
+    HOSTNAME_LABEL,
     IMAGE_VOLUME,
     PVC,
-    READ_ONLY_MANY,
     READINESS_LABEL_PREFIX,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import HOSTNAME_LABEL
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.verification import format_label
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
     gpus_from_node_labels,
@@ -95,29 +94,18 @@ class CacheTarget:
 class _Cache:
     __slots__ = ("digest", "image", "mode", "per_node", "targets", "workload_namespaces")
 
-    def __init__(self, obj, kind):
-        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-        status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
-        self.mode = IMAGE_VOLUME if spec.get("mountMode") == IMAGE_VOLUME else PVC
-        access_modes = spec.get("accessModes")
-        self.per_node = not (isinstance(access_modes, list) and READ_ONLY_MANY in access_modes)
-        self.image = spec.get("image") if isinstance(spec.get("image"), str) else None
-        self.digest = _digest(status.get("resolvedDigest"))
+    def __init__(self, obj, kind, default_mount_mode):
+        cache = read_cache(obj, default_mount_mode, kind)
+        self.mode = cache.mount_mode
+        self.per_node = cache.per_node
+        self.image = cache.image
+        self.digest = cache.digest
         # An imageVolume cache that asks for a signature check mounts only the digest its reconcile recorded (verified
         # first when the operator has the key, distribute/image_signature.py), never its spec's own unchecked digest.
-        if self.digest is None and not (self.mode == IMAGE_VOLUME and format_label(obj)):
-            self.digest = _digest((self.image or "").rpartition("@")[2])
-        self.targets = _targets(status.get("targets"))
-        listed = spec.get("workloadNamespaces") if kind == CLUSTER_CACHE_KIND else None
-        self.workload_namespaces = frozenset(ns for ns in listed or () if isinstance(ns, str))
-
-
-def _digest(value):
-    try:
-        short_digest(value)
-    except ValueError:
-        return None
-    return value
+        if self.digest is None and not (self.mode == IMAGE_VOLUME and cache.signature_format):
+            self.digest = cache.pinned_digest
+        self.targets = _targets(cache.status_targets)
+        self.workload_namespaces = frozenset(cache.workload_namespaces)
 
 
 def _targets(listed):
@@ -155,7 +143,10 @@ def _key(obj):
 
 
 class SteeringView:
-    def __init__(self):
+    """default_mount_mode: the mount mode of a cache without spec.mountMode, the reconcile's own default."""
+
+    def __init__(self, default_mount_mode=PVC):
+        self._default_mount_mode = default_mount_mode
         self._caches = {CACHE_KIND: {}, CLUSTER_CACHE_KIND: {}}  # kind -> {(namespace, name): _Cache}
         self._cluster_by_name = {}
         self._serving = {}  # (namespace, pvc name) -> (cache, cache namespace, short digest)
@@ -173,11 +164,11 @@ class SteeringView:
         if event_type == "DELETED":
             self._caches[kind].pop(key, None)
         else:
-            self._caches[kind][key] = _Cache(obj, kind)
+            self._caches[kind][key] = _Cache(obj, kind, self._default_mount_mode)
         self._caches_changed(kind)
 
     def replace_caches(self, kind, items):
-        self._caches[kind] = {_key(obj): _Cache(obj, kind) for obj in items}
+        self._caches[kind] = {_key(obj): _Cache(obj, kind, self._default_mount_mode) for obj in items}
         self._caches_changed(kind)
 
     def _caches_changed(self, kind):

@@ -22,6 +22,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import read_cache
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import holds_extracted
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
@@ -33,7 +34,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
-    READ_ONLY_MANY,
     SERVING_LABEL,
 )
 
@@ -103,16 +103,6 @@ class _PvcRecord:
         self.extracted = extracted
 
 
-def _pinned_digest(image):
-    """Short digest of an image reference pinned by digest ('repo@sha256:...'), else None."""
-    if not isinstance(image, str) or "@" not in image:
-        return None
-    try:
-        return short_digest(image.rsplit("@", 1)[1])
-    except ValueError:
-        return None
-
-
 def _node_exclusions(obj):
     """{cache: why it is not on the node} from a per-node object's status (see distribute/node_objects.py)."""
     status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
@@ -126,16 +116,11 @@ def _node_exclusions(obj):
 
 
 def _declared_cache(obj, kind):
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    access_modes = spec.get("accessModes") or []
-    workload_namespaces = frozenset()
-    if kind == CLUSTER_CACHE_KIND:
-        listed = spec.get("workloadNamespaces") or []
-        workload_namespaces = frozenset(ns for ns in listed if isinstance(ns, str))
+    cache = read_cache(obj, kind=kind)
     return _DeclaredCache(
-        digest=_pinned_digest(spec.get("image")),
-        read_only=isinstance(access_modes, list) and READ_ONLY_MANY in access_modes,
-        workload_namespaces=workload_namespaces,
+        digest=short_digest(cache.pinned_digest) if cache.pinned_digest else None,
+        read_only=not cache.per_node,
+        workload_namespaces=frozenset(cache.workload_namespaces),
     )
 
 
