@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import build_spec, gather_facts  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402

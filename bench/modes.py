@@ -29,7 +29,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     GROUP,
     VERSION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr  # noqa: E402
 from bench.distribute import BENCH_LABEL, ensure_nodes  # noqa: E402
 from bench.webhook import save_results  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402

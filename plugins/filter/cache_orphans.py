@@ -44,7 +44,7 @@ _value:
   elements: dict
 """
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.lifecycle import orphaned_caches  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.lifecycle import orphaned_caches  # noqa: E402
 
 
 def cache_orphans(objects, resources):

@@ -43,7 +43,7 @@ _value:
   elements: dict
 """
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.lifecycle import undeclared_caches  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.lifecycle import undeclared_caches  # noqa: E402
 
 
 def cache_undeclared(resources, declared):

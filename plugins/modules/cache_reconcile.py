@@ -252,7 +252,7 @@ timings:
 """
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.tasks import cache_reconcile  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_MUTUALLY_EXCLUSIVE  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import ORAS_IMPORT_ERROR  # noqa: E402

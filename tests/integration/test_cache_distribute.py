@@ -9,7 +9,7 @@ from kubernetes import client
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import runner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import cache_spec_from_params
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import cache_spec_from_params
 from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, AuditWrites, run_module

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import signature_check
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import signature_check
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
 from ansible_collections.gkm.cluster.plugins.module_utils.platform import kyverno_policy
 from tests.helpers import kcache_images as ki

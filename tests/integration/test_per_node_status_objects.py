@@ -158,7 +158,7 @@ def test_a_write_that_meets_another_caches_change_is_read_and_planned_again(kube
     """Two caches share a node's object: a write planned from a read that another cache's write overtook gets 409
     from the API server, and only that node is read again and written again, keeping both caches."""
     from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_writer
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_writer
 
     raw = Kube(kube)
     nodes = [raw.get("Node", name) for name in WORKERS[:2]]

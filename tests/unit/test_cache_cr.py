@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
 
 DEFAULTS = {"extract_image": "tools:1", "create_pvs": "auto", "wait": True}
 

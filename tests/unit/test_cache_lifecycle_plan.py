@@ -9,8 +9,7 @@ from ansible_collections.gkm.cluster.plugins.filter.cache_undeclared import cach
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KIND_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import conflicts, ownership
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import conflicts, ownership, planner
 from tests.unit.test_plan import as_live, facts, make_spec
 
 EARLY, LATE = "2026-11-24T10:00:00Z", "2026-11-24T10:00:05Z"

@@ -3,10 +3,11 @@
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_run, outcome, scheduling
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply import dry_run
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, scheduling
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import outcome
 from tests.unit.test_plan import facts, make_spec
 
 COUNTS = [crd_name for _name, crd_name in cache_cr.COUNT_NAMES]

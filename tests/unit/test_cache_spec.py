@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import spec as cache_spec
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
 
 BASE = {"name": "vector-add", "namespace": "team-a", "extract_image": "tools:1"}
 

@@ -1,6 +1,6 @@
 """mountMode imageVolume: what the Error status says when the reconcile refuses the resolved digest's signature."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import image_signature
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import image_signature
 
 IMAGE = "registry.example:5000/caches/vllm@sha256:" + "b" * 64
 KEPT = "sha256:" + "a" * 64

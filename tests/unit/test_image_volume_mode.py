@@ -10,12 +10,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     RESOLVED,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import image_volume, module_result
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import spec as cache_spec
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import node_facts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import node_facts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import image_volume, module_result
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, pod, verbs
 
 REFERENCE = "registry.local/caches/vector-add@" + DIGEST_A

@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import render
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import render
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import job_main, volume_owner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

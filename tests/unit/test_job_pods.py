@@ -2,8 +2,9 @@
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import job_pods, status
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import job_pods
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 
 TOOLS = "registry.local/gkm/tools:1"
 JOB = "job-n1"
@@ -89,7 +90,7 @@ def test_healthy_pods_show_no_problem():
 
 
 def test_entries_and_the_resource_status_carry_the_reason():
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource
 
     pulling = pod(main=[("waiting", {"reason": "ErrImagePull", "message": "401"})])
     result = status.cache_status([slot()], ["n1"], [], {}, {"Job": [job()]}, [pulling])

@@ -5,7 +5,9 @@ import json
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import module_result, status_summary, tasks
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import tasks
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import module_result
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import summary as status_summary
 from tests.unit.test_status_summary import large_cluster_result
 
 # The whole result of one ClusterGKMCache at 5,000 nodes x 3 namespaces; the per-slot entries alone pass 4 MB.

@@ -1,6 +1,10 @@
 """A cache's status entries read back from its per-node objects, as cache_info and the status playbook will."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_entries, node_objects, node_status
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
+    node_entries,
+    node_objects,
+    node_status,
+)
 from tests.unit.test_node_objects import T0, Server
 from tests.unit.test_node_status import mixed_nodes, reconcile_facts
 from tests.unit.test_plan import facts, make_spec, pod

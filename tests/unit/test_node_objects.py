@@ -8,8 +8,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGED_BY_LABEL,
     MANAGER,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_objects, node_status, scheduling
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import CacheSpec
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import CacheSpec
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import scheduling
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_objects, node_status
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 from tests.unit.test_status_summary import large_cluster_result
 
@@ -184,7 +185,10 @@ def test_5000_nodes_by_3_namespaces_converge_in_one_write_pair_per_node_and_reru
 
 
 def test_the_diff_shows_the_changed_entries_of_at_most_20_nodes_without_timestamps():
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import MAX_DIFF_NODES, node_diff
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_writer import (
+        MAX_DIFF_NODES,
+        node_diff,
+    )
 
     names = ["gpu-%02d" % number for number in range(25)]
     before = {name: {DIGEST: {"state": "Pending"}} for name in names}

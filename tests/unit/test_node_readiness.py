@@ -6,7 +6,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     READINESS_LABEL_PREFIX,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_readiness
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_readiness
 from tests.unit.test_plan import DIGEST_A, make_spec
 
 

@@ -1,7 +1,8 @@
 """What one cache says about each node: slots, GPUs, and why a GPU node does not get the cache."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_status, scheduling, status
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, scheduling
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_status
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, as_live, facts, make_spec, pod
 

@@ -1,6 +1,6 @@
 """Which caches a Node event re-reconciles (module_utils/operator/node_events.py), pure."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import node_gpus
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import node_gpus
 from ansible_collections.gkm.cluster.plugins.module_utils.operator.node_events import affected_caches
 
 GPU_LABELS = {"gkm.io/gpu-backend": "hip", "gkm.io/gpu-arch": "gfx90a", "gkm.io/gpu-warp-size": "64"}

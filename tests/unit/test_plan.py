@@ -13,14 +13,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
     SPEC_HASH_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
-    node_status,
-    registry_secret,
-    render,
-    scheduling,
-)
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import spec as cache_spec
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, render, scheduling
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_status
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 
 DIGEST_A = "sha256:" + "a" * 64

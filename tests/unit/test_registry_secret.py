@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret as rs
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret as rs
 
 HOST = "registry.example.com:5000"
 

@@ -2,9 +2,10 @@
 the plan made again with the nodes it holds, as runner._plan does, without a cluster."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_status, rollout, status
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import parse_upgrade_policy
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, rollout
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_status
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec
 
 

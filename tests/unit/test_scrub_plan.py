@@ -4,9 +4,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     SCRUB_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import scrub
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import render_pv
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import CacheSpec
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import CacheSpec
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import scrub
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import render_pv
 
 DIGEST = "sha256:" + "ab" * 32
 ROOT = "/var/lib/gkm-cluster/caches"

@@ -12,8 +12,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     RUNNING,
     SERVING_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import scrub, serving, status
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, scrub, serving
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 from tests.unit.test_plan import (
     CSI_CLASS,
     DIGEST_A,

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import SIGNATURE_FORMAT_LABEL
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import signature_check as sc
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import signature_check as sc
 
 IMAGE = "registry.example/caches/vllm@sha256:" + "a" * 64
 NOW = "2026-11-24T12:00:00Z"

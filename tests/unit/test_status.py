@@ -3,8 +3,8 @@
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     EXTRACTED_DIGEST_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 
 DIGEST = "a" * 12
 NODES = ["n1", "n2", "n3"]

@@ -3,9 +3,10 @@
 import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status, status_summary
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import summary as status_summary
 
 DIGEST = "sha256:" + "d" * 64
 NAMESPACES = ("inference-prod", "inference-staging", "training-batch")

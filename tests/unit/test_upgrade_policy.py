@@ -5,8 +5,8 @@ import pathlib
 import pytest
 import yaml
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import (
     UpgradePolicyError,
     parse_upgrade_policy,
 )

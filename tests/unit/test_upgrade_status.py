@@ -2,9 +2,9 @@
 the Upgraded condition, without a cluster."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import upgrade_status as upgrade
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import upgrade_waves as waves
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import upgrade_waves as waves
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import upgrade_status as upgrade
 from tests.unit.test_cache_cr import RESULT
 from tests.unit.test_plan import DIGEST_B
 from tests.unit.test_upgrade_waves import fleet

@@ -12,11 +12,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     EXTRACTING,
     PENDING,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import status
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import upgrade_waves as waves
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_changes
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import parse_upgrade_policy
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import upgrade_waves as waves
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_readiness import label_changes
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec
 
 OLD = short_digest(DIGEST_A)

@@ -8,13 +8,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     SPEC_HASH_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
-    job_pods,
-    registry_secret,
-    render,
-    verification,
-)
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret, verification
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import job_pods, planner, render
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import job_main
 from tests.unit.test_plan import as_live, by_kind, facts, make_spec
 

@@ -11,8 +11,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CLUSTER_CACHE_KIND,
     EXTRACTED_DIGEST_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import serving
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import serving
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import (
     ALLOWED,
     DENIED,
@@ -362,8 +362,8 @@ def test_deny_message_names_the_pod(view):
 
 def _node_objects(cache_kind, namespace, cache, reasons):
     """Per-node objects as a reconcile writes them, each node excluded with its planner reasons."""
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_objects import plan_node_objects
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import exclusion_code
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_objects import plan_node_objects
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import exclusion_code
 
     states = {node: {DIGEST_A: {"state": "Excluded", "reason": exclusion_code(why),
                                 "message": resource_message("; ".join(why))}} for node, why in reasons.items()}

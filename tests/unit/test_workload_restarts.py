@@ -4,12 +4,12 @@
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import workload_restarts as restarts
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import (
     UpgradePolicyError,
     parse_upgrade_policy,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import workload_restarts as restarts
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live
 from tests.unit.test_rollout import moved_to_b, two_passes
 

@@ -14,15 +14,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     IMAGE_VOLUME,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
-    image_signature,
-    outcome,
-    signature_check,
-    verification,
-)
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import resource_owner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import image_signature, verification
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.ownership import resource_owner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import outcome, signature_check
 
 MERGE_PATCH = "application/merge-patch+json"
 

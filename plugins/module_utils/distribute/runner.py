@@ -32,29 +32,27 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     UNSCHEDULABLE,
     VERSION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
-    conflicts,
-    dry_run,
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply import dry_run
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.evictions import Evictions
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.scrub_runner import NodeDiskScrub
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import (
     image_signature,
-    image_volume,
-    node_readiness_runner,
     registry_secret,
-    rollout,
     verification,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import (
-    sync_for_spec,
-)
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import node_facts
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import (
     SpecError,
     cache_spec_from_params,
     pin_image,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.workload_restarts_runner import Evictions
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import conflicts, planner, rollout
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import node_facts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import image_volume
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_labels as node_readiness_runner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.cache_status import cache_status
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_writer import (
+    sync_for_spec,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.metadata import (
     CacheMetadataError,

@@ -27,12 +27,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     INCOMPATIBLE,
     NODE_KINDS,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import EXCLUDED, node_gpus
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import (
     required_affinity_matches,
     selector_mismatches,
     untolerated_taints,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import EXCLUDED, node_gpus
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
     gpus_from_node_labels,

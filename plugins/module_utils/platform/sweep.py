@@ -15,8 +15,8 @@ __metaclass__ = type
 import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub import job_image
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.scrub_runner import NodeDiskScrub
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scrub import job_image
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 SELECTOR = MANAGED_BY + "=gkm.cluster"

@@ -25,7 +25,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     GPU_WARP_SIZE_LABEL,
     HOSTNAME_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import required_affinity_matches
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import required_affinity_matches
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import normalize_gpu
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"

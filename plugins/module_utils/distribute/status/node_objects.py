@@ -33,7 +33,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     RUNNING,
     VERSION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import node_gpus
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import node_gpus
 
 # cache kind -> (per-node kind, plural, namespaced)
 CREATE, PATCH_STATUS, DELETE = "create", "patch_status", "delete"

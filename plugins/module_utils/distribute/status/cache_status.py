@@ -34,13 +34,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     SPEC_HASH_ANNOTATION,
     UNSCHEDULABLE,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import failure_record
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import failure_record
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import (
     IMAGE_NOT_PULLABLE,
     JOB_NAME_LABEL,
     pods_problem,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import (
     HELD,
     KEPT_UNTIL_REPLACED,
     PREVIOUS,
@@ -49,7 +49,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
     job_condition,
     pod_mounts,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.serving import SERVING
 
 # Scheduler message fragments -> the option that changes the outcome.
 _FIXES = (

@@ -19,7 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     RESOLVED,
     RUNNING,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pod_use import pod_user, workload_pod
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import pod_user, workload_pod
 
 # The status phase of an imageVolume cache whose image is resolved: nothing is extracted, pods pull it themselves.
 # At most this many pulled nodes and mounting pods in a result without node_details and in a resource's status (as

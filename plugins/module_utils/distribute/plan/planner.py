@@ -35,23 +35,23 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
     SPEC_HASH_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
     conflicts,
     failure_record,
     ownership,
     previous_slots,
-    registry_secret,
     serving,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import job_condition
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pod_use import pod_user, workload_pod
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import job_condition
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import pod_user, workload_pod
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import (
     render_job,
     render_namespace,
     render_pv,
     render_pvc,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import (
     Eligibility,
     PlanError,
     node_eligibility,

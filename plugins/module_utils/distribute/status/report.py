@@ -17,15 +17,15 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     GROUP,
     VERSION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_entries import cache_entries
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer import node_objects_by_cache
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, list_pods
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.cache_status import (
     cache_status,
     group_by_cache,
     slots_from_live,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_entries import cache_entries
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_writer import node_objects_by_cache
 
 
 def describe(kube, name=None, namespace=None):

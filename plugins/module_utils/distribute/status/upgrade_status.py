@@ -14,7 +14,7 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     UPGRADED_CONDITION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.upgrade_waves import (
     FAILED,
     ROLLED_BACK,
     UPGRADED,

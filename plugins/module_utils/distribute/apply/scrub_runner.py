@@ -17,9 +17,12 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     SCRUB_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import IMAGE_NOT_PULLABLE, pods_problem
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import job_condition, pod_mounts
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import (
+    IMAGE_NOT_PULLABLE,
+    pods_problem,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import job_condition, pod_mounts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scrub import (
     failure_message,
     is_slot_pv,
     job_image,

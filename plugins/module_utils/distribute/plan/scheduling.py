@@ -13,7 +13,7 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     GPU_LABELS,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.image_volume import has_pulled
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.image_volume import has_pulled
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
     gpus_compatible,

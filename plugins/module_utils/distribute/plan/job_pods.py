@@ -14,7 +14,7 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     SIGNATURE_FORMAT_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import OWNER_CONTAINER
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import OWNER_CONTAINER
 
 # The label the Job controller puts on its pods.
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"

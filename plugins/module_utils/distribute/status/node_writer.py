@@ -20,14 +20,14 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     NODE_KINDS,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_objects import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_objects import (
     CREATE,
     DELETE,
     PATCH_STATUS,
     node_object_path,
     plan_node_objects,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import node_cache_states
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import node_cache_states
 
 MERGE_PATCH = "application/merge-patch+json"
 # Rounds of re-reading and re-planning nodes whose object another writer changed meanwhile.

@@ -13,8 +13,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import image_volume
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status_summary import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import image_volume
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.summary import (
     MAX_PROBLEMS,
     excluded_reasons,
     worst_entries,

@@ -40,7 +40,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     SERVING_LABEL,
     SPEC_HASH_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.render import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import (
     CACHE_MOUNT_PATH,
     EXTRACT_DEST,
     spec_hash,

@@ -19,7 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     EXTRACTING,
     RUNNING,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import DOWNLOADING
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import DOWNLOADING
 
 _PHASES = {DOWNLOADING: EXTRACTING, RUNNING: EXTRACTED}
 SHARED_PVC_OWNER = "Operator"

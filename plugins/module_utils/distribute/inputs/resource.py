@@ -20,10 +20,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     RESOLVED,
     VERSION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import image_volume, status_summary
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_status import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import parse_upgrade_policy
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import image_volume
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import summary as status_summary
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.outcome import resource_message
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.upgrade_status import (
     upgrade_condition,
     upgrade_status,
 )

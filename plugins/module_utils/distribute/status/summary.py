@@ -17,9 +17,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     OUTDATED,
     PENDING,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_status import exclusion_code
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import KEPT_UNTIL_REPLACED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import KEPT_UNTIL_REPLACED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import exclusion_code
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.outcome import resource_message
 
 MAX_PROBLEMS = 10
 MAX_EXAMPLE_NODES = 3

@@ -20,13 +20,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     DIGEST_LABEL,
     NODE_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import KEPT_UNTIL_REPLACED
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_waves import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import KEPT_UNTIL_REPLACED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.upgrade_waves import (
     WAITING,
     node_progress,
     plan_waves,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.workload_restarts import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.workload_restarts import (
     evictions_due,
     outdated_pods,
 )

@@ -23,7 +23,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     EXTRACTION_FAILED_LABEL,
     EXTRACTION_FAILURE_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import (
     JOB_NAME_LABEL,
     job_condition,
     pods_problem,

@@ -10,7 +10,7 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
     readiness_label_key,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_readiness
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_readiness
 
 MERGE_PATCH = "application/merge-patch+json"
 

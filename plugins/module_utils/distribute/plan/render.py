@@ -19,7 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     IMAGE_ANNOTATION,
     SPEC_HASH_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import registry_secret, verification
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import gpus_from_node_labels
 
 # The PVC is mounted at /gkm and the cache goes one level down: the extractor swaps a finished tree

@@ -16,7 +16,7 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     DECLARED_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.ownership import owner_key
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.ownership import owner_key
 
 DECLARED_BY = "inventory"
 CACHE_KINDS = ("GKMCache", "ClusterGKMCache")

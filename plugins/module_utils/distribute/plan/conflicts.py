@@ -23,7 +23,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGED_BY_LABEL,
     MANAGER,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import PlanError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import PlanError
 
 # Sorts after every RFC 3339 timestamp: a manifest not applied yet (check mode) comes after what exists.
 NOT_CREATED = "~"

@@ -29,13 +29,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     PENDING,
     RUNNING,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.outcome import resource_message
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import pod_mounts
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import pod_mounts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import (
     NO_GPU_LABELS,
     format_taint,
     untolerated_taints,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
     gpus_compatible,

@@ -37,7 +37,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     OUTDATED,
     PENDING,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import ORDER_BY_NAME
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import ORDER_BY_NAME
 
 WAITING, UPGRADING, UPGRADED, FAILED, ROLLED_BACK = "pending", "upgrading", "upgraded", "failed", "rolled-back"
 # A node's phase of the new digest is the worst of its namespaces' slots.
