@@ -25,8 +25,14 @@ sys.path.insert(0, ROOT)
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (  # noqa: E402
+    gather_facts,
+    job_condition,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.image import (  # noqa: E402
+    build_spec,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import build_spec, gather_facts  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
 from tests.helpers.modules import COLLECTIONS, ansible_cli_floor, run_module, venv_site_packages  # noqa: E402
@@ -79,7 +85,7 @@ def wait_jobs_done(raw, cache, expected, timeout=900):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         jobs = raw.list("Job", label_selector="gkm.io/cache=%s" % cache)
-        done = [j for j in jobs if planner.job_condition(j, "Complete")]
+        done = [j for j in jobs if job_condition(j, "Complete")]
         if len(done) >= expected:
             return
         time.sleep(max(2, expected / 1000))  # a poll lists every Job: at 15,000 it is itself a load

@@ -41,8 +41,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     GROUP,
     VERSION,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (  # noqa: E402
+    job_condition,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import job_condition  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
 from bench.distribute import ensure_nodes  # noqa: E402
 from bench.webhook import save_results  # noqa: E402

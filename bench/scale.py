@@ -40,17 +40,19 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     API_VERSION,
     SCRUB_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.ownership import resource_owner  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import (  # noqa: E402
-    build_spec,
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (  # noqa: E402
     gather_facts,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_writer import (  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.node_objects import (  # noqa: E402
     list_node_objects,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.image import (  # noqa: E402
+    build_spec,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.ownership import resource_owner  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402
 from bench.distribute import wait_gone  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402

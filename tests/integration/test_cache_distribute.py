@@ -8,7 +8,7 @@ from kubernetes import client
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute import runner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import gather_facts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import cache_spec_from_params
 from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
@@ -276,7 +276,7 @@ def test_image_change_keeps_a_mounted_old_pvc_as_outdated_until_unused(sim, kube
         assert running["status"]["counts"]["node_in_use"] == 1
         assert running["status"]["phase"] == "Running"
         # The planner holds the cache's objects and the pods without managedFields (a large part of each object).
-        facts = runner.gather_facts(Kube(api_client_from_kubeconfig(sim.kubeconfig)), cache_spec_from_params(
+        facts = gather_facts(Kube(api_client_from_kubeconfig(sim.kubeconfig)), cache_spec_from_params(
             dict(args, extract_image=EXTRACT_IMAGE, serving_pvc=False)))
         held = [obj for kind in ("PersistentVolume", "PersistentVolumeClaim", "Job") for obj in facts.objects[kind]]
         assert len(held) == 9 and pod in [p["metadata"]["name"] for p in facts.pods], (len(held), facts.pods)

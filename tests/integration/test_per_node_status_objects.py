@@ -13,6 +13,9 @@ import uuid
 import pytest
 from kubernetes import client
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.node_objects import (
+    list_node_objects,
+)
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, AuditWrites, run_module
 
@@ -169,7 +172,7 @@ def test_a_write_that_meets_another_caches_change_is_read_and_planned_again(kube
 
     try:
         node_writer.sync_node_objects(raw, "ClusterGKMCache", None, first, states("Pending"), nodes)
-        stale = node_writer.list_node_objects(raw, "ClusterGKMCache", None)
+        stale = list_node_objects(raw, "ClusterGKMCache", None)
         node_writer.sync_node_objects(raw, "ClusterGKMCache", None, second, states("Extracted"), nodes)
         # The first cache's next run read before the second cache wrote.
         monkeypatch.setattr(node_writer, "list_node_objects", lambda *args: stale)

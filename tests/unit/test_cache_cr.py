@@ -1,6 +1,11 @@
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
+    carry_transition_times,
+    status_differs,
+    summary_status,
+)
 
 DEFAULTS = {"extract_image": "tools:1", "create_pvs": "auto", "wait": True}
 
@@ -59,7 +64,7 @@ RESULT = {
 
 
 def test_status_uses_gkm_names_and_ready_condition():
-    status = cache_cr.summary_status(RESULT, "2026-11-23T09:00:00Z")
+    status = summary_status(RESULT, "2026-11-23T09:00:00Z")
     assert (status["phase"], status["nodeCnt"], status["nodeInUseCnt"], status["nodeNotInUseCnt"]) == (
         "Extracted", 3, 1, 2)
     assert status["resolvedDigest"] == "sha256:abc"
@@ -70,7 +75,7 @@ def test_status_uses_gkm_names_and_ready_condition():
 def test_unschedulable_jobs_explain_the_fix():
     result = {"cache": {"digest": "d"}, "status": dict(RESULT["status"], phase="Pending", unschedulable=[
         {"message": "3 node(s) had untolerated taint {gpu: true}", "fix": "pod_template.spec.tolerations"}])}
-    condition = cache_cr.summary_status(result, "t")["conditions"][0]
+    condition = summary_status(result, "t")["conditions"][0]
     assert condition["status"] == "False"
     # The fix names the field the resource's author wrote, not the module option.
     assert "untolerated taint {gpu: true}" in condition["message"]
@@ -78,10 +83,10 @@ def test_unschedulable_jobs_explain_the_fix():
 
 
 def test_timestamps_alone_do_not_make_a_write():
-    first = cache_cr.summary_status(RESULT, "2026-11-23T09:00:00Z")
-    second = cache_cr.summary_status(RESULT, "2026-11-23T10:00:00Z")
-    assert not cache_cr.status_differs(first, second)
-    changed = cache_cr.summary_status(dict(RESULT, cache={"digest": "sha256:new"}), "2026-11-23T10:00:00Z")
-    assert cache_cr.status_differs(first, changed)
-    kept = cache_cr.carry_transition_times(first, changed)
+    first = summary_status(RESULT, "2026-11-23T09:00:00Z")
+    second = summary_status(RESULT, "2026-11-23T10:00:00Z")
+    assert not status_differs(first, second)
+    changed = summary_status(dict(RESULT, cache={"digest": "sha256:new"}), "2026-11-23T10:00:00Z")
+    assert status_differs(first, changed)
+    kept = carry_transition_times(first, changed)
     assert kept["conditions"][0]["lastTransitionTime"] == "2026-11-23T09:00:00Z"

@@ -9,6 +9,9 @@ from ansible_collections.gkm.cluster.plugins.filter.cache_undeclared import cach
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KIND_LABEL,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
+    ClusterFacts,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import conflicts, ownership, planner
 from tests.unit.test_plan import as_live, facts, make_spec
 
@@ -162,7 +165,7 @@ def test_the_later_of_two_rox_caches_of_one_name_is_refused_naming_the_first():
 
 def facts_with(rivals, named_claims=()):
     base = facts()
-    return planner.ClusterFacts(base.nodes, base.namespaces, {}, [], base.storage_class, rivals, named_claims)
+    return ClusterFacts(base.nodes, base.namespaces, {}, [], base.storage_class, rivals, named_claims)
 
 
 def test_a_tie_in_creation_time_goes_to_the_cluster_cache_by_kind():

@@ -4,13 +4,19 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply import dry_run
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import (
+    DistributeError,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, scheduling
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import outcome
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
+    COUNT_NAMES,
+    summary_status,
+)
 from tests.unit.test_plan import facts, make_spec
 
-COUNTS = [crd_name for _name, crd_name in cache_cr.COUNT_NAMES]
+COUNTS = [crd_name for _name, crd_name in COUNT_NAMES]
 
 
 def test_error_status_replaces_every_field_of_the_last_run():
@@ -22,7 +28,7 @@ def test_error_status_replaces_every_field_of_the_last_run():
     assert (gkm["type"], gkm["status"]) == ("Error", "True")
     assert ready["message"] == gkm["message"] == "image x: tag v9 not found"
     # Computed against an Extracted status, the merge patch of it leaves nothing of that status behind.
-    extracted = cache_cr.summary_status({"cache": {"digest": "sha256:a"}, "status": {
+    extracted = summary_status({"cache": {"digest": "sha256:a"}, "status": {
         "phase": "Extracted", "counts": {"nodes": 3}, "entries": [{"node": "n", "phase": "Extracted"}]}}, "t")
     assert set(extracted) <= set(status)
 
@@ -78,7 +84,7 @@ def test_an_unplaced_cache_is_pending_with_the_reason_and_the_fix():
         "phase": "Pending", "counts": {}, "entries": [],
         "unplaced": "no node is eligible for the cache yet: w-1, w-2: untolerated taint gpu=true:NoSchedule "
                     "(add a toleration to pod_template.spec.tolerations)"}}
-    ready = cache_cr.summary_status(result, "t")["conditions"][0]
+    ready = summary_status(result, "t")["conditions"][0]
     assert (ready["status"], ready["reason"]) == ("False", "Pending")
     assert ready["message"] == ("Pending: no node is eligible for the cache yet: w-1, w-2: untolerated taint "
                                 "gpu=true:NoSchedule (add a toleration to spec.podTemplate.spec.tolerations)")

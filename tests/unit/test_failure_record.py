@@ -11,9 +11,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGER,
     PENDING,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.verification import (
+    SIGNATURE_NOT_VERIFIED,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import failure_record, planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import SIGNATURE_NOT_VERIFIED
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.cache_status import slot_phase
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.slot_states import (
+    slot_phase,
+)
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, as_live, facts, make_spec
 
 SHORT_A = naming.short_digest(DIGEST_A)

@@ -10,12 +10,18 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     RESOLVED,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
+    node_facts,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import node_facts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import image_volume, module_result
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
+    image_volume_report,
+    summary_status,
+)
 from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, pod, verbs
 
 REFERENCE = "registry.local/caches/vector-add@" + DIGEST_A
@@ -81,7 +87,7 @@ def test_the_resource_maps_mount_mode_and_its_status_is_ready_with_the_reference
     spec = image_volume_spec()
     status = image_volume.cache_status(spec, planner.plan(spec, facts()).eligibility, [], default_nodes())
     result = {"cache": {"digest": DIGEST_A, "targets": spec.targets}, "status": status}
-    body = cache_cr.summary_status(result, "t")
+    body = summary_status(result, "t")
     ready = body["conditions"][0]
     assert (body["phase"], ready["status"], ready["reason"]) == ("Resolved", "True", "Resolved")
     assert REFERENCE in ready["message"] and "3 node(s)" in ready["message"]
@@ -143,7 +149,7 @@ def test_pods_on_the_pinned_and_an_older_digest_and_nodes_with_the_image_are_cou
         ("app-1", w1, "Running", DIGEST_A), ("app-2", w1, "Running", DIGEST_A), ("starting", "", "Pending", DIGEST_A),
         ("old-1", w2, "Running", DIGEST_B)]
     assert status["phase"] == RESOLVED
-    message = cache_cr.summary_status({"cache": {"digest": DIGEST_A}, "status": status}, "t")["conditions"][0][
+    message = summary_status({"cache": {"digest": DIGEST_A}, "status": status}, "t")["conditions"][0][
         "message"]
     assert message.endswith("2 node(s) pulled it, 2 running pod(s) mount it, 1 an older digest")
 
@@ -178,7 +184,7 @@ def test_the_lists_are_bounded_without_node_details_and_in_the_resource_status_b
     assert [p["name"] for p in short["pods"]] == ["app-%03d" % index for index in range(image_volume.MAX_LISTED)]
     assert (short["pulled_node_count"], short["pod_count"]) == (25, 30)
     assert len(status["image_volume"]["pods"]) == 30  # the full result is left as it was
-    resource = cache_cr.summary_status(result, "t")["imageVolume"]
+    resource = summary_status(result, "t")["imageVolume"]
     assert (resource["pulledNodeCnt"], resource["podCnt"]) == (25, 30)
     assert (len(resource["pulledNodes"]), len(resource["pods"])) == (image_volume.MAX_LISTED, image_volume.MAX_LISTED)
 
@@ -187,7 +193,7 @@ def test_cache_info_reads_an_image_volume_cache_from_its_resource_status():
     status = {"phase": "Resolved", "nodeCnt": 3, "nodeInUseCnt": 1, "podRunningCnt": 1, "podOutdatedCnt": 2,
               "imageVolume": {"reference": "r/c@sha256:" + "a" * 64, "pulledNodeCnt": 12, "pulledNodes": ["n1"],
                               "podCnt": 3, "pods": [{"name": "p"}]}}
-    report = cache_cr.image_volume_report(status)
+    report = image_volume_report(status)
     assert report["phase"] == "Resolved" and report["entries"] == []
     assert report["counts"] == {"nodes": 3, "node_in_use": 1, "node_not_in_use": 0, "node_error": 0,
                                 "pod_running": 1, "pod_outdated": 2}

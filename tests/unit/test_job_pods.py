@@ -4,7 +4,13 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import job_pods
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.slot_states import (
+    slot_phase,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
+    summary_status,
+)
 
 TOOLS = "registry.local/gkm/tools:1"
 JOB = "job-n1"
@@ -26,14 +32,14 @@ def pod(phase="Pending", created="2026-11-24T07:00:00Z", init=(), main=(), node=
         return [{"name": name, "image": TOOLS, "state": {state: fields}} for state, fields in states]
 
     return {"metadata": {"name": "%s-%s" % (JOB, created[-3:-1]), "namespace": "ns", "creationTimestamp": created,
-                         "labels": {status.JOB_NAME_LABEL: JOB, "app.kubernetes.io/managed-by": "gkm.cluster"}},
+                         "labels": {job_pods.JOB_NAME_LABEL: JOB, "app.kubernetes.io/managed-by": "gkm.cluster"}},
             "spec": {"nodeName": node},
             "status": {"phase": phase, "initContainerStatuses": statuses("volume-owner", init),
                        "containerStatuses": statuses("extract", main)}}
 
 
 def phase_of(live_job, pods):
-    return status.slot_phase(slot(), None, live_job, pods)
+    return slot_phase(slot(), None, live_job, pods)
 
 
 @pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff", "InvalidImageName"])
@@ -90,12 +96,11 @@ def test_healthy_pods_show_no_problem():
 
 
 def test_entries_and_the_resource_status_carry_the_reason():
-    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource
 
     pulling = pod(main=[("waiting", {"reason": "ErrImagePull", "message": "401"})])
     result = status.cache_status([slot()], ["n1"], [], {}, {"Job": [job()]}, [pulling])
     entry = result["entries"][0]
     assert (entry["phase"], entry["reason"]) == ("Error", "ToolsImageNotPullable")
     assert result["phase"] == "Error" and result["counts"]["node_error"] == 1 and result["unschedulable"] == []
-    crd_status = resource.summary_status({"status": result, "cache": {"digest": "sha256:x"}}, "now")
+    crd_status = summary_status({"status": result, "cache": {"digest": "sha256:x"}}, "now")
     assert crd_status["problems"][0]["reason"] == "ToolsImageNotPullable"

@@ -15,7 +15,7 @@ BOUND = 16 * 1024
 
 
 def module_result_at_scale():
-    """A distribution result as runner.distribute returns it: 5,000 GPU nodes x 3 namespaces, 50 failed nodes,
+    """A distribution result as pipeline.distribute returns it: 5,000 GPU nodes x 3 namespaces, 50 failed nodes,
     20 stuck ones and 1,500 nodes that do not get the cache."""
     result = large_cluster_result()
     counts = result["status"]["counts"]

@@ -4,6 +4,9 @@ import copy
 import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
+    node_object_path,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     MANAGED_BY_LABEL,
     MANAGER,
@@ -151,9 +154,9 @@ def test_namespaced_objects_live_in_the_cache_namespace_and_foreign_objects_are_
                                             NODES, [foreign], T0)
     assert [(w.verb, w.name) for w in writes] == [("create", NAMES[1]), ("patch_status", NAMES[1])]
     assert writes[0].body["metadata"]["namespace"] == "team-a" and writes[0].body["kind"] == "GKMCacheNode"
-    assert node_objects.node_object_path("GKMCache", "team-a", NAMES[1]) == (
+    assert node_object_path("GKMCache", "team-a", NAMES[1]) == (
         "/apis/gkm.io/v1alpha1/namespaces/team-a/gkmcachenodes/%s" % NAMES[1])
-    assert node_objects.node_object_path("ClusterGKMCache") == "/apis/gkm.io/v1alpha1/clustergkmcachenodes"
+    assert node_object_path("ClusterGKMCache") == "/apis/gkm.io/v1alpha1/clustergkmcachenodes"
 
 
 def test_a_node_object_with_twenty_caches_stays_small():

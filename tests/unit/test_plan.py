@@ -13,6 +13,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
     SPEC_HASH_ANNOTATION,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
+    ClusterFacts,
+    node_facts,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, render, scheduling
@@ -46,7 +50,7 @@ def default_nodes(extra_groups=()):
 
 
 def facts(nodes=None, objects=None, pods=(), namespaces=("team-a", "team-b"), storage_class=None):
-    return planner.ClusterFacts(nodes if nodes is not None else default_nodes(), namespaces, objects or {},
+    return ClusterFacts(nodes if nodes is not None else default_nodes(), namespaces, objects or {},
                                 list(pods), NO_PROVISIONER_CLASS if storage_class is None else storage_class)
 
 
@@ -559,7 +563,7 @@ def test_nodes_kept_at_what_the_planner_reads_plan_as_the_full_nodes():
         node["metadata"]["annotations"] = {"node.alpha.kubernetes.io/ttl": "0"}
         node["status"].update(images=[{"names": ["registry.local/big:1"], "sizeBytes": 1 << 30}],
                               conditions=[{"type": "Ready", "status": "True"}])
-    kept = [scheduling.node_facts(node) for node in nodes]
+    kept = [node_facts(node) for node in nodes]
     assert all("images" not in node["status"] and "annotations" not in node["metadata"] for node in kept)
     spec = make_spec()
     full, slim = planner.plan(spec, facts(nodes)), planner.plan(spec, facts(kept))

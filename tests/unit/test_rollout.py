@@ -1,5 +1,5 @@
 """A rolling upgrade inside one reconcile (distribute/rollout.py): the wave plan from a plan made without holds, then
-the plan made again with the nodes it holds, as runner._plan does, without a cluster."""
+the plan made again with the nodes it holds, as rollout.plan_cache does, without a cluster."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import parse_upgrade_policy
@@ -10,7 +10,7 @@ from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, ma
 
 
 def two_passes(spec, cluster):
-    """runner._plan without the API: (the plan made with the holds, its WavePlan)."""
+    """rollout.plan_cache without the API: (the plan made with the holds, its WavePlan)."""
     first = planner.plan(spec, cluster)
     entries = status.cache_status(first.slots, WORKERS, [], {}, cluster.objects, cluster.pods)["entries"]
     waves = rollout.wave_plan(spec, first, entries, cluster.objects.get("PersistentVolumeClaim", []), cluster.pods)

@@ -3,7 +3,11 @@
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     EXTRACTED_DIGEST_ANNOTATION,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import JOB_NAME_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import SlotState
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.slot_states import (
+    scheduler_fix,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 
 DIGEST = "a" * 12
@@ -28,7 +32,7 @@ def job_pod(job_name, phase="Pending", unschedulable=None, namespace="ns"):
     conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                    "message": unschedulable}] if unschedulable else []
     return {"metadata": {"name": job_name + "-x", "namespace": namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "gkm.cluster", status.JOB_NAME_LABEL: job_name}},
+                         "labels": {"app.kubernetes.io/managed-by": "gkm.cluster", JOB_NAME_LABEL: job_name}},
             "spec": {"volumes": []}, "status": {"phase": phase, "conditions": conditions}}
 
 
@@ -106,11 +110,11 @@ def test_no_slots_at_all_is_pending():
 
 
 def test_scheduler_fixes():
-    assert status.scheduler_fix("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.") == [
+    assert scheduler_fix("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.") == [
         "pod_template.spec.nodeSelector / pod_template.spec.affinity"]
-    assert status.scheduler_fix("3 Insufficient cpu") == [
+    assert scheduler_fix("3 Insufficient cpu") == [
         "free capacity on the nodes (the extraction Job requests cpu 100m, memory 128Mi)"]
-    assert status.scheduler_fix("something new") == []
+    assert scheduler_fix("something new") == []
 
 
 def test_caches_known_only_from_the_cluster():

@@ -3,10 +3,13 @@
 import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import JOB_NAME_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import SlotState
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import summary as status_summary
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
+    summary_status,
+)
 
 DIGEST = "sha256:" + "d" * 64
 NAMESPACES = ("inference-prod", "inference-staging", "training-batch")
@@ -24,7 +27,7 @@ def job(name, namespace, condition):
 
 def unschedulable_pod(job_name, namespace):
     return {"metadata": {"name": job_name + "-x", "namespace": namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "gkm.cluster", status.JOB_NAME_LABEL: job_name}},
+                         "labels": {"app.kubernetes.io/managed-by": "gkm.cluster", JOB_NAME_LABEL: job_name}},
             "spec": {"volumes": []},
             "status": {"phase": "Pending", "conditions": [{
                 "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
@@ -60,7 +63,7 @@ def large_cluster_result(nodes=5000, failed_every=100, stuck_every=250):
 
 def test_status_of_5000_nodes_by_3_namespaces_stays_under_the_bound():
     result = large_cluster_result()
-    body = cache_cr.summary_status(result, NOW)
+    body = summary_status(result, NOW)
     size = len(json.dumps(body, separators=(",", ":")))
     assert size < BOUND, size
     assert body["nodeCnt"] == 5000 and body["nodeErrorCnt"] == 50 and body["phase"] == "Error"

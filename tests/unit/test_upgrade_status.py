@@ -2,9 +2,11 @@
 the Upgraded condition, without a cluster."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import upgrade_waves as waves
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import upgrade_status as upgrade
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
+    summary_status,
+)
 from tests.unit.test_cache_cr import RESULT
 from tests.unit.test_plan import DIGEST_B
 from tests.unit.test_upgrade_waves import fleet
@@ -42,8 +44,8 @@ def test_paused_and_complete():
 
 
 def test_the_resource_status_has_the_upgrade_only_with_a_policy():
-    assert "upgrade" not in cache_cr.summary_status(RESULT, "t")
+    assert "upgrade" not in summary_status(RESULT, "t")
     rollout = plan_upgrade(fleet(3), {"maxUnavailable": 1}).to_dict()
-    status = cache_cr.summary_status(dict(RESULT, rollout=dict(rollout, labels=[])), "t")
+    status = summary_status(dict(RESULT, rollout=dict(rollout, labels=[])), "t")
     assert status["upgrade"]["counts"] == {"pending": 2, "upgrading": 1, "upgraded": 0, "failed": 0, "rolledBack": 0}
     assert [c["type"] for c in status["conditions"]] == ["Ready", "Upgraded"]

@@ -146,7 +146,7 @@ def test_state_labels_change_only_what_differs():
     plan = upgrade(nodes, {"maxUnavailable": 1})
     key = upgrade_state_label_key("vector-add", "team-a")
     assert key == "upgrade.gkm.io/team-a.vector-add"
-    # What runner.distribute writes through node_readiness_runner.sync_labels.
+    # What pipeline.distribute writes through node_labels.sync_labels.
     assert label_changes(nodes, key, plan.labels()) == [("gpu-01", "pending"), ("gpu-02", "pending")]
 
 

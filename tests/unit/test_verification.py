@@ -9,6 +9,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     SPEC_HASH_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret, verification
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.verification import (
+    SIGNATURE_NOT_VERIFIED,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import job_pods, planner, render
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import job_main
 from tests.unit.test_plan import as_live, by_kind, facts, make_spec
@@ -94,6 +97,6 @@ def test_a_signature_refusal_has_its_own_exit_code_reason_and_fix():
            "status": {"containerStatuses": [{"name": render.EXTRACT_CONTAINER, "state": {"terminated": {
                "exitCode": job_main.EXIT_SIGNATURE, "message": "image x is not signed"}}}]}}
     problem = job_pods.pods_problem([pod])
-    assert (problem.reason, problem.message) == (job_pods.SIGNATURE_NOT_VERIFIED,
+    assert (problem.reason, problem.message) == (SIGNATURE_NOT_VERIFIED,
                                                  "extraction failed on node n1: image x is not signed")
     assert any("caches_signature_public_key" in fix for fix in problem.fix)

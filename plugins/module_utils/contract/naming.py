@@ -21,11 +21,14 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     DIGEST_LABEL,
+    GROUP,
     MANAGED_BY_LABEL,
     MANAGER,
+    NODE_KINDS,
     NODE_LABEL,
     READINESS_LABEL_PREFIX,
     UPGRADE_STATE_LABEL_PREFIX,
+    VERSION,
 )
 
 MAX_NAME = 63
@@ -217,3 +220,12 @@ def pinned_reference(image, digest):
     if ":" in last:
         repository = repository[:len(repository) - len(last)] + last.split(":", 1)[0]
     return "%s@%s" % (repository, digest)
+
+
+def node_object_path(cache_kind, namespace=None, name=None):
+    """API path of the per-node objects of a cache kind (collection path without a name)."""
+    _kind, plural, namespaced = NODE_KINDS[cache_kind]
+    path = "/apis/%s/%s" % (GROUP, VERSION)
+    if namespaced:
+        path += "/namespaces/%s" % namespace
+    return path + "/" + plural + ("/" + name if name else "")

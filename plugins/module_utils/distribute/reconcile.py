@@ -14,11 +14,22 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     IMAGE_VOLUME,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import (
+    DistributeError,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import image_signature, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pipeline import (
+    distribute,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.ownership import resource_owner
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, distribute
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import outcome, signature_check
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
+    COUNT_NAMES,
+    carry_transition_times,
+    status_differs,
+    summary_status,
+)
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -48,7 +59,7 @@ def _check_definition(definition, kind, name, namespace):
 
 def _write_status(kube, kind, name, path, current, desired):
     """Patch the status when it says something new; True when it did."""
-    if not cache_cr.status_differs(current, desired):
+    if not status_differs(current, desired):
         return False
     # The patch of what changed: lists are replaced whole and fields the status no longer has (the per-slot
     # lists of earlier versions) are removed, so nothing of the last run lingers.
@@ -64,10 +75,10 @@ def _refused(kube, error, kind, name, namespace, path, current, found):
     """
     message = outcome.resource_message(str(error))
     desired = outcome.error_status(outcome.failure_reason(error), message, _now(),
-                                   [crd_name for _name, crd_name in cache_cr.COUNT_NAMES])
+                                   [crd_name for _name, crd_name in COUNT_NAMES])
     if isinstance(error, image_signature.SignatureRefused):
         desired = signature_check.refused_status(desired, current, error.kept_digest, _now())
-    desired = cache_cr.carry_transition_times(current, desired)
+    desired = carry_transition_times(current, desired)
     result = dict(error.result, changed=False)
     if found:
         try:
@@ -116,7 +127,7 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
         result = distribute(kube, params, check_mode, want_diff, timings)
     except GkmError as error:
         raise _refused(kube, error, kind, name, namespace, path, current, found) from error
-    status = cache_cr.summary_status(result, _now())
+    status = summary_status(result, _now())
     cache = result["cache"]
     signature = signature_check.signature_condition(
         declared, _now(), result["status"]["entries"], bool(cache["signature_check"]),
@@ -125,10 +136,10 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
         status["conditions"].append(signature)
         if signature["status"] == "False":
             result.setdefault("warnings", []).append("%s %s: %s" % (kind, name, signature["message"]))
-    desired = cache_cr.carry_transition_times(current, status)
+    desired = carry_transition_times(current, status)
     with timings.phase("resource_status"):
         result["status_changed"] = _write_status(kube, kind, name, path, current, desired) if found else (
-            cache_cr.status_differs(current, desired))
+            status_differs(current, desired))
     result["timings"] = timings.result()
     result["changed"] = result["changed"] or result["status_changed"]
     result["resource"] = {"kind": kind, "name": name, "namespace": namespace, "found": found,

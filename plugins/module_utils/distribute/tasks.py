@@ -12,8 +12,10 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import name_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pipeline import (
+    distribute,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.reconcile import reconcile
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import distribute
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.module_result import without_node_details
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.report import describe
 

@@ -17,11 +17,14 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     SCRUB_LABEL,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
+    job_condition,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import (
     IMAGE_NOT_PULLABLE,
     pods_problem,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import job_condition, pod_mounts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import pod_mounts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scrub import (
     failure_message,
     is_slot_pv,

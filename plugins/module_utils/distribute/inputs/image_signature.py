@@ -22,7 +22,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_ANNOTATION,
     SIGNATURE_FORMAT_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import SIGNATURE_NOT_VERIFIED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.verification import (
+    SIGNATURE_NOT_VERIFIED,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import OCIError, RegistryClient
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.signature import SignatureError, verify_image_signature

@@ -225,3 +225,10 @@ def pin_image(spec, image_ref, digest, metadata, registry_files=None):
                             % image_ref)
         spec.size = default_size(size_bytes)
     return spec
+
+
+def spec_claims(spec):
+    """{(namespace, PVC name)} the cache being planned names after itself."""
+    if spec.per_node and not spec.serving_pvc:
+        return set()
+    return {(namespace, spec.name) for namespace in spec.namespaces}

@@ -27,6 +27,8 @@ ANY_FORMAT = "auto"
 PUBLIC_KEY_FILE = "cosign.pub"
 # The distribution parameter cache_reconcile fills from the label.
 LABEL_PARAM = "signature_format_label"
+# The reason of an extraction refused for its signature (the Jobs' exit code 5, or the reconcile's own check).
+SIGNATURE_NOT_VERIFIED = "SignatureNotVerified"
 
 
 class VerificationError(GkmError, ValueError):

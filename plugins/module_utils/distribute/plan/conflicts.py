@@ -23,6 +23,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGED_BY_LABEL,
     MANAGER,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import spec_claims
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import PlanError
 
 # Sorts after every RFC 3339 timestamp: a manifest not applied yet (check mode) comes after what exists.
@@ -47,13 +48,6 @@ def resource_claims(resource):
     namespaces = [metadata.get("namespace")] if resource.get("kind") == "GKMCache" else spec.get(
         "workloadNamespaces") or []
     return {(namespace, metadata["name"]) for namespace in namespaces if namespace}
-
-
-def spec_claims(spec):
-    """{(namespace, PVC name)} the cache being planned names after itself."""
-    if spec.per_node and not spec.serving_pvc:
-        return set()
-    return {(namespace, spec.name) for namespace in spec.namespaces}
 
 
 def _order(kind, name, created):

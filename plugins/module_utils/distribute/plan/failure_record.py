@@ -23,11 +23,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     EXTRACTION_FAILED_LABEL,
     EXTRACTION_FAILURE_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import (
-    JOB_NAME_LABEL,
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
     job_condition,
-    pods_problem,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import JOB_NAME_LABEL, pods_problem
 
 MAX_MESSAGE = 1024
 UNKNOWN_REASON = "ExtractionFailed"

@@ -14,6 +14,9 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     SIGNATURE_FORMAT_LABEL,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.verification import (
+    SIGNATURE_NOT_VERIFIED,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import OWNER_CONTAINER
 
 # The label the Job controller puts on its pods.
@@ -27,7 +30,6 @@ PERMISSION_STEP_FAILED = "PermissionStepFailed"
 EXTRACTION_REFUSED = "ExtractionRefused"
 REGISTRY_UNREACHABLE = "RegistryUnreachable"
 VOLUME_NOT_WRITABLE = "VolumeNotWritable"
-SIGNATURE_NOT_VERIFIED = "SignatureNotVerified"
 
 # job_main.py's exit codes other than a plain refusal.
 _EXIT_REASONS = {3: REGISTRY_UNREACHABLE, 4: VOLUME_NOT_WRITABLE, 5: SIGNATURE_NOT_VERIFIED}
@@ -41,14 +43,6 @@ _FIXES = {
     REGISTRY_UNREACHABLE: ["registry_plain_http / registry_ca_file / registry_validate_certs",
                            "the registry's address as the nodes see it"],
 }
-
-
-def job_condition(job, condition_type):
-    """The Job's condition of that type when it is True, else None."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == condition_type and condition.get("status") == "True":
-            return condition
-    return None
 
 
 class Problem:

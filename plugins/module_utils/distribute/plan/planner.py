@@ -35,6 +35,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
     SPEC_HASH_ANNOTATION,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
+    job_condition,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
     conflicts,
@@ -43,7 +46,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
     previous_slots,
     serving,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import job_condition
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import pod_user, workload_pod
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import (
     render_job,
@@ -186,26 +188,9 @@ class Plan:
             counts[action.verb][action.kind] += 1
         return counts
 
-
-class ClusterFacts:
-    """What the planner knows about the cluster, as plain API dicts.
-
-    objects: {"PersistentVolumeClaim": [...], "PersistentVolume": [...], "Job": [...], "Secret": [...]} of this
-    cache only.
-    storage_class: the class PVCs use (named or default), or None when the cluster has none.
-    pods: pods of the namespaces involved (to find PVCs in use).
-    rivals: the other cache resources that could want this cache's objects (conflicts.py).
-    named_claims: live PVCs named as a ReadOnlyMany cache, whoever they belong to.
-    """
-
-    def __init__(self, nodes, namespaces, objects, pods, storage_class=None, rivals=(), named_claims=()):
-        self.rivals = list(rivals)
-        self.named_claims = list(named_claims)
-        self.nodes = nodes
-        self.namespaces = set(namespaces)
-        self.objects = objects
-        self.pods = pods
-        self.storage_class = storage_class
+    def to_result(self):
+        """What a module result shows of the plan: counts per verb and kind, and every action."""
+        return {"summary": self.summary(), "actions": [action.to_dict() for action in self.ordered_actions()]}
 
 
 def _storage(spec, facts):

@@ -13,7 +13,9 @@ __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import holds_extracted
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import job_condition
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
+    job_condition,
+)
 
 
 def was_extracted(members):

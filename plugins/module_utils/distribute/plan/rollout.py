@@ -20,7 +20,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     DIGEST_LABEL,
     NODE_LABEL,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import KEPT_UNTIL_REPLACED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.slot_states import slot_entries
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.upgrade_waves import (
     WAITING,
     node_progress,
@@ -77,3 +80,21 @@ def rollout_diff(spec, waves, nodes):
               if key in (node["metadata"].get("labels") or {})}
     header = "upgrade of %s" % "/".join(filter(None, (spec.cache_namespace, spec.name)))
     return {"before_header": header, "before": before, "after_header": header, "after": waves.to_dict()}
+
+
+def plan_cache(spec, facts):
+    """The plan for these facts; in a rolling upgrade, made again with the nodes its waves hold (rollout.py)."""
+    try:
+        plan = planner.plan(spec, facts)
+        waves = None
+        if spec.upgrade_policy is not None:
+            eligibility = plan.eligibility
+            entries = slot_entries(plan.slots, eligibility.incompatible, eligibility.excluded, facts.objects,
+                                   facts.pods)[0]
+            waves = wave_plan(spec, plan, entries, facts.objects.get("PersistentVolumeClaim", []), facts.pods)
+            if held(waves):
+                plan = planner.plan(spec, facts, hold=held(waves))
+    except planner.PlanError as error:
+        raise DistributeError(str(error), reason=error.reason) from error
+    plan.rollout = waves
+    return plan

@@ -13,7 +13,6 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     GPU_LABELS,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.image_volume import has_pulled
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
     gpus_compatible,
@@ -80,19 +79,6 @@ def _tolerates(toleration, taint):
     if key != taint.get("key"):
         return False
     return operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")
-
-
-def node_facts(node, pulled_image=None):
-    """What a reconcile reads of a Node: name, labels, taints, cordon and capacity (its GPU count). A Node's
-    images, conditions and addresses are most of its size, so a large cluster's Nodes are kept without them;
-    pulled_image (an imageVolume cache's pinned reference) keeps the one image entry saying the node pulled it."""
-    metadata, spec = node["metadata"], node.get("spec") or {}
-    status = {"capacity": (node.get("status") or {}).get("capacity") or {}}
-    if pulled_image and has_pulled(node, pulled_image):
-        status["images"] = [{"names": [pulled_image]}]
-    return {"metadata": {"name": metadata["name"], "labels": metadata.get("labels") or {}},
-            "spec": {key: spec[key] for key in ("taints", "unschedulable") if key in spec},
-            "status": status}
 
 
 # The node lifecycle controller taints a node while a condition lasts (a missed heartbeat, resource pressure):

@@ -14,7 +14,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import (
-    holds_extracted,
     is_serving,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
@@ -25,122 +24,22 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     EXTRACTED,
     EXTRACTING,
     INCOMPATIBLE,
-    MANAGED_BY_LABEL,
-    MANAGER,
     NODE_LABEL,
     OUTDATED,
     PENDING,
     RUNNING,
-    SPEC_HASH_ANNOTATION,
-    UNSCHEDULABLE,
-)
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import failure_record
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import (
-    IMAGE_NOT_PULLABLE,
-    JOB_NAME_LABEL,
-    pods_problem,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import (
-    HELD,
     KEPT_UNTIL_REPLACED,
     PREVIOUS,
-    WAITING_FOR_WAVE,
     SlotState,
-    job_condition,
     pod_mounts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.serving import SERVING
-
-# Scheduler message fragments -> the option that changes the outcome.
-_FIXES = (
-    ("untolerated taint", "pod_template.spec.tolerations"),
-    ("didn't match Pod's node affinity/selector", "pod_template.spec.nodeSelector / pod_template.spec.affinity"),
-    ("node affinity conflict", "storage_class_name / create_pvs (the volume is bound to another node)"),
-    ("unbound immediate PersistentVolumeClaims", "storage_class_name / create_pvs"),
-    ("didn't find available persistent volumes", "storage_class_name / create_pvs"),
-    ("Insufficient", "free capacity on the nodes (the extraction Job requests cpu 100m, memory 128Mi)"),
-    ("were unschedulable", "uncordon the nodes or narrow node_selector"),
-    ("no preemption victims", "pod_template.spec.priorityClassName"),
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.slot_states import (
+    slot_entries,
 )
-
-
-def scheduler_fix(message):
-    """The options that would let the scheduler place the pod, from its FailedScheduling message."""
-    fixes = []
-    for fragment, fix in _FIXES:
-        if fragment in (message or "") and fix not in fixes:
-            fixes.append(fix)
-    return fixes
-
-
-def _unschedulable(pod):
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return condition.get("message") or condition.get("reason") or "unschedulable"
-    return None
-
-
-def _index_job_pods(pods):
-    by_job = {}
-    for pod in pods:
-        labels = pod["metadata"].get("labels") or {}
-        if labels.get(MANAGED_BY_LABEL) == MANAGER and labels.get(JOB_NAME_LABEL):
-            by_job.setdefault((pod["metadata"].get("namespace"), labels[JOB_NAME_LABEL]), []).append(pod)
-    return by_job
-
-
-def slot_phase(slot, pvc, job, job_pods):
-    """(phase, message, fixes, reason) of one current slot from its live PVC, Job and the Job's pods.
-
-    A tools image that cannot be pulled is an Error at once: waiting longer cannot help.
-    """
-    if slot.outcome == "blocked":
-        return PENDING, slot.reason, [], None
-    if slot.outcome == HELD:
-        return PENDING, slot.reason, [], WAITING_FOR_WAVE
-    if slot.digest and holds_extracted(pvc, slot.digest):
-        return EXTRACTED, None, [], None
-    # Recorded when its Job failed: the record outlives the Job (a live Job of another template is a retry).
-    job_hash = ((job or {}).get("metadata", {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
-    recorded = failure_record.recorded(pvc, slot.digest, job_hash)
-    if recorded is not None:
-        return ERROR, recorded.message, [*recorded.fix, failure_record.RETRY_FIX], recorded.reason
-    if job is None:
-        return PENDING, "the extraction Job does not exist yet", [], None
-    if job_condition(job, "Complete"):
-        return EXTRACTED, None, [], None
-    failed = failure_record.job_failure(job, job_pods)
-    if failed is not None:
-        return ERROR, failed.message, failed.fix, failed.reason
-    problem = pods_problem(job_pods)
-    for pod in job_pods:
-        message = _unschedulable(pod)
-        if message:
-            return PENDING, message, scheduler_fix(message), UNSCHEDULABLE
-    if problem is not None:
-        if problem.reason == IMAGE_NOT_PULLABLE:
-            return ERROR, problem.message, problem.fix, problem.reason
-        return PENDING, problem.message, problem.fix, problem.reason
-    if any((pod.get("status") or {}).get("phase") == "Running" for pod in job_pods):
-        return EXTRACTING, None, [], None
-    return PENDING, "waiting for the extraction pod to start", [], None
-
-
-def _entry(slot, phase, message=None, fixes=None, users=None, reason=None):
-    entry = {"namespace": slot.namespace, "node": slot.node, "digest": slot.digest, "pvc": slot.pvc,
-             "job": slot.job, "phase": phase}
-    if slot.pv:
-        entry["pv"] = slot.pv
-    if reason:
-        entry["reason"] = reason
-    if message:
-        entry["message"] = message
-    if fixes:
-        entry["fix"] = fixes
-    users = slot.users or users
-    if users:
-        entry["mounted_by"] = ["%s/%s" % (u["namespace"], u["name"]) for u in users]
-    return entry
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import image_volume
 
 
 def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, untolerated_taints=None):
@@ -151,41 +50,10 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
     untolerated_taints: {taint: node count} from the planner; the scheduler's own message stops naming
     taints on large clusters, so an unschedulable Job is reported with these as well.
     """
-    pvcs = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in live.get("PersistentVolumeClaim", [])}
-    jobs = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in live.get("Job", [])}
-    job_pods = _index_job_pods(pods)
-    # Who mounts each PVC, so every entry says it (undeploy lists these pods before it removes anything).
+    entries, unschedulable, serving = slot_entries(slots, incompatible, excluded, live, pods, untolerated_taints)
     mounts = pod_mounts(pods)
-    entries, unschedulable, serving = [], [], []
-    current_claims, outdated_claims = set(), set()
-    for slot in slots:
-        if slot.outcome in ("outdated", PREVIOUS):
-            entries.append(_entry(slot, OUTDATED, slot.reason, users=mounts.get((slot.namespace, slot.pvc)),
-                                  reason=KEPT_UNTIL_REPLACED if slot.outcome == PREVIOUS else None))
-            if slot.pvc:
-                outdated_claims.add((slot.namespace, slot.pvc))
-            continue
-        if slot.outcome == SERVING:
-            # Not a slot of its own: its pods run on the nodes' slots, so they count as running pods.
-            current_claims.add((slot.namespace, slot.pvc))
-            users = mounts.get((slot.namespace, slot.pvc)) or []
-            serving.append({"namespace": slot.namespace, "pvc": slot.pvc, "pv": slot.pv, "digest": slot.digest,
-                            "mounted_by": ["%s/%s" % (u["namespace"], u["name"]) for u in users]})
-            continue
-        if slot.outcome == "current":
-            current_claims.add((slot.namespace, slot.pvc))
-        job_key = (slot.namespace, slot.job)
-        phase, message, fixes, reason = slot_phase(slot, pvcs.get((slot.namespace, slot.pvc)), jobs.get(job_key),
-                                                   job_pods.get(job_key, []))
-        entries.append(_entry(slot, phase, message, fixes, users=mounts.get((slot.namespace, slot.pvc)),
-                              reason=reason))
-        if reason == UNSCHEDULABLE:
-            diagnosis = {"namespace": slot.namespace, "job": slot.job, "message": message, "fix": fixes}
-            if untolerated_taints and "taint" in message:
-                diagnosis["untolerated_taints"] = dict(untolerated_taints)
-            unschedulable.append(diagnosis)
-    for node in incompatible:
-        entries.append({"namespace": "", "node": node, "phase": INCOMPATIBLE, "message": excluded[node][-1]})
+    current_claims = {(s.namespace, s.pvc) for s in slots if s.outcome in ("current", SERVING)}
+    outdated_claims = {(s.namespace, s.pvc) for s in slots if s.outcome in ("outdated", PREVIOUS) and s.pvc}
 
     nodes = set(eligible_nodes)
     node_phases = {}
@@ -289,3 +157,27 @@ def _slot_key(obj):
     labels = obj["metadata"].get("labels") or {}
     # Objects labelled by hand or by an older version may lack the digest: they still belong to the cache.
     return (obj["metadata"].get("namespace"), labels.get(NODE_LABEL, ""), labels.get(DIGEST_LABEL, ""))
+
+
+def status_of(spec, plan, facts):
+    """The status of one cache from its plan and the facts: an imageVolume cache's (image_volume.py) or its slots'
+    (cache_status), and why no node is eligible when none is."""
+    eligibility = plan.eligibility
+    if spec.image_volume and spec.state == "present":
+        status = image_volume.cache_status(spec, eligibility, facts.pods, facts.nodes)
+    else:
+        status = cache_status(plan.slots, [n["metadata"]["name"] for n in eligibility.eligible],
+                              eligibility.incompatible, eligibility.excluded, facts.objects, facts.pods,
+                              eligibility.untolerated_taints)
+    if spec.state == "present" and not eligibility.eligible:
+        status["unplaced"] = _unplaced_message(plan)
+    return status
+
+
+def _unplaced_message(plan):
+    by_reason = {}
+    for node, reasons in sorted(plan.eligibility.excluded.items()):
+        by_reason.setdefault("; ".join(reasons), []).append(node)
+    details = " | ".join("%s: %s" % (", ".join(nodes[:5]) + (" (+%d)" % (len(nodes) - 5) if len(nodes) > 5 else ""),
+                                     reason) for reason, nodes in by_reason.items())
+    return "no node is eligible for the cache yet: %s" % (details or "the cluster has no nodes")

@@ -19,18 +19,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     RESOLVED,
     RUNNING,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import has_pulled
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import pod_user, workload_pod
 
 # The status phase of an imageVolume cache whose image is resolved: nothing is extracted, pods pull it themselves.
 # At most this many pulled nodes and mounting pods in a result without node_details and in a resource's status (as
 # many as its problems), whatever the cluster's size; the counts say how many there are.
 MAX_LISTED = 10
-
-
-def has_pulled(node, reference):
-    """True when the node's kubelet reports the image among those it pulled: one of status.images[].names (the
-    kubelet lists at most nodeStatusMaxImages images, the largest first, and refreshes the list every 30 s)."""
-    return any(reference in (image.get("names") or []) for image in (node.get("status") or {}).get("images") or [])
 
 
 def _mounted_digests(pod, repository):

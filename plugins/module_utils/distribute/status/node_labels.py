@@ -9,7 +9,9 @@ __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
     readiness_label_key,
+    upgrade_state_label_key,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import rollout
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_readiness
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -35,3 +37,19 @@ def sync_labels(kube, spec, key, desired, nodes):
     if failures:
         raise failures[0]
     return [{"node": name, "value": value} for name, value in changes]
+
+
+def label_upgrade_states(kube, spec, waves, nodes):
+    """Write the nodes' upgrade state labels, and keep `nodes` (the facts' copies) as written."""
+    key = upgrade_state_label_key(spec.name, spec.cache_namespace)
+    written = sync_labels(kube, spec, key, rollout.upgrade_states(waves), nodes)
+    by_name = {node["metadata"]["name"]: node for node in nodes}
+    for change in written:
+        if change["node"] not in by_name:
+            continue  # an absent cache's nodes are listed by sync_labels itself
+        labels = by_name[change["node"]]["metadata"].setdefault("labels", {})
+        if change["value"] is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = change["value"]
+    return written

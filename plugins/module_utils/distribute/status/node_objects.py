@@ -57,15 +57,6 @@ class NodeWrite:
         return {"action": self.verb, "name": self.name}
 
 
-def node_object_path(cache_kind, namespace=None, name=None):
-    """API path of the per-node objects of a cache kind (collection path without a name)."""
-    _kind, plural, namespaced = NODE_KINDS[cache_kind]
-    path = "/apis/%s/%s" % (GROUP, VERSION)
-    if namespaced:
-        path += "/namespaces/%s" % namespace
-    return path + "/" + plural + ("/" + name if name else "")
-
-
 def _meaning(state):
     """A state without its timestamps."""
     state = copy.deepcopy(state)

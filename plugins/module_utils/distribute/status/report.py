@@ -17,15 +17,21 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     GROUP,
     VERSION,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import list_pods
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.node_objects import (
+    node_objects_by_cache,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError, list_pods
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.cache_status import (
     cache_status,
     group_by_cache,
     slots_from_live,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_entries import cache_entries
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_writer import node_objects_by_cache
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
+    image_volume_report,
+)
 
 
 def describe(kube, name=None, namespace=None):
@@ -44,7 +50,7 @@ def describe(kube, name=None, namespace=None):
     caches = []
     for key in sorted(set(groups) | set(node_objects) | set(image_volumes)):
         if key in image_volumes:
-            status = cache_cr.image_volume_report(image_volumes[key])
+            status = image_volume_report(image_volumes[key])
         else:
             objects = groups.get(key, {})
             slots, nodes = slots_from_live(objects)

@@ -29,7 +29,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     SIGNATURE_FORMAT_LABEL,
     SIGNATURE_VERIFIED_CONDITION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import SIGNATURE_NOT_VERIFIED
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.verification import (
+    SIGNATURE_NOT_VERIFIED,
+)
 
 KYVERNO_RECORD = "kyverno.io/verify-images"
 

@@ -1,0 +1,54 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A plan written to the cluster (I/O), in the order the controllers need: namespaces, then deletions (slot PVs once
+the scrub cleared their nodes' disks), then, once replaced names are free, every apply kind by kind."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
+
+
+def execute(kube, plan, replace_timeout, scrub):
+    """Write the plan: namespaces, then deletions (slot PVs once scrub cleared their nodes' disks), then
+    (after replaced names are free) every apply."""
+    actions = plan.ordered_actions()
+    errors = []
+
+    def record(batch, results):
+        for index, action in enumerate(batch):
+            result = results[index]
+            if isinstance(result, Exception):
+                errors.append({"action": action.verb, "kind": action.kind, "namespace": action.namespace,
+                               "name": action.name, "error": str(result)})
+
+    def apply(action):
+        # The reply (the whole object, managedFields too) is not kept: a batch of thousands held every reply
+        # until it ended, the largest part of a run's memory when it records extractions.
+        kube.apply(action.body)
+
+    namespaces = [a for a in actions if a.kind == "Namespace"]
+    record(namespaces, kube.map(apply, namespaces))
+    removals = scrub.clear_removals([a for a in actions if a.verb in ("delete", "replace")], errors)
+    record(removals, kube.map(lambda a: kube.delete(a.kind, a.name, a.namespace), removals))
+    replaced = [a for a in actions if a.verb == "replace"]
+    applies = [a for a in actions if a.verb in ("create", "update") and a.kind != "Namespace"]
+    if kube.dry_run:
+        # A dry-run delete leaves the object in place, and objects in a namespace that does not exist yet
+        # cannot be dry-run: both are shown in the plan without a server round trip.
+        new_namespaces = {a.name for a in namespaces}
+        applies = [a for a in applies if a.namespace not in new_namespaces]
+    elif replaced:
+        stuck = kube.wait_gone([(a.kind, a.namespace, a.name) for a in replaced], replace_timeout)
+        for kind, namespace, name in stuck:
+            errors.append({"action": "replace", "kind": kind, "namespace": namespace, "name": name,
+                           "error": "still terminating after %ss (finalizers); re-run later" % replace_timeout})
+        stuck_refs = set(stuck)
+        applies += [a for a in replaced if (a.kind, a.namespace, a.name) not in stuck_refs]
+    # Kind by kind: a PVC that names its PV binds at once only if the PV exists, and a Job's pod is
+    # scheduled at once only if its PVC is bound; otherwise the controllers retry seconds later.
+    for kind in planner.KIND_ORDER[1:]:
+        batch = [a for a in applies if a.kind == kind]
+        record(batch, kube.map(apply, batch))
+    return errors
