@@ -8,7 +8,7 @@ from ansible_collections.gkm.cluster.plugins.filter.cache_orphans import cache_o
 from ansible_collections.gkm.cluster.plugins.filter.cache_undeclared import cache_undeclared
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import conflicts, ownership
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from tests.unit.test_plan import as_live, facts, make_spec
+from tests.helpers.distribute import as_live, facts, make_spec
 
 EARLY, LATE = "2026-11-24T10:00:00Z", "2026-11-24T10:00:05Z"
 

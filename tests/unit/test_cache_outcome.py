@@ -7,7 +7,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import dry_
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import resource as cache_cr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.runner import DistributeError
-from tests.unit.test_plan import facts, make_spec
+from tests.helpers.distribute import facts, make_spec
 
 COUNTS = [crd_name for _name, crd_name in cache_cr.COUNT_NAMES]
 

@@ -6,7 +6,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import fail
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.job_pods import SIGNATURE_NOT_VERIFIED
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import ERROR, PENDING, slot_phase
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, as_live, facts, make_spec
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, as_live, facts, make_spec
 
 SHORT_A = naming.short_digest(DIGEST_A)
 

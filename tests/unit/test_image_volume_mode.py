@@ -10,7 +10,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import reso
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import spec as cache_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.args import DISTRIBUTION_ARG_SPEC
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import node_facts
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, pod, verbs
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, pod, verbs
 
 REFERENCE = "registry.local/caches/vector-add@" + DIGEST_A
 

@@ -4,7 +4,7 @@ digest is extracted there."""
 from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_readiness, status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, merged
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, merged
 
 OLD, NEW = short_digest(DIGEST_A), short_digest(DIGEST_B)
 

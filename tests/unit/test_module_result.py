@@ -6,7 +6,7 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import module_result, status_summary, tasks
-from tests.unit.test_status_summary import large_cluster_result
+from tests.helpers.distribute import large_cluster_result
 
 # The whole result of one ClusterGKMCache at 5,000 nodes x 3 namespaces; the per-slot entries alone pass 4 MB.
 BOUND = 16 * 1024

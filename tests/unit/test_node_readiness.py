@@ -1,7 +1,7 @@
 """Node readiness labels (distribute/node_readiness.py), without a cluster."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_readiness
-from tests.unit.test_plan import DIGEST_A, make_spec
+from tests.helpers.distribute import DIGEST_A, make_spec
 
 
 def entry(node, phase, namespace="team-a"):

@@ -5,20 +5,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.naming import s
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import node_status, rollout, status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec
-
-
-def two_passes(spec, cluster):
-    """runner._plan without the API: (the plan made with the holds, its WavePlan)."""
-    first = planner.plan(spec, cluster)
-    entries = status.cache_status(first.slots, WORKERS, [], {}, cluster.objects, cluster.pods)["entries"]
-    waves = rollout.wave_plan(spec, first, entries, cluster.objects.get("PersistentVolumeClaim", []), cluster.pods)
-    return planner.plan(spec, cluster, hold=rollout.held(waves)), waves
-
-
-def moved_to_b(policy):
-    live = as_live(planner.plan(make_spec(), facts()).desired, complete_jobs=True, marked=True)
-    return make_spec(DIGEST_B, upgrade_policy=parse_upgrade_policy(policy)), facts(objects=live)
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec, moved_to_b, two_passes
 
 
 def test_one_node_at_a_time_creates_one_new_slot_and_keeps_every_previous_slot():

@@ -3,7 +3,7 @@ plan, without a cluster."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import scrub, serving, status
-from tests.unit.test_plan import (
+from tests.helpers.distribute import (
     CSI_CLASS,
     DIGEST_A,
     DIGEST_B,

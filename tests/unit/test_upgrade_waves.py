@@ -8,24 +8,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import stat
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import upgrade_waves as waves
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_readiness import label_changes
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.upgrade_policy import parse_upgrade_policy
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec
-
-OLD = short_digest(DIGEST_A)
-
-
-def node(name, **labels):
-    return {"metadata": {"name": name, "labels": labels}}
-
-
-def fleet(count):
-    return [node("gpu-%02d" % index) for index in range(count)]
-
-
-def upgrade(nodes, policy=None, **progress):
-    """plan_waves with every node serving OLD unless progress gives its NodeProgress."""
-    facts_by_node = {n["metadata"]["name"]: waves.NodeProgress(previous=OLD) for n in nodes}
-    facts_by_node.update(progress)
-    return waves.plan_waves(parse_upgrade_policy(policy), DIGEST_B, nodes, facts_by_node)
+from tests.helpers.distribute import DIGEST_B, OLD, WORKERS, as_live, facts, fleet, make_spec, node, upgrade
 
 
 def progress_after(plan, finish, fail=()):

@@ -13,7 +13,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import (
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import plan as planner
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import job_main
-from tests.unit.test_plan import as_live, by_kind, facts, make_spec
+from tests.helpers.distribute import as_live, by_kind, facts, make_spec
 
 
 def public_pem():
