@@ -38,7 +38,8 @@ def test_every_integration_file_runs_in_exactly_one_lane():
 def test_the_committed_lanes_file_gives_a_static_lane_and_shared_integration_and_molecule_lanes(tmp_path):
     with open(os.path.join(ROOT, "tools", "ci", "lanes.yml")) as handle:
         config = yaml.safe_load(handle)
-    items = {"tests/integration/test_*.py": ["tests/integration/test_x.py", "tests/integration/test_y.py"],
+    integration_glob = config["lanes"]["integration"]["items"]
+    items = {integration_glob: ["tests/integration/modules/test_x.py", "tests/integration/webhook/test_y.py"],
              "molecule/*/molecule.yml": ["molecule/day2/molecule.yml", "molecule/default/molecule.yml"]}
     lanes, shares = plan.lanes(config, items, {}, "/venv/bin/python", str(tmp_path))
     by_name = {lane.name: lane for lane in lanes}
@@ -46,7 +47,7 @@ def test_the_committed_lanes_file_gives_a_static_lane_and_shared_integration_and
     assert all(step.env["JUNIT_DIR"] == str(tmp_path / "static") for step in lanes[0].steps)
     integration = [lane for lane in lanes if lane.name.startswith("integration-")]
     assert len(integration) == config["lanes"]["integration"]["shared"]
-    for path in items["tests/integration/test_*.py"]:
+    for path in items[integration_glob]:
         assert sum(path in lane.steps[0].argv for lane in integration) == 1
     first = by_name["integration-1"].steps[0]
     assert first.argv[0] == "/venv/bin/python" and "--junitxml=%s" % (tmp_path / "integration-1" / "pytest.xml") \
@@ -57,6 +58,28 @@ def test_the_committed_lanes_file_gives_a_static_lane_and_shared_integration_and
     # Every build a lane or step waits for is one the run knows how to make.
     needed = {need for lane in lanes for need in [*lane.needs, *(n for step in lane.steps for n in step.needs)]}
     assert needed <= set(plan.builds(config))
+
+
+def test_shared_items_are_found_in_folders_at_any_depth(tmp_path):
+    for path in ("tests/integration/test_top.py", "tests/integration/webhook/test_deep.py",
+                 "tests/integration/webhook/notes.md", "molecule/day2/molecule.yml"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).touch()
+    config = {"lanes": {"static": {"steps": []},
+                        "integration": {"shared": 3, "items": "tests/integration/**/test_*.py"},
+                        "molecule": {"shared": 1, "items": "molecule/*/molecule.yml"}}}
+    assert plan.shared_items(config, str(tmp_path)) == {
+        "tests/integration/**/test_*.py": ["tests/integration/test_top.py", "tests/integration/webhook/test_deep.py"],
+        "molecule/*/molecule.yml": ["molecule/day2/molecule.yml"]}
+
+
+def test_the_committed_integration_lanes_run_every_integration_test_file():
+    with open(os.path.join(ROOT, "tools", "ci", "lanes.yml")) as handle:
+        config = yaml.safe_load(handle)
+    on_disk = sorted(os.path.relpath(os.path.join(folder, name), ROOT)
+                     for folder, _dirs, names in os.walk(os.path.join(ROOT, "tests", "integration"))
+                     for name in names if name.startswith("test_") and name.endswith(".py"))
+    assert on_disk and plan.shared_items(config, ROOT)[config["lanes"]["integration"]["items"]] == on_disk
 
 
 def test_junit_reports_give_each_case_its_file_time_and_outcome(tmp_path):
