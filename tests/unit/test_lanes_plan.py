@@ -12,9 +12,10 @@ plan = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plan)
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
-<testcase classname="tests.integration.test_a" name="test_one" time="12.5" />
-<testcase classname="tests.integration.test_a.TestGroup" name="test_two" time="2.0"><failure message="x"/></testcase>
-<testcase classname="tests.integration.test_b" name="test_three[p]" time="0.1"><skipped message="y"/></testcase>
+<testcase classname="tests.integration.modules.test_a" name="test_one" time="12.5" />
+<testcase classname="tests.integration.modules.test_a.TestGroup" name="test_two" time="2.0">
+<failure message="x"/></testcase>
+<testcase classname="tests.integration.webhook.test_b" name="test_three[p]" time="0.1"><skipped message="y"/></testcase>
 </testsuite></testsuites>"""
 
 
@@ -87,9 +88,10 @@ def test_junit_reports_give_each_case_its_file_time_and_outcome(tmp_path):
     reports = plan.read_junit(str(tmp_path))
     cases = reports["unit"]
     assert [(case.file, case.outcome) for case in cases] == [
-        ("tests/integration/test_a.py", "passed"), ("tests/integration/test_a.py", "failed"),
-        ("tests/integration/test_b.py", "skipped")]
-    assert plan.file_durations(cases) == {"tests/integration/test_a.py": 14.5, "tests/integration/test_b.py": 0.1}
+        ("tests/integration/modules/test_a.py", "passed"), ("tests/integration/modules/test_a.py", "failed"),
+        ("tests/integration/webhook/test_b.py", "skipped")]
+    assert plan.file_durations(cases) == {"tests/integration/modules/test_a.py": 14.5,
+                                          "tests/integration/webhook/test_b.py": 0.1}
     assert plan.step_cases("unit", reports) == cases and plan.step_cases("un", reports) == []
 
 

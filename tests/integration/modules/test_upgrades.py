@@ -17,7 +17,7 @@ from urllib3.exceptions import HTTPError
 from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
-from tests.integration.test_cache_distribute import (
+from tests.integration.modules.test_cache_distribute import (
     EXTRACT_IMAGE,
     GPU_TOLERATION,
     WORKERS,
