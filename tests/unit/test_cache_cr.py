@@ -6,6 +6,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.reso
     status_differs,
     summary_status,
 )
+from tests.helpers.distribute import EXTRACTED_RESULT
 
 DEFAULTS = {"extract_image": "tools:1", "create_pvs": "auto", "wait": True}
 
@@ -50,21 +51,8 @@ def test_paths():
         cache_cr.resource_path("GKMCache", "c")
 
 
-RESULT = {
-    "cache": {"digest": "sha256:abc"},
-    "status": {
-        "phase": "Extracted",
-        "counts": {"nodes": 3, "node_in_use": 1, "node_not_in_use": 2, "node_error": 0, "pod_running": 1,
-                   "pod_outdated": 0},
-        "entries": [{"namespace": "a", "node": "n1", "pvc": "p", "job": "j", "digest": "sha256:abc",
-                     "phase": "Extracted", "mounted_by": ["pod-1"]}],
-        "unschedulable": [],
-    },
-}
-
-
 def test_status_uses_gkm_names_and_ready_condition():
-    status = summary_status(RESULT, "2026-11-23T09:00:00Z")
+    status = summary_status(EXTRACTED_RESULT, "2026-11-23T09:00:00Z")
     assert (status["phase"], status["nodeCnt"], status["nodeInUseCnt"], status["nodeNotInUseCnt"]) == (
         "Extracted", 3, 1, 2)
     assert status["resolvedDigest"] == "sha256:abc"
@@ -73,7 +61,7 @@ def test_status_uses_gkm_names_and_ready_condition():
 
 
 def test_unschedulable_jobs_explain_the_fix():
-    result = {"cache": {"digest": "d"}, "status": dict(RESULT["status"], phase="Pending", unschedulable=[
+    result = {"cache": {"digest": "d"}, "status": dict(EXTRACTED_RESULT["status"], phase="Pending", unschedulable=[
         {"message": "3 node(s) had untolerated taint {gpu: true}", "fix": "pod_template.spec.tolerations"}])}
     condition = summary_status(result, "t")["conditions"][0]
     assert condition["status"] == "False"
@@ -83,10 +71,10 @@ def test_unschedulable_jobs_explain_the_fix():
 
 
 def test_timestamps_alone_do_not_make_a_write():
-    first = summary_status(RESULT, "2026-11-23T09:00:00Z")
-    second = summary_status(RESULT, "2026-11-23T10:00:00Z")
+    first = summary_status(EXTRACTED_RESULT, "2026-11-23T09:00:00Z")
+    second = summary_status(EXTRACTED_RESULT, "2026-11-23T10:00:00Z")
     assert not status_differs(first, second)
-    changed = summary_status(dict(RESULT, cache={"digest": "sha256:new"}), "2026-11-23T10:00:00Z")
+    changed = summary_status(dict(EXTRACTED_RESULT, cache={"digest": "sha256:new"}), "2026-11-23T10:00:00Z")
     assert status_differs(first, changed)
     kept = carry_transition_times(first, changed)
     assert kept["conditions"][0]["lastTransitionTime"] == "2026-11-23T09:00:00Z"

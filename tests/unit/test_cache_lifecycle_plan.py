@@ -13,7 +13,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.clust
     ClusterFacts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import conflicts, ownership, planner
-from tests.unit.test_plan import as_live, facts, make_spec
+from tests.helpers.distribute import as_live, facts, make_spec
 
 EARLY, LATE = "2026-11-24T10:00:00Z", "2026-11-24T10:00:05Z"
 

@@ -14,7 +14,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.reso
     COUNT_NAMES,
     summary_status,
 )
-from tests.unit.test_plan import facts, make_spec
+from tests.helpers.distribute import facts, make_spec
 
 COUNTS = [crd_name for _name, crd_name in COUNT_NAMES]
 

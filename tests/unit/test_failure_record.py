@@ -18,7 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.slot_states import (
     slot_phase,
 )
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, as_live, facts, make_spec
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, as_live, facts, make_spec
 
 SHORT_A = naming.short_digest(DIGEST_A)
 

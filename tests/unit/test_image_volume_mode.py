@@ -22,7 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.reso
     image_volume_report,
     summary_status,
 )
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, pod, verbs
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, pod, verbs
 
 REFERENCE = "registry.local/caches/vector-add@" + DIGEST_A
 

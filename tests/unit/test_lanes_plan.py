@@ -12,9 +12,10 @@ plan = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plan)
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
-<testcase classname="tests.integration.test_a" name="test_one" time="12.5" />
-<testcase classname="tests.integration.test_a.TestGroup" name="test_two" time="2.0"><failure message="x"/></testcase>
-<testcase classname="tests.integration.test_b" name="test_three[p]" time="0.1"><skipped message="y"/></testcase>
+<testcase classname="tests.integration.modules.test_a" name="test_one" time="12.5" />
+<testcase classname="tests.integration.modules.test_a.TestGroup" name="test_two" time="2.0">
+<failure message="x"/></testcase>
+<testcase classname="tests.integration.webhook.test_b" name="test_three[p]" time="0.1"><skipped message="y"/></testcase>
 </testsuite></testsuites>"""
 
 
@@ -38,7 +39,8 @@ def test_every_integration_file_runs_in_exactly_one_lane():
 def test_the_committed_lanes_file_gives_a_static_lane_and_shared_integration_and_molecule_lanes(tmp_path):
     with open(os.path.join(ROOT, "tools", "ci", "lanes.yml")) as handle:
         config = yaml.safe_load(handle)
-    items = {"tests/integration/test_*.py": ["tests/integration/test_x.py", "tests/integration/test_y.py"],
+    integration_glob = config["lanes"]["integration"]["items"]
+    items = {integration_glob: ["tests/integration/modules/test_x.py", "tests/integration/webhook/test_y.py"],
              "molecule/*/molecule.yml": ["molecule/day2/molecule.yml", "molecule/default/molecule.yml"]}
     lanes, shares = plan.lanes(config, items, {}, "/venv/bin/python", str(tmp_path))
     by_name = {lane.name: lane for lane in lanes}
@@ -46,7 +48,7 @@ def test_the_committed_lanes_file_gives_a_static_lane_and_shared_integration_and
     assert all(step.env["JUNIT_DIR"] == str(tmp_path / "static") for step in lanes[0].steps)
     integration = [lane for lane in lanes if lane.name.startswith("integration-")]
     assert len(integration) == config["lanes"]["integration"]["shared"]
-    for path in items["tests/integration/test_*.py"]:
+    for path in items[integration_glob]:
         assert sum(path in lane.steps[0].argv for lane in integration) == 1
     first = by_name["integration-1"].steps[0]
     assert first.argv[0] == "/venv/bin/python" and "--junitxml=%s" % (tmp_path / "integration-1" / "pytest.xml") \
@@ -59,14 +61,37 @@ def test_the_committed_lanes_file_gives_a_static_lane_and_shared_integration_and
     assert needed <= set(plan.builds(config))
 
 
+def test_shared_items_are_found_in_folders_at_any_depth(tmp_path):
+    for path in ("tests/integration/test_top.py", "tests/integration/webhook/test_deep.py",
+                 "tests/integration/webhook/notes.md", "molecule/day2/molecule.yml"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).touch()
+    config = {"lanes": {"static": {"steps": []},
+                        "integration": {"shared": 3, "items": "tests/integration/**/test_*.py"},
+                        "molecule": {"shared": 1, "items": "molecule/*/molecule.yml"}}}
+    assert plan.shared_items(config, str(tmp_path)) == {
+        "tests/integration/**/test_*.py": ["tests/integration/test_top.py", "tests/integration/webhook/test_deep.py"],
+        "molecule/*/molecule.yml": ["molecule/day2/molecule.yml"]}
+
+
+def test_the_committed_integration_lanes_run_every_integration_test_file():
+    with open(os.path.join(ROOT, "tools", "ci", "lanes.yml")) as handle:
+        config = yaml.safe_load(handle)
+    on_disk = sorted(os.path.relpath(os.path.join(folder, name), ROOT)
+                     for folder, _dirs, names in os.walk(os.path.join(ROOT, "tests", "integration"))
+                     for name in names if name.startswith("test_") and name.endswith(".py"))
+    assert on_disk and plan.shared_items(config, ROOT)[config["lanes"]["integration"]["items"]] == on_disk
+
+
 def test_junit_reports_give_each_case_its_file_time_and_outcome(tmp_path):
     (tmp_path / "unit.xml").write_text(JUNIT)
     reports = plan.read_junit(str(tmp_path))
     cases = reports["unit"]
     assert [(case.file, case.outcome) for case in cases] == [
-        ("tests/integration/test_a.py", "passed"), ("tests/integration/test_a.py", "failed"),
-        ("tests/integration/test_b.py", "skipped")]
-    assert plan.file_durations(cases) == {"tests/integration/test_a.py": 14.5, "tests/integration/test_b.py": 0.1}
+        ("tests/integration/modules/test_a.py", "passed"), ("tests/integration/modules/test_a.py", "failed"),
+        ("tests/integration/webhook/test_b.py", "skipped")]
+    assert plan.file_durations(cases) == {"tests/integration/modules/test_a.py": 14.5,
+                                          "tests/integration/webhook/test_b.py": 0.1}
     assert plan.step_cases("unit", reports) == cases and plan.step_cases("un", reports) == []
 
 

@@ -10,7 +10,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_readiness
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, merged
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, merged
 
 OLD, NEW = short_digest(DIGEST_A), short_digest(DIGEST_B)
 

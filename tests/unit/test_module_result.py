@@ -8,14 +8,14 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import G
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import tasks
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import module_result
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import summary as status_summary
-from tests.unit.test_status_summary import large_cluster_result
+from tests.helpers.distribute import large_cluster_result
 
 # The whole result of one ClusterGKMCache at 5,000 nodes x 3 namespaces; the per-slot entries alone pass 4 MB.
 BOUND = 16 * 1024
 
 
 def module_result_at_scale():
-    """A distribution result as pipeline.distribute returns it: 5,000 GPU nodes x 3 namespaces, 50 failed nodes,
+    """A distribution result as runner.distribute returns it: 5,000 GPU nodes x 3 namespaces, 50 failed nodes,
     20 stuck ones and 1,500 nodes that do not get the cache."""
     result = large_cluster_result()
     counts = result["status"]["counts"]

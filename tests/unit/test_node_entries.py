@@ -5,9 +5,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
     node_objects,
     node_status,
 )
-from tests.unit.test_node_objects import T0, Server
-from tests.unit.test_node_status import mixed_nodes, reconcile_facts
-from tests.unit.test_plan import facts, make_spec, pod
+from tests.helpers.distribute import T0, NodeObjectServer, facts, make_spec, mixed_nodes, pod, reconcile_facts
 
 SLOT_FIELDS = ("namespace", "node", "digest", "pvc", "job", "pv", "phase")
 
@@ -16,7 +14,7 @@ def written(spec, cluster_facts, kind="ClusterGKMCache"):
     """(entries the reconcile computed, entries read back from the per-node objects it would write)."""
     plan, entries = reconcile_facts(spec, cluster_facts)
     states = node_status.node_cache_states(spec, plan.eligibility, entries, cluster_facts.nodes, cluster_facts.pods)
-    server = Server()
+    server = NodeObjectServer()
     server.write(node_objects.plan_node_objects(kind, spec.cache_namespace or None, spec.name, states,
                                                 cluster_facts.nodes, [], T0))
     return entries, node_entries.cache_entries(server.list(), spec.name)

@@ -15,51 +15,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import scheduling
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_objects, node_status
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
-from tests.unit.test_status_summary import large_cluster_result
+from tests.helpers.distribute import T0, T1, T2, NodeObjectServer, apply_merge_patch, large_cluster_result
 
-T0, T1, T2 = "2026-11-24T10:00:00Z", "2026-11-24T11:00:00Z", "2026-11-24T12:00:00Z"
 DIGEST = "sha256:" + "c" * 64
 NODES = gpu_nodes.render_nodes([{"name": "gpu", "count": 3, "vendor": "amd", "gpus": 2}])
 NAMES = [n["metadata"]["name"] for n in NODES]
 
-
-def apply_patch(document, patch):
-    """RFC 7386, as the API server applies a merge patch."""
-    result = dict(document)
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, dict):
-            result[key] = apply_patch(result.get(key) if isinstance(result.get(key), dict) else {}, value)
-        else:
-            result[key] = value
-    return result
-
-
-class Server:
-    """The per-node objects as the API server keeps them, after a list of NodeWrites."""
-
-    def __init__(self):
-        self.objects = {}
-        self.version = 0
-
-    def write(self, writes):
-        for write in writes:
-            self.version += 1
-            if write.verb == node_objects.CREATE:
-                assert write.name not in self.objects and "status" not in write.body
-                self.objects[write.name] = copy.deepcopy(write.body)
-            elif write.verb == node_objects.DELETE:
-                assert write.resource_version == self.objects.pop(write.name)["metadata"]["resourceVersion"]
-            else:
-                obj = self.objects[write.name]
-                assert write.resource_version in (None, obj["metadata"]["resourceVersion"])
-                obj["status"] = apply_patch(obj.get("status") or {}, write.body["status"])
-            if write.name in self.objects:
-                self.objects[write.name]["metadata"]["resourceVersion"] = str(self.version)
-
-    def list(self):
-        return copy.deepcopy(list(self.objects.values()))
 
 
 def state(kind="Extracted", pods=0, namespaces=("a", "b", "c"), cache="llm"):
@@ -81,12 +42,12 @@ def test_merge_patch_is_minimal_and_deletes_with_null():
     after = {"a": {"x": 1, "y": [1, 3]}, "c": {"keep": True}, "d": {}}
     patch = merge_patch(before, after)
     assert patch == {"a": {"y": [1, 3]}, "b": None, "d": {}}
-    assert apply_patch(before, patch) == after
+    assert apply_merge_patch(before, patch) == after
     assert merge_patch(after, copy.deepcopy(after)) == {}
 
 
 def test_first_run_creates_each_object_then_a_rerun_writes_nothing():
-    server = Server()
+    server = NodeObjectServer()
     states = {name: state() for name in NAMES}
     writes = plan(server, "llm", states, T0)
     assert [(w.verb, w.name) for w in writes] == [(verb, name) for name in NAMES for verb in ("create", "patch_status")]
@@ -106,7 +67,7 @@ def test_first_run_creates_each_object_then_a_rerun_writes_nothing():
 
 
 def test_a_change_on_one_node_patches_that_node_only_and_keeps_unchanged_transition_times():
-    server = Server()
+    server = NodeObjectServer()
     states = {name: state() for name in NAMES}
     server.write(plan(server, "llm", states, T0))
     version = server.objects[NAMES[1]]["metadata"]["resourceVersion"]
@@ -127,7 +88,7 @@ def test_a_change_on_one_node_patches_that_node_only_and_keeps_unchanged_transit
 
 
 def test_caches_share_a_node_object_without_touching_each_other():
-    server = Server()
+    server = NodeObjectServer()
     server.write(plan(server, "llm", {name: state(pods=2) for name in NAMES}, T0))
     writes = plan(server, "vision", {NAMES[0]: state(cache="vision")}, T1)
     assert [(w.verb, w.name) for w in writes] == [("patch_status", NAMES[0])]
@@ -160,7 +121,7 @@ def test_namespaced_objects_live_in_the_cache_namespace_and_foreign_objects_are_
 
 
 def test_a_node_object_with_twenty_caches_stays_small():
-    server = Server()
+    server = NodeObjectServer()
     for number in range(20):
         cache = "cache-%02d-with-a-realistic-name" % number
         server.write(plan(server, cache, {NAMES[0]: state(pods=3, cache=cache)}, T0))
@@ -179,7 +140,7 @@ def test_5000_nodes_by_3_namespaces_converge_in_one_write_pair_per_node_and_reru
     spec = CacheSpec(name="llama-70b-kernels", digest=result["cache"]["digest"],
                      targets=[{"backend": "cuda", "arch": "90", "warp_size": 32}])
     states = node_status.node_cache_states(spec, eligibility, result["status"]["entries"], nodes, [])
-    server = Server()
+    server = NodeObjectServer()
     writes = node_objects.plan_node_objects("ClusterGKMCache", None, spec.name, states, nodes, server.list(), T0)
     assert len(writes) == 2 * 5000
     server.write(writes)

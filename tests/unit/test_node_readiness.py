@@ -7,7 +7,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     READINESS_LABEL_PREFIX,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_readiness
-from tests.unit.test_plan import DIGEST_A, make_spec
+from tests.helpers.distribute import DIGEST_A, make_spec
 
 
 def entry(node, phase, namespace="team-a"):

@@ -1,32 +1,10 @@
 """What one cache says about each node: slots, GPUs, and why a GPU node does not get the cache."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, scheduling
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_status
-from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, as_live, facts, make_spec, pod
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, as_live, facts, make_spec, mixed_nodes, pod, reconcile_facts
 
-MAINTENANCE = {"key": "maintenance", "value": "yes", "effect": "NoSchedule"}
-MIXED_GROUPS = [
-    {"name": "tainted", "count": 1, "vendor": "amd", "gpus": 4, "taints": [MAINTENANCE]},
-    {"name": "nv", "count": 1, "vendor": "nvidia", "gpus": 8},
-    {"name": "cpu", "count": 2, "vendor": "none"},
-    {"name": "broken", "count": 1, "vendor": "amd", "labels": {"gkm.io/gpu-arch": ""}},
-]
 WORKER = "gkm-gpu-worker-1"
-
-
-def mixed_nodes():
-    return gpu_nodes.render_nodes([*gpu_nodes.DEFAULT_NODE_GROUPS, *MIXED_GROUPS])
-
-
-def reconcile_facts(spec, cluster_facts):
-    """(plan, status entries) as a reconcile has them after its writes."""
-    plan = planner.plan(spec, cluster_facts)
-    live = as_live(plan.desired, complete_jobs=True)
-    result = status.cache_status(plan.slots, [n["metadata"]["name"] for n in plan.eligibility.eligible],
-                                 plan.eligibility.incompatible, plan.eligibility.excluded, live, cluster_facts.pods)
-    return plan, result["entries"]
 
 
 def test_every_reason_the_planner_gives_has_a_code():

@@ -1,101 +1,36 @@
 """The distribution planner: eligibility, rendered objects and day-2 actions, without a cluster."""
 
-import copy
-
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
-    EXTRACTED_DIGEST_ANNOTATION,
-    IMAGE_ANNOTATION,
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
     SPEC_HASH_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
-    ClusterFacts,
     node_facts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, render, scheduling
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_status
-from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
-
-DIGEST_A = "sha256:" + "a" * 64
-DIGEST_B = "sha256:" + "b" * 64
-TARGETS = [{"backend": "hip", "arch": "gfx90a", "warp_size": 64}]
-GPU_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
-NO_PROVISIONER_CLASS = {"metadata": {"name": "local-manual"}, "provisioner": "kubernetes.io/no-provisioner"}
-CSI_CLASS = {"metadata": {"name": "fast"}, "provisioner": "csi.example.com"}
-WORKERS = ["gkm-gpu-worker-1", "gkm-gpu-worker-2", "gkm-gpu-worker-3"]
-
-
-def make_spec(digest=DIGEST_A, **params):
-    params.setdefault("name", "vector-add")
-    if params.get("scope") != "cluster":
-        params.setdefault("namespace", "team-a")
-    params.setdefault("extract_image", "registry.local/gkm/tools:1")
-    params.setdefault("pod_template", {"spec": {"tolerations": [GPU_TOLERATION]}})
-    # These tests count the slots' objects; the serving PVC has its own tests (test_serving_plan.py).
-    params.setdefault("serving_pvc", False)
-    spec = cache_spec.cache_spec_from_params(params)
-    return cache_spec.pin_image(spec, "registry.local/caches/vector-add@" + digest, digest,
-                                {"targets": TARGETS, "size_bytes": 80_000})
-
-
-def default_nodes(extra_groups=()):
-    return gpu_nodes.render_nodes([*gpu_nodes.DEFAULT_NODE_GROUPS, *extra_groups])
-
-
-def facts(nodes=None, objects=None, pods=(), namespaces=("team-a", "team-b"), storage_class=None):
-    return ClusterFacts(nodes if nodes is not None else default_nodes(), namespaces, objects or {},
-                                list(pods), NO_PROVISIONER_CLASS if storage_class is None else storage_class)
-
-
-def as_live(desired, complete_jobs=False, marked=False):
-    """What the API server would return for the applied objects: same fields plus server-side ones."""
-    objects = {}
-    for obj in desired:
-        live = copy.deepcopy(obj)
-        live["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]
-        live["status"] = {}
-        if obj["kind"] == "Job":
-            live["spec"]["template"]["spec"]["dnsPolicy"] = "ClusterFirst"
-            if complete_jobs:
-                live["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
-        if obj["kind"] == "PersistentVolumeClaim" and marked:
-            image = obj["metadata"]["annotations"][IMAGE_ANNOTATION]
-            live["metadata"]["annotations"][EXTRACTED_DIGEST_ANNOTATION] = image.rsplit("@", 1)[1]
-        objects.setdefault(obj["kind"], []).append(live)
-    return objects
-
-
-def merged(*lives):
-    """The live objects of several as_live calls together."""
-    objects = {}
-    for live in lives:
-        for kind, items in live.items():
-            objects.setdefault(kind, []).extend(items)
-    return objects
-
-
-def pod(name, namespace, claim, node="gkm-gpu-worker-1", phase="Running", labels=None):
-    return {
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": {"nodeName": node, "volumes": [{"name": "k", "persistentVolumeClaim": {"claimName": claim}}]},
-        "status": {"phase": phase},
-    }
-
-
-def verbs(result):
-    return sorted((a.verb, a.kind, a.name) for a in result.actions)
-
-
-def by_kind(objects, kind):
-    return [obj for obj in objects if obj["kind"] == kind]
-
+from tests.helpers.distribute import (
+    CSI_CLASS,
+    DIGEST_A,
+    DIGEST_B,
+    GPU_TOLERATION,
+    WORKERS,
+    as_live,
+    by_kind,
+    default_nodes,
+    facts,
+    make_spec,
+    merged,
+    pod,
+    verbs,
+)
 
 # ---------------------------------------------------------------- eligibility
 

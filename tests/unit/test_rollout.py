@@ -1,25 +1,12 @@
 """A rolling upgrade inside one reconcile (distribute/rollout.py): the wave plan from a plan made without holds, then
-the plan made again with the nodes it holds, as rollout.plan_cache does, without a cluster."""
+the plan made again with the nodes it holds, as runner._plan does, without a cluster."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import parse_upgrade_policy
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, rollout
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_status
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec
-
-
-def two_passes(spec, cluster):
-    """rollout.plan_cache without the API: (the plan made with the holds, its WavePlan)."""
-    first = planner.plan(spec, cluster)
-    entries = status.cache_status(first.slots, WORKERS, [], {}, cluster.objects, cluster.pods)["entries"]
-    waves = rollout.wave_plan(spec, first, entries, cluster.objects.get("PersistentVolumeClaim", []), cluster.pods)
-    return planner.plan(spec, cluster, hold=rollout.held(waves)), waves
-
-
-def moved_to_b(policy):
-    live = as_live(planner.plan(make_spec(), facts()).desired, complete_jobs=True, marked=True)
-    return make_spec(DIGEST_B, upgrade_policy=parse_upgrade_policy(policy)), facts(objects=live)
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec, moved_to_b, two_passes
 
 
 def test_one_node_at_a_time_creates_one_new_slot_and_keeps_every_previous_slot():

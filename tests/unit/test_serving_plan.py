@@ -14,7 +14,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, scrub, serving
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
-from tests.unit.test_plan import (
+from tests.helpers.distribute import (
     CSI_CLASS,
     DIGEST_A,
     DIGEST_B,

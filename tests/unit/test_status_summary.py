@@ -2,63 +2,14 @@
 
 import json
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, short_digest
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import JOB_NAME_LABEL
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import SlotState
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import summary as status_summary
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
     summary_status,
 )
+from tests.helpers.distribute import TAINT, large_cluster_result
 
-DIGEST = "sha256:" + "d" * 64
-NAMESPACES = ("inference-prod", "inference-staging", "training-batch")
 NOW = "2026-11-24T12:00:00Z"
-TAINT = "untolerated taint nvidia.com/gpu=present:NoSchedule (add a toleration to pod_template.spec.tolerations)"
-INCOMPATIBLE = "GPU cuda/80/32 does not match the image's targets (cuda/90/32)"
-NO_GPU = "no gkm.io/gpu-* labels: not a GPU node (use compatibility: ignore to include it)"
 BOUND = 16 * 1024
-
-
-def job(name, namespace, condition):
-    conditions = [{"type": condition, "status": "True", "reason": "BackoffLimitExceeded", "message": "backoff"}]
-    return {"metadata": {"name": name, "namespace": namespace}, "status": {"conditions": conditions}}
-
-
-def unschedulable_pod(job_name, namespace):
-    return {"metadata": {"name": job_name + "-x", "namespace": namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "gkm.cluster", JOB_NAME_LABEL: job_name}},
-            "spec": {"volumes": []},
-            "status": {"phase": "Pending", "conditions": [{
-                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": "0/5000 nodes are available: 1 node(s) had untolerated taint {maintenance: yes}."}]}}
-
-
-def large_cluster_result(nodes=5000, failed_every=100, stuck_every=250):
-    """A distribution result of one ClusterGKMCache over 3 namespaces on `nodes` GPU nodes, with failures,
-    stuck Jobs and 1,500 more nodes that do not get the cache (taint, GPU, no GPU)."""
-    names = ["gpu-a100-pool-%05d.cluster.internal" % number for number in range(nodes)]
-    slots, jobs, pods = [], [], []
-    for index, node in enumerate(names):
-        for namespace in NAMESPACES:
-            slot = Slot("llama-70b-kernels", "", namespace, node, DIGEST)
-            slots.append(SlotState("current", namespace, node, short_digest(DIGEST), slot.pvc_name(), slot.job_name(),
-                                   slot.pv_name()))
-            if index % failed_every == 0:
-                jobs.append(job(slot.job_name(), namespace, "Failed"))
-            elif index % stuck_every == 1:
-                jobs.append(job(slot.job_name(), namespace, "Suspended"))
-                pods.append(unschedulable_pod(slot.job_name(), namespace))
-            else:
-                jobs.append(job(slot.job_name(), namespace, "Complete"))
-    excluded = {}
-    for number in range(1500):
-        reason = (TAINT, INCOMPATIBLE, NO_GPU)[number % 3]
-        excluded["other-pool-%05d.cluster.internal" % number] = [reason]
-    incompatible = sorted(node for node, reasons in excluded.items() if reasons == [INCOMPATIBLE])
-    result = status.cache_status(slots, names, incompatible, excluded, {"Job": jobs}, pods,
-                                 {"nvidia.com/gpu=present:NoSchedule": 500})
-    return {"status": result, "cache": {"digest": DIGEST}, "excluded_nodes": excluded}
 
 
 def test_status_of_5000_nodes_by_3_namespaces_stays_under_the_bound():

@@ -17,24 +17,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import upgrade_waves as waves
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_readiness import label_changes
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec
-
-OLD = short_digest(DIGEST_A)
-
-
-def node(name, **labels):
-    return {"metadata": {"name": name, "labels": labels}}
-
-
-def fleet(count):
-    return [node("gpu-%02d" % index) for index in range(count)]
-
-
-def upgrade(nodes, policy=None, **progress):
-    """plan_waves with every node serving OLD unless progress gives its NodeProgress."""
-    facts_by_node = {n["metadata"]["name"]: waves.NodeProgress(previous=OLD) for n in nodes}
-    facts_by_node.update(progress)
-    return waves.plan_waves(parse_upgrade_policy(policy), DIGEST_B, nodes, facts_by_node)
+from tests.helpers.distribute import DIGEST_B, OLD, WORKERS, as_live, facts, fleet, make_spec, node, upgrade
 
 
 def progress_after(plan, finish, fail=()):
@@ -146,7 +129,7 @@ def test_state_labels_change_only_what_differs():
     plan = upgrade(nodes, {"maxUnavailable": 1})
     key = upgrade_state_label_key("vector-add", "team-a")
     assert key == "upgrade.gkm.io/team-a.vector-add"
-    # What pipeline.distribute writes through node_labels.sync_labels.
+    # What runner.distribute writes through node_readiness_runner.sync_labels.
     assert label_changes(nodes, key, plan.labels()) == [("gpu-01", "pending"), ("gpu-02", "pending")]
 
 

@@ -14,7 +14,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.veri
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import job_pods, planner, render
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import job_main
-from tests.unit.test_plan import as_live, by_kind, facts, make_spec
+from tests.helpers.distribute import as_live, by_kind, facts, make_spec
 
 
 def public_pem():

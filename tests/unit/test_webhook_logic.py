@@ -22,7 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission impo
     pod_node,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import CacheView
-from tests.unit.test_plan import make_spec
+from tests.helpers.distribute import make_spec
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64

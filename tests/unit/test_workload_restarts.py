@@ -10,8 +10,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgr
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import workload_restarts as restarts
-from tests.unit.test_plan import DIGEST_A, DIGEST_B, WORKERS, as_live
-from tests.unit.test_rollout import moved_to_b, two_passes
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, WORKERS, as_live, moved_to_b, two_passes
 
 
 def pvc(name, node, digest, namespace="team-a"):

@@ -13,7 +13,6 @@ runs more than 25% over its budget, and ends with one line `total: N passed, M f
 
 import argparse
 import contextlib
-import glob
 import os
 import shutil
 import subprocess
@@ -160,8 +159,7 @@ def main():
     with open(CONFIG) as handle:
         config = yaml.safe_load(handle)
     durations = plan.load_durations(DURATIONS)
-    items = {entry["items"]: sorted(path.rstrip("/") for path in glob.glob(entry["items"], root_dir=ROOT))
-             for entry in config["lanes"].values() if entry.get("shared")}
+    items = plan.shared_items(config, ROOT)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_dir = os.path.join(LOG_ROOT, stamp)
     os.makedirs(log_dir)

@@ -99,6 +99,13 @@ def _steps(entries, values):
             for entry in entries]
 
 
+def shared_items(config, root):
+    """{glob: [paths under root]} of the shared lanes' `items`; `**` spans folders (tests/integration/**/test_*.py)."""
+    return {entry["items"]: sorted(path.rstrip("/")
+                                   for path in glob.glob(entry["items"], root_dir=root, recursive=True))
+            for entry in config["lanes"].values() if entry.get("shared")}
+
+
 def lanes(config, items, durations, python, log_dir):
     """The lanes of config (lanes.yml); returns (lanes, {lane: Share}).
 

@@ -3,7 +3,7 @@
 The stand-in is not Kyverno: it has Kyverno's namespace, Deployments and ClusterPolicy CRD, with a schema written
 for these tests that checks the fields our policies use, so the API server itself rejects a policy of the wrong
 shape. Nothing evaluates the policies here: the real Kyverno verifying GKMCache signatures with the role's policies is
-tests/integration/test_kyverno_admission.py.
+tests/integration/roles/test_kyverno_admission.py.
 """
 
 import pytest

@@ -27,7 +27,7 @@ from tests.helpers.real_nodes import (
     unique,
 )
 from tests.helpers.webhook import wait_until
-from tests.integration.test_webhook_in_cluster import install_server, real_options, remove
+from tests.integration.webhook.test_webhook_in_cluster import install_server, real_options, remove
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 

@@ -20,7 +20,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
-from tests.integration.test_cache_distribute import (
+from tests.integration.modules.test_cache_distribute import (
     EXTRACT_IMAGE,
     GPU_TOLERATION,
     WORKERS,

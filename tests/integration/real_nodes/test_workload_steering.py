@@ -32,7 +32,7 @@ from tests.helpers.real_nodes import (
     running_pods,
 )
 from tests.helpers.webhook import CertificateFiles, LocalWebhookServer, install, wait_until
-from tests.integration.test_steering_apiserver import GROUP, VERSION, reconcile
+from tests.integration.webhook.test_steering_apiserver import GROUP, VERSION, reconcile
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 

@@ -7,7 +7,7 @@ from kubernetes import client
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, AuditWrites, run_module
-from tests.integration.test_cache_distribute import (
+from tests.integration.modules.test_cache_distribute import (
     EXTRACT_IMAGE,
     WORKERS,
     tolerated,
