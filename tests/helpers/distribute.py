@@ -15,6 +15,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.clust
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import parse_upgrade_policy
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, rollout, upgrade_waves
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import JOB_NAME_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import SlotState
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_objects
@@ -227,7 +228,7 @@ def _job(name, namespace, condition):
 
 def _unschedulable_pod(job_name, namespace):
     return {"metadata": {"name": job_name + "-x", "namespace": namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "gkm.cluster", status.JOB_NAME_LABEL: job_name}},
+                         "labels": {"app.kubernetes.io/managed-by": "gkm.cluster", JOB_NAME_LABEL: job_name}},
             "spec": {"volumes": []},
             "status": {"phase": "Pending", "conditions": [{
                 "type": "PodScheduled", "status": "False", "reason": "Unschedulable",

@@ -26,6 +26,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     EXTRACTED_DIGEST_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook import install as webhook_install
+from ansible_collections.gkm.cluster.plugins.modules.webhook_install import ARGUMENT_SPEC as WEBHOOK_INSTALL_SPEC
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
@@ -164,13 +165,9 @@ def service_endpoints(kube, name, namespace):
 
 
 def install_params(kubeconfig, **overrides):
-    params = dict(
-        name="gkm-webhook", namespace="gkm-system", pod_security_level="restricted", state="present",
-        endpoint="url", url=None, image=None,
-        image_pull_policy="IfNotPresent", replicas=2, tolerations=[], node_selector={}, tls_mode="provided",
-        ca_bundle=None, cert_valid_days=365, ca_valid_days=3650, renew_before_days=30, failure_policy="Fail",
-        timeout_seconds=5, excluded_namespaces=[], wait=True, wait_timeout=60, kubeconfig=kubeconfig,
-    )
+    """webhook_install's options as the module gives them (its argument spec's defaults), for a loopback server."""
+    params = {name: option.get("default") for name, option in WEBHOOK_INSTALL_SPEC.items()}
+    params.update(endpoint="url", tls_mode="provided", wait_timeout=60, kubeconfig=kubeconfig)
     params.update(overrides)
     return params
 
