@@ -12,7 +12,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CLUSTER_CACHE_KIND,
     SERVING_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering_view import SteeringView
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.steering_view import SteeringView
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64

@@ -25,12 +25,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     EXTRACTED_DIGEST_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import install as webhook_install
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import installer as webhook_install
 from ansible_collections.gkm.cluster.plugins.modules.webhook_install import ARGUMENT_SPEC as WEBHOOK_INSTALL_SPEC
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
-SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main"
+SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.main"
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 # kwok's nodes (their pods run nothing): a server Deployment of an image no node has stays off the real nodes.
 KWOK_NODES = {"type": "kwok"}

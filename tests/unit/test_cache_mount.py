@@ -1,7 +1,7 @@
-"""Pods annotated gkm.io/cache (webhook/cache_mount.py through webhook/steering.py): the image volume of an
+"""Pods annotated gkm.io/cache (admission/cache_mount.py through admission/steering.py): the image volume of an
 imageVolume cache, the serving PVC of a PVC cache, the mounts, and the annotation's mistakes, without a cluster."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering import steer
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.steering import steer
 from tests.helpers.steering import (
     DIGEST_A,
     apply_patch,

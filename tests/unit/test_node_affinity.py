@@ -1,6 +1,6 @@
-"""The merge of a cache's node requirements into a pod's own required node affinity (webhook/node_affinity.py)."""
+"""The merge of a cache's node requirements into a pod's own required node affinity (admission/node_affinity.py)."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import node_affinity
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import node_affinity
 
 READY = {"key": "cache.gkm.io/apps.c", "operator": "In", "values": ["aaaaaaaaaaaa"]}
 ZONE = {"key": "zone", "operator": "In", "values": ["z1"]}

@@ -1,8 +1,8 @@
-"""Steering decisions (webhook/steering.py) over a mixed cluster: AMD nodes at two digests and none, an NVIDIA node,
+"""Steering decisions (admission/steering.py) over a mixed cluster: AMD nodes at two digests and none, an NVIDIA node,
 a CPU node; pods and workload templates, merged affinity, denials with the reason, opt-out, without a cluster."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import node_affinity
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering import steer
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import node_affinity
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.steering import steer
 from tests.helpers.steering import (
     AMD,
     DIGEST_B,

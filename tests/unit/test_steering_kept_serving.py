@@ -1,10 +1,10 @@
-"""Steering while a serving PVC is kept at an old digest (webhook/steering.py, steering_view.py), without a cluster:
+"""Steering while a serving PVC is kept at an old digest (admission/steering.py, steering_view.py), without a cluster:
 the readiness labels have moved on to the new digest, the nodes that still hold the old one are read from their slot
 PVCs marked extracted and named by hostname, so a new pod naming the serving PVC is placed where its digest is."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import node_affinity
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering import steer
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import node_affinity
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.steering import steer
 from tests.helpers.steering import (
     DIGEST_A,
     DIGEST_B,

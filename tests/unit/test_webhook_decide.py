@@ -1,4 +1,4 @@
-"""One answer per request (webhook/decide.py): a labelled DaemonSet pod gets its claim rewritten and is steered in one
+"""One answer per request (admission/decide.py): a labelled DaemonSet pod gets its claim rewritten and is steered in one
 JSONPatch, a denial of either part denies, workloads get steering only, malformed reviews stay 400s."""
 
 import base64
@@ -9,9 +9,14 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_KIND,
     EXTRACTED_DIGEST_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import ALLOWED, DENIED, INVALID, PATCHED
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.decide import decide
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import CacheView
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.claims import (
+    ALLOWED,
+    DENIED,
+    INVALID,
+    PATCHED,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.decide import decide
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import CacheView
 from tests.helpers.steering import (
     DIGEST_A,
     READY_KEY,

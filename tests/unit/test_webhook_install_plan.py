@@ -5,9 +5,13 @@ import datetime
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import objects
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import InstallError, is_subset, validate
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.tls import (
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import objects
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install.installer import (
+    InstallError,
+    is_subset,
+    validate,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install.tls import (
     hosts_to_sans,
     plan_self_signed,
     split_pem_bundle,

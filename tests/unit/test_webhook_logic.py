@@ -13,7 +13,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import serving
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.outcome import resource_message
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import (
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.claims import (
     ALLOWED,
     DENIED,
     INVALID,
@@ -21,7 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission impo
     admit,
     pod_node,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import CacheView
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import CacheView
 from tests.helpers.distribute import make_spec
 
 DIGEST_A = "sha256:" + "a" * 64

@@ -1,6 +1,6 @@
-"""webhook/rollout.py: when the server's rollout is done, hopeless, or what it still waits for."""
+"""webhook/install/rollout.py: when the server's rollout is done, hopeless, or what it still waits for."""
 
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import rollout
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import rollout
 
 IMAGE = "registry.example.com/gkm-cluster/tools:0.1.0"
 

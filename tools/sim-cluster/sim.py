@@ -587,7 +587,7 @@ def cmd_apply_nodes(_args):
     print(json.dumps({"added": added, "removed": removed}))
 
 
-WEBHOOK_SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main"
+WEBHOOK_SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.main"
 
 
 def cmd_webhook_up(args):

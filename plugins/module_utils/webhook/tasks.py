@@ -6,7 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import install
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import installer as install
 
 
 def webhook_install(call):

@@ -19,7 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import InstallError
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install.installer import InstallError
 from tests.helpers.webhook import (
     COLLECTIONS,
     GPU_TOLERATION,

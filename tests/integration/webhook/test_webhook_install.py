@@ -13,8 +13,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import InstallError
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.tls import subject_alt_names
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install.installer import InstallError
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install.tls import subject_alt_names
 from tests.helpers.webhook import (
     COLLECTIONS,
     GPU_TOLERATION,

@@ -3,7 +3,7 @@
 """mountMode imageVolume: the reconcile verifies the image's signature itself, before it records the digest.
 
 In this mode no extraction Job runs (image_volume.py), so the Jobs' check (verification.py) never happens and the
-kubelet pulls whatever digest status.resolvedDigest names (the webhook mounts it, webhook/steering_view.py). When
+kubelet pulls whatever digest status.resolvedDigest names (the webhook mounts it, webhook/server/steering_view.py). When
 the cache asks for a check (label gkm.io/signature-format) and the operator gave the key (signature_public_key),
 the reconcile runs the extractor's own check (oci/signature.py: a cosign signature that verifies with the key and
 names this very digest) on the resolved digest, on the controller, before the status records it. A refused digest

@@ -1,20 +1,20 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The serving PVC of a ReadWriteOnce cache, pure: one PVC per namespace named exactly as the cache, bound to a
-hostPath PV without node affinity, so any pod (Deployment, StatefulSet, Job, bare Pod) that names the cache in
-claimName mounts its own node's copy.
+"""The serving PVC of a ReadWriteOnce cache, pure: one PVC per namespace named exactly as the cache, bound to a hostPath
+PV without node affinity, so any pod (Deployment, StatefulSet, Job, bare Pod) that names the cache in claimName
+mounts its own node's copy.
 
-It works because every node's slot has the same directory: naming.Slot.host_path leaves the node out, and the
-extraction Job publishes the finished tree at `<slot path>/cache` with an atomic swap (extract/tree.py). The
-serving PV points at that directory with hostPath type Directory: on a node where the cache is not extracted
-the kubelet refuses the mount (and retries) instead of handing the pod an empty directory.
+It works because every node's slot has the same directory: naming.Slot.host_path leaves the node out, and the extraction
+Job publishes the finished tree at `<slot path>/cache` with an atomic swap (extract/tree.py). The serving PV points at
+that directory with hostPath type Directory: on a node where the cache is not extracted the kubelet refuses the mount
+(and retries) instead of handing the pod an empty directory.
 
-The PV's path holds the digest, so a new digest needs a new PV and the PVC (bound, immutable) is replaced: at
-once while no pod mounts it, otherwise it is kept, reported Outdated, and replaced by the first run that finds
-it unused. Meanwhile, once every node of the namespace has the new digest, a second serving PVC at the new digest,
-`<cache>-<short digest>` (the alias), serves new pods: the webhook rewrites their claim of the cache to it
-(webhook/steering.py), so they read the new digest while the running pods keep the old one. The alias stays while
-pods mount it. A pod reading a node's slot through any serving PVC counts as a user of that slot, so the slot's
+The PV's path holds the digest, so a new digest needs a new PV and the PVC (bound, immutable) is replaced: at once while
+no pod mounts it, otherwise it is kept, reported Outdated, and replaced by the first run that finds it unused.
+Meanwhile, once every node of the namespace has the new digest, a second serving PVC at the new digest, `<cache>-<short
+digest>` (the alias), serves new pods: the webhook rewrites their claim of the cache to it
+(webhook/admission/steering.py), so they read the new digest while the running pods keep the old one. The alias stays
+while pods mount it. A pod reading a node's slot through any serving PVC counts as a user of that slot, so the slot's
 directory is never scrubbed under it.
 """
 

@@ -1,10 +1,11 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""ImageVolume mode, the reconcile's side, pure: a cache with `mountMode: imageVolume` gets no PVC, PV or Job. Pods
-that ask for it get a `volumes[].image` volume of the digest-pinned reference from the webhook (webhook/cache_mount.py)
-and the kubelet pulls and mounts it read-only; the reconcile only resolves the image (digest, GPU targets) and says
-so in the status, where the webhook's view reads them. The status also says who uses the image: the nodes whose
-kubelet reports it pulled (Node status.images) and the pods whose image volumes mount it, or an older digest of it.
+"""ImageVolume mode, the reconcile's side, pure: a cache with `mountMode: imageVolume` gets no PVC, PV or Job. Pods that
+ask for it get a `volumes[].image` volume of the digest-pinned reference from the webhook
+(webhook/admission/cache_mount.py) and the kubelet pulls and mounts it read-only; the reconcile only resolves the
+image (digest, GPU targets) and says so in the status, where the webhook's view reads them. The status also says who
+uses the image: the nodes whose kubelet reports it pulled (Node status.images) and the pods whose image volumes mount
+it, or an older digest of it.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -43,7 +43,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import 
     gpus_from_node_labels,
     normalize_gpu,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import pvc_record
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import pvc_record
 
 
 class CacheTarget:

@@ -10,7 +10,7 @@ Three ways, in every mode:
   (`gkm.io/cache-containers: a,b` limits which; all of them by default);
 - the annotation `gkm.io/cache-steering: disabled` keeps the pod's placement as written (the mount is still added);
   on a Deployment, StatefulSet or DaemonSet, `gkm.io/cache-steering: template` asks for its pod template to be steered
-  as well (webhook/steering.py).
+  as well (webhook/admission/steering.py).
 """
 
 from __future__ import absolute_import, division, print_function

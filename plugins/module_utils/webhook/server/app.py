@@ -1,9 +1,9 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The admission webhook's aiohttp application over TLS (webhook/server_main.py runs it): the PVC mutation and
-steering, one answer per request (webhook/decide.py).
+"""The admission webhook's aiohttp application over TLS (webhook/server/main.py runs it): the PVC mutation and
+steering, one answer per request (webhook/admission/decide.py).
 
-Decisions come from an in-memory CacheView and SteeringView that webhook/sync.py keeps current by list+watch of the
+Decisions come from an in-memory CacheView and SteeringView that server/sync.py keeps current by list+watch of the
 managed PVCs, the GKMCache/ClusterGKMCache objects and their per-node objects, and the Nodes; an admission request
 never calls the API server. The certificate and key are re-read when their files change, and new TLS connections get
 the new pair while open ones finish on the old one.
@@ -32,11 +32,11 @@ except ImportError:
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import PVC
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.decide import decide
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.metrics import CONTENT_TYPE, Metrics
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering_view import SteeringView
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.sync import ViewSync
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import CacheView
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.decide import decide
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.metrics import CONTENT_TYPE, Metrics
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.steering_view import SteeringView
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.sync import ViewSync
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import CacheView
 
 LOG = logging.getLogger("gkm.webhook")
 

@@ -2,11 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Entry point of the admission webhook server, PVC mutation and steering (a long-running program).
 
-    python -m ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main \\
+    python -m ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.main \\
         --cert-file tls.crt --key-file tls.key [--listen 0.0.0.0:8443] [--kubeconfig PATH [--context NAME]]
 
 Endpoints: POST /mutate (AdmissionReview v1), GET /readyz (200 once the view is synced),
-GET /healthz, GET /metrics (Prometheus text). webhook/server.py builds the application.
+GET /healthz, GET /metrics (Prometheus text). webhook/server/app.py builds the application.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,7 +19,7 @@ import sys
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KUBERNETES_IMPORT_ERROR
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import MOUNT_MODES, PVC
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server import AIOHTTP_IMPORT_ERROR, LOG, build_app
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.app import AIOHTTP_IMPORT_ERROR, LOG, build_app
 
 try:
     from aiohttp import web

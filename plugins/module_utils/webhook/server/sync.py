@@ -23,7 +23,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     GROUP,
     VERSION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.view import MANAGED_PVC_SELECTOR, NODE_KINDS
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import MANAGED_PVC_SELECTOR, NODE_KINDS
 
 LOG = logging.getLogger("gkm.webhook")
 

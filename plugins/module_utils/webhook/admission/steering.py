@@ -36,9 +36,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     PVC_MUTATION_LABEL,
     STEERING_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import node_affinity
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_mount import MountError, mount_operations
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.cache_use import (
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import node_affinity
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.cache_mount import (
+    MountError,
+    mount_operations,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.cache_use import (
     BY_ANNOTATION,
     BY_CLAIM,
     STEERING_DISABLED,

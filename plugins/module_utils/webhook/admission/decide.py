@@ -13,12 +13,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import (
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.claims import (
     decision,
     pvc_mutation,
     review_request,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering import steer
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.steering import steer
 
 
 def decide(review, cache_view, steering_view):

@@ -23,7 +23,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     PVC_MUTATION_LABEL,
 )
 
-SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server_main"
+SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.main"
 # The webhook's name carries the install's name and namespace: the API server's denial messages and
 # its per-webhook metrics (apiserver_admission_webhook_*{name=...}) then tell installs apart.
 WEBHOOK_NAME_SUFFIX = "pvc-mutation.gkm.io"
@@ -38,7 +38,7 @@ CERT_DIR = "/etc/gkm-webhook/tls"
 SERVER_UID = 1000
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 INJECT_CA_ANNOTATION = "cert-manager.io/inject-ca-from"
-# Everything the server's ServiceAccount may do: the list+watch of each source webhook/sync.py keeps
+# Everything the server's ServiceAccount may do: the list+watch of each source webhook/server/sync.py keeps
 # in its view, cluster-wide. The module's documentation lists the same set.
 SERVER_RULES = (
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "watch"]},

@@ -24,8 +24,8 @@ from ansible.module_utils.six.moves.urllib.parse import urlsplit
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.tls import not_after
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import name_problem
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import objects, rollout
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook import tls as webhook_tls
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import objects, rollout
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import tls as webhook_tls
 
 POLL_SECONDS = 1.0
 # Made in every namespace by kube-controller-manager: it does not make a namespace anyone's.
