@@ -63,12 +63,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, HERE)
 
-import guard  # noqa: E402
-import guard_plan  # noqa: E402
-import kyverno_plan  # noqa: E402
-import operator_plan  # noqa: E402
-import real_nodes  # noqa: E402
-import real_nodes_plan  # noqa: E402
+from simcluster import guard, guard_plan, kyverno_plan, operator_plan, real_nodes, real_nodes_plan  # noqa: E402
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes  # noqa: E402

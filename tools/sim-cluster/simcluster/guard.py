@@ -11,9 +11,8 @@ import json
 import os
 import subprocess
 
-import guard_plan as plan
-import real_nodes
-import real_nodes_plan
+from simcluster import guard_plan as plan
+from simcluster import real_nodes, real_nodes_plan
 
 ADDED = os.path.join(plan.HOST_DIR, "added.json")
 RESOLV_CONF = "/etc/resolv.conf"

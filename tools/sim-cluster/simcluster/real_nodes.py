@@ -22,10 +22,9 @@ import urllib.error
 from dataclasses import dataclass
 from typing import Callable
 
-import real_nodes_plan as plan
-
 from ansible_collections.gkm.cluster.plugins.module_utils.common import tls
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
+from simcluster import real_nodes_plan as plan
 
 NETNS_DIR = "/run/netns"
 BASELINE_DIRS = ["/run/containerd", "/opt/containerd", NETNS_DIR, "/var/lib/cni", "/var/log/containers",
