@@ -1,5 +1,5 @@
-"""The guard routes' pure plan (tools/sim-cluster/guard_plan.py): which ranges, when to refuse, what a run adds and
-what the last one out removes."""
+"""The guard routes' pure plan (tools/sim-cluster/simcluster/guard_plan.py): which ranges, when to refuse, what a run
+adds and what the last one out removes."""
 
 import importlib.util
 import ipaddress
@@ -8,7 +8,7 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOLS = os.path.join(ROOT, "tools", "sim-cluster")
+TOOLS = os.path.join(ROOT, "tools", "sim-cluster", "simcluster")
 
 
 def _load(name):

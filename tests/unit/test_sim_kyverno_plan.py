@@ -1,11 +1,12 @@
-"""The simulated cluster's Kyverno command line (tools/sim-cluster/kyverno_plan.py): it listens only where told."""
+"""The simulated cluster's Kyverno command line (tools/sim-cluster/simcluster/kyverno_plan.py): it listens only where
+told."""
 
 import importlib.util
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("kyverno_plan", os.path.join(ROOT, "tools", "sim-cluster",
-                                                                            "kyverno_plan.py"))
+_spec = importlib.util.spec_from_file_location(
+    "kyverno_plan", os.path.join(ROOT, "tools", "sim-cluster", "simcluster", "kyverno_plan.py"))
 plan = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plan)
 

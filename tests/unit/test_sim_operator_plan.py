@@ -1,12 +1,12 @@
-"""The simulated cluster's operator command line (tools/sim-cluster/operator_plan.py): loopback only, leader
-election on, our reconcile's owner references and status left alone."""
+"""The simulated cluster's operator command line (tools/sim-cluster/simcluster/operator_plan.py): loopback only,
+leader election on, our reconcile's owner references and status left alone."""
 
 import importlib.util
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("operator_plan", os.path.join(ROOT, "tools", "sim-cluster",
-                                                                             "operator_plan.py"))
+_spec = importlib.util.spec_from_file_location(
+    "operator_plan", os.path.join(ROOT, "tools", "sim-cluster", "simcluster", "operator_plan.py"))
 plan = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plan)
 

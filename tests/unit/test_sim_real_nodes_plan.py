@@ -1,4 +1,5 @@
-"""The real nodes' pure plan (tools/sim-cluster/real_nodes_plan.py): names two runs cannot share, routes, rules."""
+"""The real nodes' pure plan (tools/sim-cluster/simcluster/real_nodes_plan.py): names two runs cannot share, routes,
+rules."""
 
 import importlib.util
 import ipaddress
@@ -10,7 +11,7 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location(
-    "real_nodes_plan", os.path.join(ROOT, "tools", "sim-cluster", "real_nodes_plan.py"))
+    "real_nodes_plan", os.path.join(ROOT, "tools", "sim-cluster", "simcluster", "real_nodes_plan.py"))
 plan = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plan)
 

@@ -1,7 +1,7 @@
 """Guard routes of the simulated cluster: while any run is up, its fake ranges are `unreachable` on this machine.
 
 The ranges and rules are in guard_plan.py. Runs register in /run/gkm-sim-routes/runs/<run id> (as real-node runs
-do in /run/gkm-sim, whose lock and records real_nodes.py shares the helpers of), and added.json there lists the
+do in /run/gkm-sim, with the lock and register helpers of host_runs.py), and added.json there lists the
 routes the runs added: the last live run out removes those, and a route the machine had before is never touched.
 Needs root to add routes; without it `up` only warns.
 """
@@ -11,9 +11,9 @@ import json
 import os
 import subprocess
 
-import guard_plan as plan
-import real_nodes
-import real_nodes_plan
+from simcluster import guard_plan as plan
+from simcluster import host_runs, real_nodes_plan
+from simcluster.state_dir import SIM_DIR, log
 
 ADDED = os.path.join(plan.HOST_DIR, "added.json")
 RESOLV_CONF = "/etc/resolv.conf"
@@ -48,7 +48,7 @@ def _nameservers():
         return []
 
 
-def up(sim_dir, log):
+def up():
     """Register the run (its state.json must exist: that is what makes it live) and route every range unreachable
     that is not yet; refuses when the machine uses part of a range."""
     if os.geteuid() != 0:
@@ -56,14 +56,14 @@ def up(sim_dir, log):
             "a ClusterIP, a kwok pod or a kwok node leaves this machine by its default route; run as root"
             % ", ".join(plan.GUARD_RANGES))
         return
-    with real_nodes.host_lock(plan.HOST_DIR):
+    with host_runs.host_lock(plan.HOST_DIR):
         routes = _routes()
         problems = plan.conflicts(routes, _nameservers())
         if problems:
             raise SystemExit("sim: the simulated cluster's fake address ranges are in use on this machine, so their "
                              "packets cannot be kept here:\n  %s" % "\n  ".join(problems))
-        with open(os.path.join(plan.HOST_DIR, "runs", real_nodes_plan.run_id(sim_dir)), "w") as handle:
-            handle.write(sim_dir)
+        with open(os.path.join(plan.HOST_DIR, "runs", real_nodes_plan.run_id(SIM_DIR)), "w") as handle:
+            handle.write(SIM_DIR)
         added = set(_added())
         for guarded in plan.missing(routes):
             subprocess.run(["ip", "route", "add", "unreachable", guarded], check=True, capture_output=True)
@@ -72,15 +72,15 @@ def up(sim_dir, log):
     log("guard routes: %s unreachable" % ", ".join(plan.GUARD_RANGES))
 
 
-def down(sim_dir, log):
+def down():
     """Forget the run; the last live one out removes the routes the runs added."""
     if not os.path.isdir(plan.HOST_DIR):
         return
-    run = real_nodes_plan.run_id(sim_dir)
-    with real_nodes.host_lock(plan.HOST_DIR):
+    run = real_nodes_plan.run_id(SIM_DIR)
+    with host_runs.host_lock(plan.HOST_DIR):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(plan.HOST_DIR, "runs", run))
-        others = [name for name in real_nodes.live_runs(plan.HOST_DIR) if name != run]
+        others = [name for name in host_runs.live_runs(plan.HOST_DIR) if name != run]
         removing = plan.to_remove(_added(), others)
         for guarded in removing:
             # Already gone (removed by hand) is as good as removed.
