@@ -7,7 +7,7 @@ import time
 import yaml
 from kubernetes import client, dynamic
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
 
 
 def apply_crds(kube, timeout=30):

@@ -38,7 +38,7 @@ def make_spec(digest=DIGEST_A, **params):
         params.setdefault("namespace", "team-a")
     params.setdefault("extract_image", "registry.local/gkm/tools:1")
     params.setdefault("pod_template", {"spec": {"tolerations": [GPU_TOLERATION]}})
-    # These tests count the slots' objects; the serving PVC has its own tests (tests/unit/test_serving_plan.py).
+    # These tests count the slots' objects; the serving PVC has its own tests (test_serving_plan.py).
     params.setdefault("serving_pvc", False)
     spec = cache_spec.cache_spec_from_params(params)
     return cache_spec.pin_image(spec, "registry.local/caches/vector-add@" + digest, digest,

@@ -7,7 +7,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 SIM_DIR = os.path.abspath(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")))

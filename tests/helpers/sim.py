@@ -3,7 +3,8 @@
 import importlib.util
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 SIM_SCRIPT = os.path.join(ROOT, "tools", "sim-cluster", "sim.py")
 
 _spec = importlib.util.spec_from_file_location("gkm_sim", SIM_SCRIPT)

@@ -27,8 +27,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import installer as webhook_install
 from ansible_collections.gkm.cluster.plugins.modules.webhook_install import ARGUMENT_SPEC as WEBHOOK_INSTALL_SPEC
+from tests.helpers.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
 SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.main"
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}

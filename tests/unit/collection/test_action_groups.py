@@ -5,7 +5,7 @@ import os
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
 
 
 def test_k8s_group_lists_exactly_the_modules_with_auth_options():

@@ -6,7 +6,8 @@ import os
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 _spec = importlib.util.spec_from_file_location("lanes_plan", os.path.join(ROOT, "tools", "ci", "lanes_plan.py"))
 plan = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plan)

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 TOOLS = os.path.join(ROOT, "tools", "sim-cluster", "simcluster")
 
 

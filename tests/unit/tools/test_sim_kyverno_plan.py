@@ -4,7 +4,8 @@ told."""
 import importlib.util
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 _spec = importlib.util.spec_from_file_location(
     "kyverno_plan", os.path.join(ROOT, "tools", "sim-cluster", "simcluster", "kyverno_plan.py"))
 plan = importlib.util.module_from_spec(_spec)

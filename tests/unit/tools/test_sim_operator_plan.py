@@ -4,7 +4,8 @@ leader election on, our reconcile's owner references and status left alone."""
 import importlib.util
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 _spec = importlib.util.spec_from_file_location(
     "operator_plan", os.path.join(ROOT, "tools", "sim-cluster", "simcluster", "operator_plan.py"))
 plan = importlib.util.module_from_spec(_spec)

@@ -9,7 +9,8 @@ import os
 import pytest
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 _spec = importlib.util.spec_from_file_location(
     "real_nodes_plan", os.path.join(ROOT, "tools", "sim-cluster", "simcluster", "real_nodes_plan.py"))
 plan = importlib.util.module_from_spec(_spec)

@@ -3,7 +3,8 @@
 import ast
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 PLUGINS = os.path.join(ROOT, "plugins")
 CONTRACT = os.path.join(PLUGINS, "module_utils", "contract")
 # Module documentation is prose for ansible-doc, not a name the code writes or reads.

@@ -4,7 +4,8 @@ flows one way, inputs -> facts -> plan -> apply -> status, and only pipeline.py 
 import ast
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 DISTRIBUTE = os.path.join(ROOT, "plugins", "module_utils", "distribute")
 PACKAGE = "ansible_collections.gkm.cluster.plugins.module_utils.distribute."
 STAGES = ["inputs", "facts", "plan", "apply", "status"]

@@ -13,8 +13,8 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import render
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import job_main, volume_owner
+from tests.helpers.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
 UNPRIVILEGED = 1000
 

@@ -4,7 +4,8 @@ installer, and the installer knows the server only by its module path."""
 import ast
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 WEBHOOK = os.path.join(ROOT, "plugins", "module_utils", "webhook")
 PACKAGE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook."
 MAY_IMPORT = {"admission": {"admission"}, "server": {"admission", "server"}, "install": {"install"}}

@@ -10,8 +10,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgr
     UpgradePolicyError,
     parse_upgrade_policy,
 )
+from tests.helpers.paths import ROOT
 
-CRDS = pathlib.Path(__file__).resolve().parents[2] / "roles" / "gkm" / "files" / "crds"
+CRDS = pathlib.Path(ROOT) / "roles" / "gkm" / "files" / "crds"
 
 
 def test_defaults_are_a_quarter_unpaused_by_name_and_no_failure_tolerated():
