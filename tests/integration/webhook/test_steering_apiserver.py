@@ -348,6 +348,7 @@ def test_a_cache_without_a_mount_mode_gets_the_caches_role_default(sim, kube, cr
     assert not client.BatchV1Api(kube).list_namespaced_job(
         setup.namespace, label_selector="gkm.io/cache=by-default").items
 
+    (tmp_path / "certs").mkdir()
     certs = CertificateFiles(str(tmp_path / "certs"))
     server = LocalWebhookServer(sim.kubeconfig, certs.cert_file, certs.key_file,
                                 extra_args=["--default-mount-mode", "imageVolume"])
