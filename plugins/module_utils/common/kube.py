@@ -276,6 +276,15 @@ class Kube:
         with ThreadPoolExecutor(max_workers=min(self.workers, len(items))) as pool:
             return list(pool.map(guarded, items))
 
+    def map_all(self, function, items, what, error=KubeError):
+        """map, when every call must succeed: the results in order, or `error` raised naming `what`, how many
+        failed and the first failure."""
+        results = self.map(function, items)
+        failures = [result for result in results if isinstance(result, Exception)]
+        if failures:
+            raise error("%s: %d of %d failed; first: %s" % (what, len(failures), len(results), failures[0]))
+        return results
+
 
 def _describe(kind, namespace, name):
     return "%s %s/%s" % (kind, namespace, name) if namespace else "%s %s" % (kind, name)

@@ -173,12 +173,6 @@ def _apply_as(kube, body, field_manager, subresource=None):
                  "application/apply-patch+yaml", what="Node %s%s" % (name, " " + subresource if subresource else ""))
 
 
-def _raise_failures(results, what):
-    failures = [error for error in results if isinstance(error, Exception)]
-    if failures:
-        raise SimNodesError("%d of %d %s failed; first: %s" % (len(failures), len(results), what, failures[0]))
-
-
 def ready_names(kube, label_selector):
     names = set()
     for node in kube.list("Node", label_selector=label_selector):
@@ -205,19 +199,18 @@ def reconcile(kube, groups, mode="create", prune=True, wait=True, timeout=300, s
     # replacements: a replacement's create would meet the node it replaces, and kube.Kube's DELETE is not
     # reliably a dry run.
     if not kube.dry_run:
-        _raise_failures(kube.map(lambda name: kube.delete("Node", name), actions["delete"] + actions["replace"]),
-                        "node deletions")
+        kube.map_all(lambda name: kube.delete("Node", name), actions["delete"] + actions["replace"], "node deletions",
+                     SimNodesError)
         leftover = kube.wait_gone([("Node", None, name) for name in actions["replace"]], timeout)
         if leftover:
             raise SimNodesError("nodes still present %ss after deletion: %s" % (timeout, [ref[2] for ref in leftover]))
     recreated = [] if kube.dry_run else actions["replace"]
-    _raise_failures(kube.map(lambda name: kube.apply(desired[name]), actions["create"] + recreated),
-                    "node creations")
-    _raise_failures(kube.map(lambda name: _apply_as(kube, _metadata_and_spec(desired[name], live.get(name)),
-                                                    field_manager), actions["update"]),
-                    "node label and taint updates")
-    _raise_failures(kube.map(lambda name: _apply_as(kube, _status_body(desired[name]), field_manager, "status"),
-                             actions["status"]), "node status updates")
+    kube.map_all(lambda name: kube.apply(desired[name]), actions["create"] + recreated, "node creations",
+                 SimNodesError)
+    kube.map_all(lambda name: _apply_as(kube, _metadata_and_spec(desired[name], live.get(name)), field_manager),
+                 actions["update"], "node label and taint updates", SimNodesError)
+    kube.map_all(lambda name: _apply_as(kube, _status_body(desired[name]), field_manager, "status"),
+                 actions["status"], "node status updates", SimNodesError)
     if kube.dry_run:
         return _result(actions, desired, kube, None)
 

@@ -116,10 +116,7 @@ def gather_facts(kube, spec):
     calls = [lambda kind=kind: _listed(kube, kind, label_selector=selector) for kind in OBJECT_KINDS]
     if present:
         calls += [lambda: _node_facts(kube, spec), lambda: _namespace_names(kube), lambda: kube.list("StorageClass")]
-    results = kube.map(lambda call: call(), calls)
-    failures = [r for r in results if isinstance(r, Exception)]
-    if failures:
-        raise DistributeError("reading the cluster failed: %s" % failures[0])
+    results = kube.map_all(lambda call: call(), calls, "reading the cluster", DistributeError)
     objects = {kind: results[index] for index, kind in enumerate(OBJECT_KINDS)}
     nodes, namespace_names, classes = results[len(OBJECT_KINDS):] if present else ([], set(), [])
     rivals, named_claims = conflict_facts(kube, spec) if present else ([], [])
@@ -141,10 +138,7 @@ def conflict_facts(kube, spec):
     calls = [lambda: kube.list("PersistentVolumeClaim", field_selector=by_name)]
     calls += [lambda path=path: kube.request("GET", path, [("fieldSelector", by_name)], what="list %s" % path)
               for path in paths]
-    results = kube.map(lambda call: call(), calls)
-    failures = [r for r in results if isinstance(r, Exception)]
-    if failures:
-        raise DistributeError("reading the cluster failed: %s" % failures[0])
+    results = kube.map_all(lambda call: call(), calls, "reading the cluster", DistributeError)
     rivals = []
     for kind, (status, data) in zip(kinds, results[1:]):
         rivals += [dict(item, kind=kind) for item in ((data or {}).get("items") or []) if status == 200]
@@ -175,8 +169,5 @@ def list_pods(kube, spec, objects, existing_namespaces=None):
     calls += [lambda ns=ns: _listed(kube, "Pod", namespace=ns, label_selector=managed_selector(),
                                     field_selector="status.phase=Failed")
               for ns in sorted(_failing_job_namespaces(objects.get("Job", [])))]
-    results = kube.map(lambda call: call(), calls)
-    failures = [r for r in results if isinstance(r, Exception)]
-    if failures:
-        raise DistributeError("listing pods failed: %s" % failures[0])
+    results = kube.map_all(lambda call: call(), calls, "listing pods", DistributeError)
     return [pod for pods in results for pod in pods]

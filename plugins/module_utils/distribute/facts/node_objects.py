@@ -26,10 +26,8 @@ def node_objects_by_cache(kube, name=None, namespace=None):
     GKMCache) or every cache's, for reports (cache_info)."""
     kinds = [("GKMCache" if namespace else "ClusterGKMCache", namespace)] if name else [
         ("GKMCache", None), ("ClusterGKMCache", None)]
-    listings = kube.map(lambda kind: list_node_objects(kube, *kind), kinds)
-    failures = [listing for listing in listings if isinstance(listing, Exception)]
-    if failures:
-        raise NodeObjectsError("reading the per-node objects failed: %s" % failures[0])
+    listings = kube.map_all(lambda kind: list_node_objects(kube, *kind), kinds, "reading the per-node objects",
+                            NodeObjectsError)
     by_cache = {}
     for (kind, _namespace), objects in zip(kinds, listings):
         for obj in objects:

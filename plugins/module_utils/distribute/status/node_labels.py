@@ -30,12 +30,9 @@ def sync_labels(kube, spec, key, desired, nodes):
     if spec.state != "present":
         nodes = kube.list("Node", label_selector=key, metadata_only=True)
     changes = node_readiness.label_changes(nodes, key, desired)
-    results = kube.map(lambda change: kube.request(
+    kube.map_all(lambda change: kube.request(
         "PATCH", "/api/v1/nodes/%s" % change[0], body={"metadata": {"labels": {key: change[1]}}},
-        content_type=MERGE_PATCH, what="node %s label %s" % (change[0], key)), changes)
-    failures = [result for result in results if isinstance(result, Exception)]
-    if failures:
-        raise failures[0]
+        content_type=MERGE_PATCH, what="node %s label %s" % (change[0], key)), changes, "labelling nodes")
     return [{"node": name, "value": value} for name, value in changes]
 
 

@@ -154,20 +154,15 @@ def sync_node_objects(kube, cache_kind, namespace, cache, states, nodes, check_m
         return summary
     for _round in range(MAX_CONFLICT_ROUNDS):
         grouped = _by_node(writes)
-        results = kube.map(lambda name, grouped=grouped: _write_node(kube, cache_kind, namespace, grouped[name]),
-                           sorted(grouped))
-        failures = [result for result in results if isinstance(result, Exception)]
-        if failures:
-            raise NodeObjectsError("writing the per-node objects failed: %s" % failures[0])
+        results = kube.map_all(lambda name, grouped=grouped: _write_node(kube, cache_kind, namespace, grouped[name]),
+                               sorted(grouped), "writing the per-node objects", NodeObjectsError)
         conflicted = [name for name in results if name]
         _count([w for name, group in grouped.items() if name not in conflicted for w in group], summary)
         if not conflicted:
             return summary
         summary["conflicts"] += len(conflicted)
-        fresh = kube.map(lambda name: _get(kube, cache_kind, namespace, name), conflicted)
-        failures = [result for result in fresh if isinstance(result, Exception)]
-        if failures:
-            raise NodeObjectsError("re-reading the per-node objects failed: %s" % failures[0])
+        fresh = kube.map_all(lambda name: _get(kube, cache_kind, namespace, name), conflicted,
+                             "re-reading the per-node objects", NodeObjectsError)
         subset = {name: states[name] for name in conflicted if name in states}
         writes = plan_node_objects(cache_kind, namespace, cache, subset, nodes, [obj for obj in fresh if obj], now)
     raise NodeObjectsError("per-node objects of %s kept changing under %d rounds of writes; re-run" % (

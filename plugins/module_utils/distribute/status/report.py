@@ -37,10 +37,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.reso
 def describe(kube, name=None, namespace=None):
     """Status of one cache (name, and namespace for a namespaced one) or of every managed cache."""
     selector = cache_selector(name, namespace or "") if name else managed_selector()
-    results = kube.map(lambda kind: kube.list(kind, label_selector=selector), ("PersistentVolumeClaim", "Job"))
-    failures = [r for r in results if isinstance(r, Exception)]
-    if failures:
-        raise DistributeError("reading the cluster failed: %s" % failures[0])
+    results = kube.map_all(lambda kind: kube.list(kind, label_selector=selector), ("PersistentVolumeClaim", "Job"),
+                           "reading the cluster", DistributeError)
     live = {"PersistentVolumeClaim": results[0], "Job": results[1]}
     pods = list_pods(kube, None, live)
     # A resource-backed cache's entries come from its per-node objects, which also say why GPU nodes lack it.
