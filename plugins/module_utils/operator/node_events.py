@@ -21,17 +21,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import read_cache
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
     INCOMPATIBLE,
     NODE_KINDS,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import (
-    required_affinity_matches,
-    selector_mismatches,
-    untolerated_taints,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import placement_problems
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import EXCLUDED, node_gpus
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
@@ -43,9 +40,8 @@ LEFT_OUT = (EXCLUDED, INCOMPATIBLE)
 
 
 def _cache_key(resource):
-    metadata = resource.get("metadata") or {}
-    namespace = (metadata.get("namespace") or "") if resource.get("kind") == "GKMCache" else ""
-    return metadata.get("name"), namespace
+    cache = read_cache(resource)
+    return cache.name, cache.namespace or ""
 
 
 def _is_gpu_node(labels):
@@ -58,15 +54,10 @@ def _is_gpu_node(labels):
 
 def placement_selects(resource, node, compatibility="skip"):
     """Whether the cache's pod template lets its Job onto the node (and, unless compatibility is ignore, a GPU node)."""
-    pod_spec = ((resource.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    if selector_mismatches(labels, pod_spec.get("nodeSelector") or {}):
-        return False
-    if not required_affinity_matches(node, pod_spec.get("affinity")):
-        return False
-    if untolerated_taints(node, pod_spec.get("tolerations") or []):
-        return False
-    return compatibility == "ignore" or _is_gpu_node(labels)
+    pod_spec = (read_cache(resource).pod_template or {}).get("spec") or {}
+    reasons, _taints = placement_problems(node, pod_spec.get("nodeSelector") or {}, pod_spec.get("affinity"),
+                                          pod_spec.get("tolerations") or [])
+    return not reasons and (compatibility == "ignore" or _is_gpu_node(node["metadata"].get("labels") or {}))
 
 
 def _node_status_of(resource, node_statuses):

@@ -190,6 +190,23 @@ class Eligibility:
         self.untolerated_taints = {}
 
 
+def placement_problems(node, pod_selector, affinity, tolerations):
+    """(reasons, untolerated taints): why a pod of this nodeSelector, required affinity and tolerations cannot go
+    onto the node, both empty when it can. The planner and the operator's node events judge placement with it."""
+    labels = node["metadata"].get("labels") or {}
+    reasons = []
+    mismatched = selector_mismatches(labels, pod_selector)
+    if mismatched:
+        reasons.append("labels do not match pod_template.spec.nodeSelector (%s)" % ", ".join(
+            "%s=%s" % (key, pod_selector[key]) for key in mismatched))
+    if not required_affinity_matches(node, affinity):
+        reasons.append("does not match the required node affinity in pod_template.spec.affinity")
+    taints = untolerated_taints(node, tolerations)
+    reasons += ["untolerated taint %s (add a toleration to %s)" % (format_taint(taint), TOLERATIONS_FIX)
+                for taint in taints]
+    return reasons, taints
+
+
 def node_eligibility(spec, nodes):
     result = Eligibility()
     tolerations = spec.pod_spec("tolerations", [])
@@ -206,19 +223,12 @@ def node_eligibility(spec, nodes):
             result.excluded[name] = ["not selected by node_selector (%s)" % ", ".join(
                 "%s=%s" % (key, spec.node_selector[key]) for key in unselected)]
             continue
-        reasons = []
-        mismatched = selector_mismatches(labels, pod_selector)
-        if mismatched:
-            reasons.append("labels do not match pod_template.spec.nodeSelector (%s)" % ", ".join(
-                "%s=%s" % (key, pod_selector[key]) for key in mismatched))
-        if not required_affinity_matches(node, affinity):
-            reasons.append("does not match the required node affinity in pod_template.spec.affinity")
-        placeable_but_for_taints = not reasons
-        for taint in untolerated_taints(node, tolerations):
-            taint_text = format_taint(taint)
-            if placeable_but_for_taints:
+        reasons, taints = placement_problems(node, pod_selector, affinity, tolerations)
+        placeable_but_for_taints = len(reasons) == len(taints)
+        if placeable_but_for_taints:
+            for taint in taints:
+                taint_text = format_taint(taint)
                 result.untolerated_taints[taint_text] = result.untolerated_taints.get(taint_text, 0) + 1
-            reasons.append("untolerated taint %s (add a toleration to %s)" % (taint_text, TOLERATIONS_FIX))
         if spec.compatibility != "ignore":
             is_gpu_node, reason = gpu_incompatibility(labels, spec.targets)
             if reason:
