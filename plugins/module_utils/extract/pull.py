@@ -11,7 +11,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
 import os
 import shutil
 
@@ -20,6 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive
 from ansible_collections.gkm.cluster.plugins.module_utils.oci import gpu_compat, signature
 from ansible_collections.gkm.cluster.plugins.module_utils.oci import metadata as cache_metadata
 from ansible_collections.gkm.cluster.plugins.module_utils.oci import registry as oci
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.key_text import key_id, read_pem
 
 ACCEPTED_LAYER_TYPES = (
     "application/vnd.oci.image.layer.v1.tar+gzip",
@@ -78,7 +78,7 @@ def normalize_options(options):
     if opts["verify"] == "cosign":
         if not opts["public_key"]:
             raise CachePullError("verify=cosign needs public_key (PEM text or a file path)")
-        opts["public_key"] = _read_public_key(opts["public_key"])
+        opts["public_key"] = read_pem(opts["public_key"], "public_key", CachePullError)
     if opts["signature_format"] not in signature.FORMATS:
         raise CachePullError("signature_format must be one of %s" % ", ".join(signature.FORMATS))
     for field in ("max_bytes", "max_files", "max_expansion_ratio", "timeout"):
@@ -96,24 +96,9 @@ def normalize_options(options):
     return opts
 
 
-def _read_public_key(value):
-    if "-----BEGIN" in value:
-        return value
-    try:
-        with open(value) as f:
-            return f.read()
-    except OSError as exc:
-        raise CachePullError(
-            "public_key %r is neither PEM text nor a readable file: %s" % (value, exc.strerror)) from exc
-
-
 def _registry_options(opts):
     return {key: opts[key] for key in ("username", "password", "docker_config", "ca_file", "validate_certs",
                                        "plain_http", "timeout")}
-
-
-def _key_id(public_key_pem):
-    return "sha256:" + hashlib.sha256(public_key_pem.strip().encode()).hexdigest()
 
 
 def select_layer(manifest):
@@ -190,7 +175,7 @@ def _marker_current(marker, opts, digest):
         return False
     if marker.get("whole_layer") != opts["whole_layer"] or marker.get("rewrite_groups") != opts["rewrite_group_paths"]:
         return False
-    if opts["verify"] == "cosign" and (marker.get("signature") or {}).get("key") != _key_id(opts["public_key"]):
+    if opts["verify"] == "cosign" and (marker.get("signature") or {}).get("key") != key_id(opts["public_key"]):
         return False
     return tree.tree_intact(opts["dest"], marker)
 
@@ -232,7 +217,7 @@ def ensure_cache(options, check_mode=False, node_labels_reader=None):
         if opts["verify"] == "cosign":
             fmt = signature.verify_image_signature(client, container, digest, opts["public_key"],
                                                    opts["signature_format"])
-            facts["signature"] = {"format": fmt, "key": _key_id(opts["public_key"])}
+            facts["signature"] = {"format": fmt, "key": key_id(opts["public_key"])}
         if check_mode:
             return _result(opts, digest, facts, True, previous, compatible_gpus=compatible,
                            incompatible_gpus=incompatible, msg="would extract %s" % digest)

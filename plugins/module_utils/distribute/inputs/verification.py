@@ -14,12 +14,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     SIGNATURE_FORMAT_LABEL,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.key_text import key_id, read_pem
 
 # Label value -> the extractor's --signature-format.
 LABEL_FORMATS = {"cosign-v2": "v2", "cosign-v3": "v3"}
@@ -46,14 +46,7 @@ def public_key_text(value):
     """The PEM text of signature_public_key (PEM text or a file path on the controller), or None."""
     if not value:
         return None
-    text = value
-    if "-----BEGIN" not in value:
-        try:
-            with open(value) as handle:
-                text = handle.read()
-        except OSError as error:
-            raise VerificationError("signature_public_key %r is neither PEM text nor a readable file: %s"
-                                    % (value, error.strerror)) from error
+    text = read_pem(value, "signature_public_key", VerificationError)
     # Imported here: cryptography costs every run that checks no signature (the no-op rerun) its import time.
     from ansible_collections.gkm.cluster.plugins.module_utils.oci.public_key import PublicKey, PublicKeyError
 
@@ -62,11 +55,6 @@ def public_key_text(value):
     except PublicKeyError as error:
         raise VerificationError("signature_public_key: %s" % error) from error
     return text
-
-
-def key_id(public_key_pem):
-    """The key's identity, as the extractor records it in its marker."""
-    return "sha256:" + hashlib.sha256(public_key_pem.strip().encode()).hexdigest()
 
 
 def job_verification(params):
