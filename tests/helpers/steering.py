@@ -12,7 +12,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CLUSTER_CACHE_KIND,
     SERVING_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.steering_view import SteeringView
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.watched import WatchedCluster
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -57,12 +57,13 @@ def serving_pvc(name, namespace="apps", digest=DIGEST_A, cache_namespace="apps")
 
 
 def view(caches=(), cluster_caches=(), pvcs=(), nodes=None, default_mount_mode="PVC"):
-    steering_view = SteeringView(default_mount_mode)
-    steering_view.replace_caches(CACHE_KIND, list(caches))
-    steering_view.replace_caches(CLUSTER_CACHE_KIND, list(cluster_caches))
-    steering_view.replace_pvcs(list(pvcs))
-    steering_view.replace_nodes(mixed_nodes() if nodes is None else nodes)
-    return steering_view
+    """The SteeringView of a WatchedCluster fed these objects, as the server's watches feed it."""
+    cluster = WatchedCluster(default_mount_mode)
+    cluster.replace_caches(CACHE_KIND, list(caches))
+    cluster.replace_caches(CLUSTER_CACHE_KIND, list(cluster_caches))
+    cluster.replace_pvcs(list(pvcs))
+    cluster.replace_nodes(mixed_nodes() if nodes is None else nodes)
+    return cluster.steering
 
 
 def pod_spec(claim=None, affinity=None, containers=("main",), **fields):

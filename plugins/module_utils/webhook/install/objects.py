@@ -16,9 +16,11 @@ import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_ANNOTATION,
+    GROUP,
     HOSTNAME_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
+    PLURALS,
     PVC,
     PVC_MUTATION_LABEL,
 )
@@ -42,8 +44,7 @@ INJECT_CA_ANNOTATION = "cert-manager.io/inject-ca-from"
 # in its view, cluster-wide. The module's documentation lists the same set.
 SERVER_RULES = (
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["gkm.io"], "resources": ["gkmcaches", "clustergkmcaches", "gkmcachenodes", "clustergkmcachenodes"],
-     "verbs": ["list", "watch"]},
+    {"apiGroups": [GROUP], "resources": list(PLURALS), "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
 )
 CERT_MANAGER_API = "cert-manager.io/v1"

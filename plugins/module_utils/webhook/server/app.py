@@ -34,9 +34,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kub
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import PVC
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.decide import decide
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.metrics import CONTENT_TYPE, Metrics
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.steering_view import SteeringView
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.sync import ViewSync
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import CacheView
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.watched import WatchedCluster
 
 LOG = logging.getLogger("gkm.webhook")
 
@@ -183,12 +182,11 @@ def build_app(cert_file, key_file, kubeconfig=None, context=None, cert_check_sec
     cert_check_seconds. default_mount_mode is the mount mode of a cache without spec.mountMode.
     """
     metrics = Metrics()
-    view = CacheView()
-    steering_view = SteeringView(default_mount_mode)
+    cluster = WatchedCluster(default_mount_mode)
     reloader = CertificateReloader(cert_file, key_file, metrics)
     kube = Kube(api_client_from_kubeconfig(kubeconfig, context))
     syncs = []
-    handlers = WebhookApp(view, steering_view, metrics, lambda: dict(syncs[0].synced) if syncs else {})
+    handlers = WebhookApp(cluster.claims, cluster.steering, metrics, lambda: dict(syncs[0].synced) if syncs else {})
     app = handlers.application()
 
     async def lifecycle(_app):
@@ -197,7 +195,7 @@ def build_app(cert_file, key_file, kubeconfig=None, context=None, cert_check_sec
         # what exists at start-up keeps them out of every later collection.
         gc.collect()
         gc.freeze()
-        sync = ViewSync(kube, view, steering_view, metrics, asyncio.get_running_loop())
+        sync = ViewSync(kube, cluster, metrics, asyncio.get_running_loop())
         syncs.append(sync)
         sync.start()
 

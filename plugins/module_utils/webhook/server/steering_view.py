@@ -16,7 +16,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import read_cache
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import (
     is_serving,
 )
@@ -94,8 +93,7 @@ class CacheTarget:
 class _Cache:
     __slots__ = ("digest", "image", "mode", "per_node", "targets", "workload_namespaces")
 
-    def __init__(self, obj, kind, default_mount_mode):
-        cache = read_cache(obj, default_mount_mode, kind)
+    def __init__(self, cache):
         self.mode = cache.mount_mode
         self.per_node = cache.per_node
         self.image = cache.image
@@ -143,10 +141,7 @@ def _key(obj):
 
 
 class SteeringView:
-    """default_mount_mode: the mount mode of a cache without spec.mountMode, the reconcile's own default."""
-
-    def __init__(self, default_mount_mode=PVC):
-        self._default_mount_mode = default_mount_mode
+    def __init__(self):
         self._caches = {CACHE_KIND: {}, CLUSTER_CACHE_KIND: {}}  # kind -> {(namespace, name): _Cache}
         self._cluster_by_name = {}
         self._serving = {}  # (namespace, pvc name) -> (cache, cache namespace, short digest)
@@ -159,16 +154,17 @@ class SteeringView:
 
     # -- feeding ---------------------------------------------------------------------------
 
-    def apply_cache_event(self, kind, event_type, obj):
-        key = _key(obj)
-        if event_type == "DELETED":
+    def set_cache(self, kind, key, cache):
+        """One cache read from its watch event (contract.read_cache), None once deleted; key: (namespace, name)."""
+        if cache is None:
             self._caches[kind].pop(key, None)
         else:
-            self._caches[kind][key] = _Cache(obj, kind, self._default_mount_mode)
+            self._caches[kind][key] = _Cache(cache)
         self._caches_changed(kind)
 
-    def replace_caches(self, kind, items):
-        self._caches[kind] = {_key(obj): _Cache(obj, kind, self._default_mount_mode) for obj in items}
+    def set_caches(self, kind, caches):
+        """Every cache of one kind, {key: CacheResource} from a fresh LIST."""
+        self._caches[kind] = {key: _Cache(cache) for key, cache in caches.items()}
         self._caches_changed(kind)
 
     def _caches_changed(self, kind):

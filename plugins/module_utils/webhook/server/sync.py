@@ -1,7 +1,6 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Keeps the webhook's CacheView and SteeringView current: one list+watch thread per source, events handed to the
-event loop.
+"""Keeps the webhook's WatchedCluster current: one list+watch thread per source, events handed to the event loop.
 
 Sources: the managed PVCs (both views: node PVCs, serving PVCs), the GKMCache / ClusterGKMCache objects (both views),
 their per-node objects (why a node gets no PVC) and the Nodes (their labels: readiness and GPUs, for steering);
@@ -19,11 +18,13 @@ from functools import partial
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError, resource_path
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KIND,
+    CACHE_KINDS,
     CLUSTER_CACHE_KIND,
     GROUP,
+    NODE_KINDS,
     VERSION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import MANAGED_PVC_SELECTOR, NODE_KINDS
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import MANAGED_PVC_SELECTOR
 
 LOG = logging.getLogger("gkm.webhook")
 
@@ -45,22 +46,12 @@ class _Source:
         self.optional = optional  # a 404 (CRD not installed) means "none of these yet"
 
 
-def _both(first, second):
-    """One feeding call made on two views."""
-
-    def call(*args):
-        first(*args)
-        second(*args)
-
-    return call
-
-
 class ViewSync:
-    """Keeps a CacheView and a SteeringView current with one thread per watched source."""
+    """Keeps the WatchedCluster current with one thread per watched source."""
 
-    def __init__(self, kube, view, steering_view, metrics, loop):
+    def __init__(self, kube, cluster, metrics, loop):
         self.kube = kube
-        self.view = view
+        self.cluster = cluster
         self.metrics = metrics
         self.loop = loop
         self.synced = {}
@@ -72,25 +63,21 @@ class ViewSync:
                            optional=True)
 
         def cache_source(kind, plural):
-            return gkm_source(plural, _both(partial(view.apply_cache_event, kind),
-                                            partial(steering_view.apply_cache_event, kind)),
-                              _both(partial(view.replace_caches, kind), partial(steering_view.replace_caches, kind)))
+            return gkm_source(plural, partial(cluster.apply_cache_event, kind), partial(cluster.replace_caches, kind))
 
         def node_object_source(kind):
-            return gkm_source(NODE_KINDS[kind].lower() + "s",
-                              lambda event_type, obj: view.apply_node_object_event(kind, event_type, obj),
-                              lambda items: view.replace_node_objects(kind, items))
+            return gkm_source(NODE_KINDS[kind][1], partial(cluster.apply_node_object_event, kind),
+                              partial(cluster.replace_node_objects, kind))
 
         self.sources = [
             _Source("persistentvolumeclaims", resource_path("PersistentVolumeClaim"), MANAGED_PVC_SELECTOR,
-                    _both(view.apply_pvc_event, steering_view.apply_pvc_event),
-                    _both(view.replace_pvcs, steering_view.replace_pvcs), optional=False),
-            cache_source(CACHE_KIND, "gkmcaches"),
-            cache_source(CLUSTER_CACHE_KIND, "clustergkmcaches"),
+                    cluster.apply_pvc_event, cluster.replace_pvcs, optional=False),
+            cache_source(CACHE_KIND, CACHE_KINDS[CACHE_KIND][0]),
+            cache_source(CLUSTER_CACHE_KIND, CACHE_KINDS[CLUSTER_CACHE_KIND][0]),
             node_object_source(CACHE_KIND),
             node_object_source(CLUSTER_CACHE_KIND),
             # Every node: steering must know the ones without a GPU or a cache too (a pod may fit nowhere else).
-            _Source("nodes", resource_path("Node"), None, steering_view.apply_node_event, steering_view.replace_nodes,
+            _Source("nodes", resource_path("Node"), None, cluster.apply_node_event, cluster.replace_nodes,
                     optional=False),
         ]
         for source in self.sources:

@@ -22,7 +22,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import read_cache
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import holds_extracted
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
@@ -36,9 +35,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
     SERVING_LABEL,
 )
-
-# cache kind -> the kind of its per-node objects
-NODE_KINDS = {CACHE_KIND: "GKMCacheNode", CLUSTER_CACHE_KIND: "ClusterGKMCacheNode"}
 
 # Selector for the only PVCs the webhook needs to see.
 MANAGED_PVC_SELECTOR = "{0}={1},{2}".format(MANAGED_BY_LABEL, MANAGER, CACHE_LABEL)
@@ -115,8 +111,7 @@ def _node_exclusions(obj):
     return exclusions
 
 
-def _declared_cache(obj, kind):
-    cache = read_cache(obj, kind=kind)
+def _declared_cache(cache):
     return _DeclaredCache(
         digest=short_digest(cache.pinned_digest) if cache.pinned_digest else None,
         read_only=not cache.per_node,
@@ -248,18 +243,17 @@ class CacheView:
         for obj in items:
             self.apply_pvc_event("ADDED", obj)
 
-    def apply_cache_event(self, kind, event_type, obj):
-        """Apply one watch event of a GKMCache or ClusterGKMCache."""
-        key = _key(obj)
-        if event_type == "DELETED":
+    def set_cache(self, kind, key, cache):
+        """One cache read from its watch event (contract.read_cache), None once deleted; key: (namespace, name)."""
+        if cache is None:
             self._caches[kind].pop(key, None)
         else:
-            self._caches[kind][key] = _declared_cache(obj, kind)
+            self._caches[kind][key] = _declared_cache(cache)
         self._caches_changed(kind)
 
-    def replace_caches(self, kind, items):
-        """Replace every cache of one kind with the result of a fresh LIST (empty when the CRD is absent)."""
-        self._caches[kind] = {_key(obj): _declared_cache(obj, kind) for obj in items}
+    def set_caches(self, kind, caches):
+        """Every cache of one kind, {key: CacheResource} from a fresh LIST (empty when the CRD is absent)."""
+        self._caches[kind] = {key: _declared_cache(cache) for key, cache in caches.items()}
         self._caches_changed(kind)
 
     def apply_node_object_event(self, kind, event_type, obj):

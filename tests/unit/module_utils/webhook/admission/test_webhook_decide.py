@@ -16,19 +16,19 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.clai
     PATCHED,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.decide import decide
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import CacheView
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.watched import WatchedCluster
 from tests.helpers.steering import (
     DIGEST_A,
     READY_KEY,
     SHORT_A,
     apply_patch,
     cache,
+    mixed_nodes,
     pod_request,
     pod_spec,
     required_terms,
     serving_pvc,
     terms,
-    view,
     workload_request,
 )
 
@@ -44,14 +44,16 @@ def pinned(node_name):
 
 
 def views():
-    caches = [cache("vector-add")]
-    cache_view = CacheView()
-    cache_view.replace_caches(CACHE_KIND, caches)
+    """The claim rewrite's and steering's views of one WatchedCluster, and amd-1's slot PVC name."""
+    cluster = WatchedCluster()
+    cluster.replace_caches(CACHE_KIND, [cache("vector-add")])
     slot = Slot("vector-add", "apps", "apps", "amd-1", DIGEST_A)
     # Marked extracted: the webhook hands out no other node PVC (make before break).
-    cache_view.replace_pvcs([{"metadata": {"name": slot.pvc_name(), "namespace": "apps", "labels": slot.labels(),
-                                           "annotations": {EXTRACTED_DIGEST_ANNOTATION: slot.digest}}}])
-    return cache_view, view(caches, pvcs=[serving_pvc("vector-add")]), slot.pvc_name()
+    cluster.replace_pvcs([{"metadata": {"name": slot.pvc_name(), "namespace": "apps", "labels": slot.labels(),
+                                        "annotations": {EXTRACTED_DIGEST_ANNOTATION: slot.digest}}},
+                          serving_pvc("vector-add")])
+    cluster.replace_nodes(mixed_nodes())
+    return cluster.claims, cluster.steering, slot.pvc_name()
 
 
 def operations(decision):

@@ -21,7 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.clai
     admit,
     pod_node,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import CacheView
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.watched import WatchedCluster
 from tests.helpers.distribute import make_spec
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -96,11 +96,16 @@ def patch_of(decision):
 
 
 @pytest.fixture
-def view():
+def cluster():
     """apps: namespaced cache vector-add distributed to worker-1 and worker-2 (not worker-3)."""
-    view = CacheView()
-    view.replace_pvcs([pvc(Slot("vector-add", "apps", "apps", node, DIGEST_A)) for node in ("worker-1", "worker-2")])
-    return view
+    cluster = WatchedCluster()
+    cluster.replace_pvcs([pvc(Slot("vector-add", "apps", "apps", node, DIGEST_A)) for node in ("worker-1", "worker-2")])
+    return cluster
+
+
+@pytest.fixture
+def view(cluster):
+    return cluster.claims
 
 
 def test_labelled_pod_with_node_affinity_gets_its_node_pvc(view):
@@ -252,8 +257,9 @@ def test_pod_node(spec, node):
 
 
 def test_cluster_cache_visible_only_in_workload_namespaces():
-    view = CacheView()
-    view.replace_caches(CLUSTER_CACHE_KIND, [cache_object("shared", workload_namespaces=["apps", "ml"])])
+    cluster = WatchedCluster()
+    view = cluster.claims
+    cluster.replace_caches(CLUSTER_CACHE_KIND, [cache_object("shared", workload_namespaces=["apps", "ml"])])
     view.replace_pvcs([pvc(Slot("shared", "", "apps", "worker-1", DIGEST_A))])
 
     patched = admit(review(pod(claims=("shared",), node="worker-1")), view)
@@ -267,14 +273,16 @@ def test_cluster_cache_visible_only_in_workload_namespaces():
 
 
 def test_cluster_cache_found_from_pvcs_alone():
-    view = CacheView()
+    cluster = WatchedCluster()
+    view = cluster.claims
     view.replace_pvcs([pvc(Slot("shared", "", "apps", "worker-1", DIGEST_A))])
     decision = admit(review(pod(claims=("shared",), node="worker-1")), view)
     assert decision.outcome == PATCHED
 
 
 def test_namespaced_cache_shadows_cluster_cache_of_same_name():
-    view = CacheView()
+    cluster = WatchedCluster()
+    view = cluster.claims
     view.replace_pvcs([
         pvc(Slot("kc", "", "apps", "worker-1", DIGEST_A)),
         pvc(Slot("kc", "apps", "apps", "worker-1", DIGEST_B)),
@@ -284,8 +292,9 @@ def test_namespaced_cache_shadows_cluster_cache_of_same_name():
 
 
 def test_declared_cache_without_pvcs_is_denied():
-    view = CacheView()
-    view.replace_caches(CACHE_KIND, [cache_object("vector-add", "apps")])
+    cluster = WatchedCluster()
+    view = cluster.claims
+    cluster.replace_caches(CACHE_KIND, [cache_object("vector-add", "apps")])
     decision = admit(review(pod(node="worker-1")), view)
     assert decision.outcome == DENIED
     assert 'GKMCache "apps/vector-add" has not been distributed to any node yet' in (
@@ -293,16 +302,19 @@ def test_declared_cache_without_pvcs_is_denied():
 
 
 def test_read_only_many_cache_needs_no_rewrite():
-    view = CacheView()
-    view.replace_caches(CACHE_KIND, [cache_object("rox", "apps", access_modes=["ReadOnlyMany"])])
+    cluster = WatchedCluster()
+    view = cluster.claims
+    cluster.replace_caches(CACHE_KIND, [cache_object("rox", "apps", access_modes=["ReadOnlyMany"])])
     assert admit(review(pod(claims=("rox",))), view).outcome == ALLOWED
-    view = CacheView()
+    cluster = WatchedCluster()
+    view = cluster.claims
     view.replace_pvcs([pvc(Slot("rox2", "apps", "apps", "", DIGEST_A))])
     assert admit(review(pod(claims=("rox2",))), view).outcome == ALLOWED
 
 
 def test_newest_digest_is_current_unless_the_cache_pins_one():
-    view = CacheView()
+    cluster = WatchedCluster()
+    view = cluster.claims
     view.replace_pvcs([
         pvc(Slot("kc", "apps", "apps", "worker-1", DIGEST_A), created="2026-01-01T00:00:00Z"),
         pvc(Slot("kc", "apps", "apps", "worker-2", DIGEST_A), created="2026-01-01T00:00:00Z"),
@@ -314,7 +326,7 @@ def test_newest_digest_is_current_unless_the_cache_pins_one():
     kept = admit(review(pod(claims=("kc",), node="worker-2")), view)
     assert patch_of(kept)[0]["value"] == Slot("kc", "apps", "apps", "worker-2", DIGEST_A).pvc_name()
 
-    view.apply_cache_event(CACHE_KIND, "ADDED", cache_object("kc", "apps", image="reg/kc@" + DIGEST_A))
+    cluster.apply_cache_event(CACHE_KIND, "ADDED", cache_object("kc", "apps", image="reg/kc@" + DIGEST_A))
     pinned = admit(review(pod(claims=("kc",), node="worker-2")), view)
     assert patch_of(pinned)[0]["value"] == Slot("kc", "apps", "apps", "worker-2", DIGEST_A).pvc_name()
 
@@ -338,10 +350,10 @@ def test_watch_events_update_the_view(view):
     assert view.counts() == {"pvcs": 0, "namespaced_caches": 0, "cluster_caches": 0}
 
 
-def test_cache_deletion_event(view):
-    view.apply_cache_event(CLUSTER_CACHE_KIND, "ADDED", cache_object("shared", workload_namespaces=["apps"]))
+def test_cache_deletion_event(cluster, view):
+    cluster.apply_cache_event(CLUSTER_CACHE_KIND, "ADDED", cache_object("shared", workload_namespaces=["apps"]))
     assert admit(review(pod(claims=("shared",), node="worker-1")), view).outcome == DENIED
-    view.apply_cache_event(CLUSTER_CACHE_KIND, "DELETED", cache_object("shared"))
+    cluster.apply_cache_event(CLUSTER_CACHE_KIND, "DELETED", cache_object("shared"))
     assert admit(review(pod(claims=("shared",), node="worker-1")), view).outcome == ALLOWED
 
 
@@ -349,7 +361,8 @@ def test_long_node_names_match_the_hashed_node_label():
     node = "gpu-node-" + "x" * 70 + ".example.com"
     slot = Slot("kc", "apps", "apps", node, DIGEST_A)
     assert slot.labels()["gkm.io/node"] == label_value(node) != node
-    view = CacheView()
+    cluster = WatchedCluster()
+    view = cluster.claims
     view.replace_pvcs([pvc(slot)])
     assert patch_of(admit(review(pod(claims=("kc",), node=node)), view))[0]["value"] == slot.pvc_name()
 
@@ -378,8 +391,9 @@ def test_denials_say_why_a_node_never_gets_the_cache_and_not_yet_only_when_it_is
     """Why the reconcile left a GPU node out, from its per-node object (here the planner's own reasons), reaches
     the denial; a node without a GPU has no per-node entry and is denied without a reason."""
     cache = cache_object("vector-add", "apps")
-    view = CacheView()
-    view.replace_caches(CACHE_KIND, [cache])
+    cluster = WatchedCluster()
+    view = cluster.claims
+    cluster.replace_caches(CACHE_KIND, [cache])
     view.replace_node_objects(CACHE_KIND, _node_objects("GKMCache", "apps", "vector-add", {
         "nv-1": ["GPU cuda/90/32 does not match the image's targets (hip/gfx90a/64)"],
         "tainted-1": ["untolerated taint team=ml:NoSchedule (add a toleration to pod_template.spec.tolerations)"],
@@ -415,7 +429,8 @@ def test_a_serving_pvc_named_as_the_cache_leaves_daemonset_pods_on_their_node_pv
 def test_only_extracted_pvcs_are_handed_out_the_previous_one_until_the_new_one_is():
     old = {node: Slot("kc", "apps", "apps", node, DIGEST_A) for node in ("worker-1", "worker-2", "worker-3")}
     new = {node: Slot("kc", "apps", "apps", node, DIGEST_B) for node in old}
-    view = CacheView()
+    cluster = WatchedCluster()
+    view = cluster.claims
     view.replace_pvcs([
         pvc(old["worker-1"], extracted=False),  # its Job never finished
         pvc(old["worker-2"]), pvc(new["worker-2"], created="2026-02-01T00:00:00Z", extracted=False),
