@@ -19,7 +19,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.extract import tree
 from tests.helpers import kcache_images as ki
 
 pytestmark = pytest.mark.registry
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 HIP = {"backend": "hip", "arch": "gfx90a", "warp_size": 64}
 H100 = {"backend": "cuda", "arch": "sm_90", "warp_size": 32}
 CLI = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main"

@@ -21,7 +21,8 @@ import pytest
 import requests
 
 pytestmark = pytest.mark.registry
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 BUILD = os.path.join("tools", "images", "build.sh")
 TOOLS_TAG = "0.1.0"
 MODULE_UTILS = "ansible_collections.gkm.cluster.plugins.module_utils"

@@ -27,10 +27,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     SIM_NODE_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
+from tests.helpers.paths import ROOT
 from tests.helpers.sim import SIM_SCRIPT, sim_control
 from tests.helpers.webhook import wait_until
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 CONTAINER = {"name": "main", "image": "registry.k8s.io/pause:3.10"}

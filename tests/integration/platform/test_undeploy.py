@@ -23,9 +23,9 @@ import uuid
 import pytest
 
 from tests.helpers import platform
+from tests.helpers.paths import ROOT
 from tests.helpers.roles import run_sim_playbook
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANAGED = "app.kubernetes.io/managed-by=gkm.cluster"
 # What deploy.yml writes with inventories/sim: the webhook's namespace and configuration, per cache the
 # PVCs, hostPath PVs and extraction Jobs (whose pods carry the Job's labels), and the per-node status objects.

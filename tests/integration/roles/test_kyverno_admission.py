@@ -26,7 +26,8 @@ from tests.helpers.webhook import wait_until
 
 pytestmark = pytest.mark.cluster
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.paths import ROOT
+
 GROUP, VERSION, PLURAL = "gkm.io", "v1alpha1", "gkmcaches"
 FORMAT_LABEL = "gkm.io/signature-format"
 POLICIES = ("gkm-verify-gkmcache-cosign-v2", "gkm-verify-gkmcache-cosign-v3")
