@@ -17,9 +17,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.tls import new_
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import tree
 from tests.helpers import kcache_images as ki
+from tests.helpers.paths import ROOT
 
 pytestmark = pytest.mark.registry
-from tests.helpers.paths import ROOT
 
 HIP = {"backend": "hip", "arch": "gfx90a", "warp_size": 64}
 H100 = {"backend": "cuda", "arch": "sm_90", "warp_size": 32}

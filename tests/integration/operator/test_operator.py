@@ -19,11 +19,11 @@ from kubernetes import client
 from tests.helpers import kcache_images
 from tests.helpers.modules import AuditWrites, run_module
 from tests.helpers.operator_caches import apply, cache_objects, kubectl, live, per_node, phase_is, poll, pool_nodes
+from tests.helpers.paths import ROOT
 from tests.helpers.sim import SIM_SCRIPT, sim_control
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
-from tests.helpers.paths import ROOT
 
 
 def sim_command(*args):

@@ -20,8 +20,9 @@ import time
 import pytest
 import requests
 
-pytestmark = pytest.mark.registry
 from tests.helpers.paths import ROOT
+
+pytestmark = pytest.mark.registry
 
 BUILD = os.path.join("tools", "images", "build.sh")
 TOOLS_TAG = "0.1.0"

@@ -20,13 +20,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as cache_pull
 from ansible_collections.gkm.cluster.plugins.module_utils.platform import kyverno_policy
 from tests.helpers import kcache_images as ki
+from tests.helpers.paths import ROOT
 from tests.helpers.roles import run_role
 from tests.helpers.sim import SIM_SCRIPT
 from tests.helpers.webhook import wait_until
 
 pytestmark = pytest.mark.cluster
 
-from tests.helpers.paths import ROOT
 
 GROUP, VERSION, PLURAL = "gkm.io", "v1alpha1", "gkmcaches"
 FORMAT_LABEL = "gkm.io/signature-format"
