@@ -51,7 +51,7 @@ def default_nodes(extra_groups=()):
 
 def facts(nodes=None, objects=None, pods=(), namespaces=("team-a", "team-b"), storage_class=None):
     return ClusterFacts(nodes if nodes is not None else default_nodes(), namespaces, objects or {},
-                                list(pods), NO_PROVISIONER_CLASS if storage_class is None else storage_class)
+                        list(pods), NO_PROVISIONER_CLASS if storage_class is None else storage_class)
 
 
 def as_live(desired, complete_jobs=False, marked=False):

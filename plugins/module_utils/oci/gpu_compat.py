@@ -17,7 +17,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 __metaclass__ = type
 
 
-
 class GPUSpecError(ValueError):
     """A GPU description lacks a field or has an unusable value."""
 

@@ -25,7 +25,6 @@ from tests.helpers.sim import SIM_SCRIPT, sim_control
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
 
-
 def sim_command(*args):
     result = subprocess.run([sys.executable, SIM_SCRIPT, *args], check=True, cwd=ROOT, stdout=subprocess.PIPE,
                             text=True)

@@ -21,7 +21,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import parse_upgrade_policy
 
-# kind -> (plural, namespaced)
 
 class ResourceError(GkmError, ValueError):
     """A cache resource cannot be reconciled as written; the message names the field."""
@@ -75,5 +74,3 @@ def upgrade_policy(resource):
     metadata = resource.get("metadata") or {}
     where = "%s %s: spec.upgradePolicy" % (resource.get("kind"), metadata.get("name"))
     return parse_upgrade_policy((resource.get("spec") or {}).get("upgradePolicy"), where)
-
-

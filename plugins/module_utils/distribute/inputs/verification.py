@@ -66,8 +66,8 @@ def job_verification(params):
     if LABEL_PARAM in params:
         label = params[LABEL_PARAM]
         if label and label not in LABEL_FORMATS:
-            raise VerificationError("label %s=%s: use %s" % (SIGNATURE_FORMAT_LABEL, label,
-                                                              " or ".join(sorted(LABEL_FORMATS))))
+            formats = " or ".join(sorted(LABEL_FORMATS))
+            raise VerificationError("label %s=%s: use %s" % (SIGNATURE_FORMAT_LABEL, label, formats))
         signature_format = LABEL_FORMATS.get(label)
     else:
         signature_format = ANY_FORMAT

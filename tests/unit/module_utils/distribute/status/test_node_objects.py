@@ -22,7 +22,6 @@ NODES = gpu_nodes.render_nodes([{"name": "gpu", "count": 3, "vendor": "amd", "gp
 NAMES = [n["metadata"]["name"] for n in NODES]
 
 
-
 def state(kind="Extracted", pods=0, namespaces=("a", "b", "c"), cache="llm"):
     entry = {"state": kind, "compatibleGPUs": [0, 1], "pvcStatus": {
         ns: {"pvcName": "%s-gpu-1-0123456789" % cache, "jobName": "%s-gpu-1-9876543210" % cache,
