@@ -163,7 +163,7 @@ def test_tools_image_runs_both_entry_points(tools_bundle):
     extract = chroot_run(bundle, process, [*process["args"], "--help"])
     assert extract.returncode == 0, extract.stderr
     assert "--dest" in extract.stdout
-    webhook = chroot_run(bundle, process, ["python3", "-m", MODULE_UTILS + ".webhook.server_main", "--help"])
+    webhook = chroot_run(bundle, process, ["python3", "-m", MODULE_UTILS + ".webhook.server.main", "--help"])
     assert webhook.returncode == 0, webhook.stderr
     assert "--cert-file" in webhook.stdout
     # Every run-time requirement imports from the wheels, with the image's own Python.
@@ -178,7 +178,7 @@ def test_tools_image_imports_only_compiled_code(tools_bundle):
     """The image's user cannot write __pycache__: every module the programs import comes from byte code built in."""
     bundle, process = tools_bundle
     # python3 -v says "code object from '<file>'" for each module, naming the .pyc it loaded or the .py it compiled.
-    verbose = chroot_run(bundle, process, ["python3", "-v", "-c", "import %s.extract.job_main, %s.webhook.server_main"
+    verbose = chroot_run(bundle, process, ["python3", "-v", "-c", "import %s.extract.job_main, %s.webhook.server.main"
                                            % (MODULE_UTILS, MODULE_UTILS)])
     assert verbose.returncode == 0, verbose.stderr
     loaded = re.findall(r"code object from '([^']+)'", verbose.stderr)
