@@ -36,6 +36,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.node_writer
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scheduling import node_facts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.scrub_runner import NodeDiskScrub
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.serving import SERVING
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.spec import (
     SpecError,
     cache_spec_from_params,
@@ -64,6 +65,12 @@ OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job", "Secret")
 DEFAULT_STORAGE_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 WAIT_POLL_SECONDS = 1.0
 UNSCHEDULABLE_GRACE_SECONDS = 5.0
+# A PVC binds at once only if the PV controller already has its PV when it first syncs the claim; otherwise it binds
+# at the controller's next resync, up to 15 s later. A PV the controller has synced leaves phase Pending (Available,
+# or Bound), so new PVs are waited for that long at most before their PVCs are written: never longer than the resync.
+PV_SYNC_TIMEOUT_SECONDS = 15.0
+# The PV controller answers in tens of milliseconds.
+BIND_POLL_SECONDS = 0.1
 # Scrub Jobs and replaced objects' deletion get at least this long, whatever wait_timeout says: a short wait (an
 # operator's runs, walking a rollout across requeues) must not fail a node's scrub or a deletion mid-way.
 CLEANUP_MIN_SECONDS = 60
@@ -298,12 +305,49 @@ def execute(kube, plan, replace_timeout, scrub):
                            "error": "still terminating after %ss (finalizers); re-run later" % replace_timeout})
         stuck_refs = set(stuck)
         applies += [a for a in replaced if (a.kind, a.namespace, a.name) not in stuck_refs]
-    # Kind by kind: a PVC that names its PV binds at once only if the PV exists, and a Job's pod is
+    # Kind by kind: a PVC binds at once only if the PV controller has seen its PV, and a Job's pod is
     # scheduled at once only if its PVC is bound; otherwise the controllers retry seconds later.
     for kind in planner.KIND_ORDER[1:]:
         batch = [a for a in applies if a.kind == kind]
         record(batch, kube.map(apply, batch))
+        if kind == "PersistentVolume" and not kube.dry_run:
+            _wait_pvs_synced(kube, [a.name for a in batch if a.verb != "update"])
     return errors
+
+
+def _wait_pvs_synced(kube, names):
+    """Wait until the PV controller has synced each new PV (its phase is no longer Pending), at most
+    PV_SYNC_TIMEOUT_SECONDS: past that its PVCs bind at the controller's resync anyway."""
+    deadline = time.monotonic() + PV_SYNC_TIMEOUT_SECONDS
+    while names and time.monotonic() < deadline:
+        found = kube.map(lambda name: kube.get("PersistentVolume", name), names)
+        names = [name for name, pv in zip(names, found) if isinstance(pv, Exception) or (pv and not _synced(pv))]
+        if names:
+            time.sleep(BIND_POLL_SECONDS)
+
+
+def _synced(pv):
+    return ((pv.get("status") or {}).get("phase") or "Pending") != "Pending"
+
+
+def _serving_bound(kube, spec, facts, plan, deadline):
+    """Facts once every serving PVC of the plan is Bound, so a pod naming the cache right after the run starts at once;
+    past the deadline the run fails naming the ones still unbound."""
+    phases = {(pvc["metadata"]["namespace"], pvc["metadata"]["name"]): (pvc.get("status") or {}).get("phase")
+              for pvc in facts.objects.get("PersistentVolumeClaim", [])}
+    unbound = [(slot.namespace, slot.pvc) for slot in plan.slots
+               if slot.outcome == SERVING and phases.get((slot.namespace, slot.pvc)) != "Bound"]
+    if not unbound:
+        return facts
+    while unbound:
+        if time.monotonic() > deadline:
+            raise DistributeError("timed out waiting for the serving PVC(s) %s to bind" % ", ".join(
+                "%s/%s" % ref for ref in unbound), plan=_plan_result(plan), writes=kube.writes)
+        time.sleep(BIND_POLL_SECONDS)
+        found = kube.map(lambda ref: kube.get("PersistentVolumeClaim", ref[1], ref[0]), unbound)
+        unbound = [ref for ref, pvc in zip(unbound, found)
+                   if isinstance(pvc, Exception) or ((pvc or {}).get("status") or {}).get("phase") != "Bound"]
+    return gather_facts(kube, spec)
 
 
 def _trim(obj):
@@ -435,6 +479,7 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
             with timings.phase("wait"):
                 facts, plan = _wait(kube, spec, facts, plan, started + wait_timeout, scrub,
                                     upgrade_labels, evictions)
+                facts = _serving_bound(kube, spec, facts, plan, started + wait_timeout)
         with timings.phase("status"):
             status = _status(spec, plan, facts)
         with timings.phase("node_objects"):
