@@ -102,16 +102,18 @@ def test_a_daemonset_pod_whose_node_has_no_pvc_waits_pending_on_its_node_as_a_po
 def test_a_pod_that_cannot_wait_on_its_node_is_still_denied():
     cache_view, steering_view, _node_pvc = views()
 
-    def answer(spec, controller="DaemonSet", annotations=None, pvcs=None):
+    def answer(spec, controller="DaemonSet", annotations=None, steering=steering_view):
         request = pod_request(spec, labels=MUTATION, controller=controller, annotations=annotations)
-        steering = steering_view if pvcs is None else view([cache("vector-add")], pvcs=pvcs)
         return decide(review(request), cache_view, steering).outcome
 
     on_amd_2 = pod_spec("vector-add", affinity=pinned("amd-2"))
     assert answer(on_amd_2, controller=None) == DENIED  # a bare pod: no controller retries it
     assert answer(pod_spec("vector-add", nodeName="amd-2")) == DENIED  # placed already: no affinity can hold it
     assert answer(pod_spec("vector-add")) == DENIED  # its node is not known
-    assert answer(on_amd_2, pvcs=[]) == DENIED  # no serving PVC: its claim names nothing that could be mounted
+    # No serving PVC: its claim names nothing that could be mounted.
+    assert answer(on_amd_2, steering=view([cache("vector-add")], pvcs=[])) == DENIED
+    # A cache known only by its PVCs (no resource): steering has no readiness label to hold the pod with.
+    assert answer(on_amd_2, steering=view([], pvcs=[serving_pvc("vector-add")])) == DENIED
     assert answer(on_amd_2, annotations={"gkm.io/cache-steering": "disabled"}) == DENIED
 
 

@@ -18,7 +18,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission impo
     pvc_mutation,
     review_request,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering import steer
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.steering import steer, waiting_on_its_node
+
+# On a pod admitted to wait for its node's cache: why it is Pending (the scheduler's event only says that its node
+# affinity does not match).
+PENDING_ANNOTATION = "gkm.io/cache-pending"
 
 
 def decide(review, cache_view, steering_view):
@@ -26,8 +30,14 @@ def decide(review, cache_view, steering_view):
     request, invalid = review_request(review)
     if invalid is not None:
         return invalid
-    steering = steer(request, steering_view)
     operations, denial, note = pvc_mutation(request, cache_view)
+    if denial:
+        waiting = waiting_on_its_node(request, steering_view)
+        if waiting is not None:
+            reason = "%s; the pod waits Pending until its node holds it" % note
+            return decision(request["uid"], waiting.operations + _annotation(request["object"], reason), None,
+                            "%s; %s" % (reason, waiting.note))
+    steering = steer(request, steering_view)
     if not operations:
         note = steering.note
     elif steering.operations:
@@ -38,3 +48,10 @@ def decide(review, cache_view, steering_view):
 def _joined(mutation_note, steering_note):
     # The rewrite's description is built only when a patch is logged.
     return lambda: "%s; %s" % (mutation_note(), steering_note)
+
+
+def _annotation(pod, value):
+    """JSONPatch operations setting the pod's PENDING_ANNOTATION."""
+    if not isinstance((pod.get("metadata") or {}).get("annotations"), dict):
+        return [{"op": "add", "path": "/metadata/annotations", "value": {PENDING_ANNOTATION: value}}]
+    return [{"op": "add", "path": "/metadata/annotations/" + PENDING_ANNOTATION.replace("/", "~1"), "value": value}]
