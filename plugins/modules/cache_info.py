@@ -69,7 +69,10 @@ caches:
       type: str
     status:
       description: phase, counts (GKM's columns), entries per namespace and node (and per excluded GPU node),
-        unschedulable Jobs, serving PVCs; for an imageVolume cache C(image_volume) (the pulled nodes and the pods).
+        unschedulable Jobs, serving PVCs; for an imageVolume cache C(image_volume) (the pulled nodes and the pods
+        its last reconcile found). C(mounted_by) lists the unfinished pods (C(namespace/name)) that mount the cache
+        now, read from the live pods - any of its PVCs (per-node, serving, ReadOnlyMany) or, in imageVolume mode, an
+        image volume of its repository in its namespaces.
       type: dict
 api_requests:
   description: API requests made.

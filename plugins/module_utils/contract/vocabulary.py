@@ -77,6 +77,8 @@ CACHE_ANNOTATION = DOMAIN + "/cache"
 MOUNT_PATH_ANNOTATION = DOMAIN + "/cache-mount-path"
 CONTAINERS_ANNOTATION = DOMAIN + "/cache-containers"
 STEERING_ANNOTATION = DOMAIN + "/cache-steering"
+# On a pod admitted to wait for its node's cache: why it is Pending.
+CACHE_PENDING_ANNOTATION = DOMAIN + "/cache-pending"
 
 # ------------------------------------------------------------------ mount modes (spec.mountMode)
 PVC = "PVC"

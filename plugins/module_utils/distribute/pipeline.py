@@ -22,6 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.evict
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.scrub_runner import NodeDiskScrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.wait import (
     CLEANUP_MIN_SECONDS,
+    serving_bound,
     wait_for_extraction,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.writes import execute
@@ -84,6 +85,7 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
             with timings.phase("wait"):
                 facts, plan = wait_for_extraction(kube, spec, facts, plan, started + wait_timeout, scrub, evictions,
                                                   status_of, label_wave)
+                facts = serving_bound(kube, spec, facts, plan, started + wait_timeout)
         with timings.phase("status"):
             status = status_of(spec, plan, facts)
         with timings.phase("node_objects"):

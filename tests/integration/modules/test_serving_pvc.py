@@ -1,6 +1,8 @@
 """The serving PVC of a ReadWriteOnce cache (distribute/serving.py) against the real local control plane (kwok nodes)
 and registry: bound at once, rerun writes nothing, a digest change while a pod reads it, removal, a foreign PVC
-of the cache's name."""
+of the cache's name, and a new serving PVC already Bound when the run that made it returns."""
+
+import time
 
 import pytest
 from kubernetes import client
@@ -118,6 +120,29 @@ def test_serving_pvc_binds_serves_any_pod_survives_a_digest_change_while_mounted
     assert readiness(kube, namespace, name) == {node: None for node in WORKERS}
     assert not [p for p in core.list_persistent_volume(label_selector="gkm.io/cache=%s" % name).items
                 if not p.metadata.deletion_timestamp]
+
+
+def test_a_new_serving_pvc_is_bound_when_the_run_that_made_it_returns(sim, kube, images, namespace):
+    """The slots extracted first without a serving PVC, so the run that makes it has nothing else to wait for: it
+    must not report the PVC before the PV controller bound it (a pod naming the cache would wait meanwhile)."""
+    name = unique("bind")
+    args = tolerated(name=name, namespace=namespace, image=images[0].ref, wait=True, wait_timeout=120)
+    try:
+        slots = distribute(sim, **args, serving_pvc=False)
+        assert not slots.get("failed"), slots.get("msg")
+        started = time.monotonic()
+        made = distribute(sim, **args)
+        returned = time.monotonic()
+        assert not made.get("failed"), made.get("msg")
+        assert [s["pvc"] for s in made["status"]["serving"]] == [name]
+        phase = serving_pvc(kube, namespace, name).status.phase
+        wait_until("serving PVC bound", lambda: bound(kube, namespace, name), timeout=30)
+        late = time.monotonic() - returned
+        print("serving PVC: run %.1f s, Bound %.1f s after it returned (phase at return: %s)" % (
+            returned - started, late, phase))
+        assert phase == "Bound", "the run returned with its new serving PVC %s; it bound %.1f s later" % (phase, late)
+    finally:
+        distribute(sim, name=name, namespace=namespace, state="absent", force=True)
 
 
 def test_a_pvc_of_the_cache_name_that_is_not_ours_refuses_the_cache_and_stays(sim, kube, images, namespace):

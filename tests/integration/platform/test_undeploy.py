@@ -6,7 +6,8 @@ without a cache resource to start from, as other runs and earlier versions leave
 labelled as ours (earlier versions created them labelled) holding the PVC, hostPath PV and Job of a cache
 whose resource is gone, and a workload pod of the namespace's owner that mounts that PVC.
 
-Undeploy must refuse while either pod mounts a cache PVC, listing both and removing nothing; with gkm_force
+Undeploy must refuse while either pod mounts a cache PVC, listing both and removing nothing, and so for the pods of a
+DaemonSet started later that mount a serving PVC (what it reads are the pods, at undeploy time); with gkm_force
 it goes ahead, and once the pods have ended no object labelled app.kubernetes.io/managed-by=gkm.cluster
 remains in any namespace or at cluster scope, whatever else used the cluster before. The scan asks the API
 server for every listable kind it serves, not a list of the kinds we expect to have written. The labelled
@@ -187,6 +188,52 @@ def test_undeploy_refuses_while_a_pod_mounts_a_cache(deployed, kube):
     assert "gkm_force=true" in messages
     after = labelled_objects(kube)
     assert {o for o in before if o[0] != "Pod"} == {o for o in after if o[0] != "Pod"}
+
+
+def test_undeploy_refuses_for_pods_started_after_the_last_reconcile(deployed, kube):
+    """A DaemonSet started after deploy's last reconcile, its pods reading vector-add through the serving PVC: the
+    refusal must name them (it reads the pods, not what that reconcile recorded) and remove nothing."""
+    from kubernetes import client
+
+    sim_dir, _legacy = deployed
+    apps, core = client.AppsV1Api(kube), client.CoreV1Api(kube)
+    labels = {"app": "late-readers"}
+    apps.create_namespaced_daemon_set(WORKLOAD_NAMESPACE, {
+        "metadata": {"name": "late-readers"},
+        "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            # kwok's GPU nodes only: nothing runs the image.
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "gkm.io/real-node", "operator": "DoesNotExist"},
+                                      {"key": "hardware-type", "operator": "In", "values": ["gpu"]}]}]}}},
+            "containers": [{"name": "reader", "image": "registry.example/inference:1",
+                            "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]}],
+            "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "vector-add"}}]}}}})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            pods = core.list_namespaced_pod(WORKLOAD_NAMESPACE, label_selector="app=late-readers").items
+            if pods and all(p.status.phase == "Running" for p in pods):
+                break
+            assert time.monotonic() < deadline, "the DaemonSet's pods never ran: %s" % [
+                (p.metadata.name, p.status.phase) for p in pods]
+            time.sleep(0.5)
+        before = labelled_objects(kube)
+
+        run = playbook("undeploy.yml", sim_dir)
+
+        assert run.returncode != 0
+        messages = " ".join(run.failures())
+        for pod in pods:
+            assert "%s/%s" % (WORKLOAD_NAMESPACE, pod.metadata.name) in messages, messages
+        after = labelled_objects(kube)
+        assert {o for o in before if o[0] != "Pod"} == {o for o in after if o[0] != "Pod"}
+    finally:
+        apps.delete_namespaced_daemon_set("late-readers", WORKLOAD_NAMESPACE)
+        deadline = time.monotonic() + 60
+        while core.list_namespaced_pod(WORKLOAD_NAMESPACE, label_selector="app=late-readers").items:
+            assert time.monotonic() < deadline, "the DaemonSet's pods are still there"
+            time.sleep(0.5)
 
 
 def test_forced_undeploy_leaves_nothing_labelled_as_ours(deployed, kube):

@@ -6,7 +6,8 @@ placement (never extracted), nvidia-1 and cpu-1 are selected but cannot take it.
 amd-2 only; a pod's own affinity is merged; a pod that fits nowhere, or names a cache never reconciled, is denied
 with the reason and the fix; the opt-out annotation keeps a placement; the annotation mounts the serving PVC, or
 the image itself for an imageVolume cache; a DaemonSet over the five nodes runs on the two ready ones, and its other
-pods wait Pending. Workloads are not changed unless annotated gkm.io/cache-steering: template: such a DaemonSet's
+pods wait Pending; so does one labelled gkm.io/pvc-mutation over those and ten more nodes, at once on the two whose
+PVCs it gets. Workloads are not changed unless annotated gkm.io/cache-steering: template: such a DaemonSet's
 template is steered, so it counts only the two ready nodes, and re-applying it changes nothing. An imageVolume cache's
 status counts and lists the pods mounting its image (one on an older digest: outdated) and the node whose status says
 it pulled it; the caches role's caches_mount_mode makes a cache without spec.mountMode imageVolume.
@@ -239,6 +240,62 @@ def test_a_daemonset_over_partly_ready_nodes_runs_on_the_ready_ones_and_its_othe
     for pending in waiting:
         [term] = terms_of(core.api_client.sanitize_for_serialization(pending)["spec"])
         assert {"key": setup.ready_key, "operator": "In", "values": [setup.short_digest]} in term["matchExpressions"]
+
+
+def test_a_pvc_mutation_daemonset_runs_at_once_on_every_usable_node_and_waits_on_the_others(kube, setup):
+    """A DaemonSet labelled gkm.io/pvc-mutation over every node of a label: the five nodes and ten more without a GPU.
+    Its pods on the nodes without the cache's PVC are admitted to wait Pending (a denial would stop the controller's
+    slow-start batch and back the whole DaemonSet off, so its pods on amd-1 and amd-2 could wait minutes)."""
+    raw, core, apps = Kube(kube), client.CoreV1Api(kube), client.AppsV1Api(kube)
+    key = "gkm.io/steering-ds-test"
+    extra = gpu_nodes.render_nodes([{"name": "st-%s-ds-cpu" % setup.suffix, "count": 10, "vendor": "none",
+                                     "labels": {key: setup.suffix}}])
+    nodes = [setup.node(n) for n in ("amd-1", "amd-2", "amd-3", "nvidia-1", "cpu-1")]
+    usable = set(nodes[:2])
+    labels = {"app": "per-node-pvcs", "gkm.io/pvc-mutation": "true"}
+    template = pod("ignored", claim=setup.cache, nodeSelector={key: setup.suffix})
+    template["metadata"] = {"labels": labels}
+    try:
+        for node in extra:
+            raw.request("POST", "/api/v1/nodes", body=node)
+        for name in nodes:
+            core.patch_node(name, {"metadata": {"labels": {key: setup.suffix}}})
+        names = nodes + [node["metadata"]["name"] for node in extra]
+        wait_until("the extra nodes Ready", lambda: all(_ready(raw.get("Node", n)) for n in names), timeout=120,
+                   interval=0.5)
+        started = time.monotonic()
+        apps.create_namespaced_daemon_set(setup.namespace, {"metadata": {"name": "per-node-pvcs"}, "spec": {
+            "selector": {"matchLabels": {"app": "per-node-pvcs"}}, "template": template}})
+
+        def on_every_usable_node():
+            pods = core.list_namespaced_pod(setup.namespace, label_selector="app=per-node-pvcs").items
+            placed = {p.spec.node_name for p in pods if p.spec.node_name and p.status.phase == "Running"}
+            return pods if len(pods) == len(names) and placed >= usable else None
+
+        pods = wait_until("a running pod on each usable node and a pod for every node", on_every_usable_node,
+                          timeout=30, interval=0.2)
+        print("pvc-mutation DaemonSet: %d pods, running on the %d usable nodes after %.1f s" % (
+            len(pods), len(usable), time.monotonic() - started))
+        assert {p.spec.node_name for p in pods if p.spec.node_name} == usable
+        for created in pods:
+            spec = core.api_client.sanitize_for_serialization(created)
+            claim = spec["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+            if created.spec.node_name:
+                assert claim != setup.cache  # its node's own PVC
+                continue
+            # The others keep the cache's claim, are steered to their node once it holds the serving PVC's digest,
+            # and say why they wait.
+            assert claim == setup.cache
+            [term] = terms_of(spec["spec"])
+            assert {"key": setup.ready_key, "operator": "In", "values": [setup.short_digest]} in \
+                term["matchExpressions"]
+            assert "waits Pending until its node holds it" in created.metadata.annotations["gkm.io/cache-pending"]
+    finally:
+        apps.delete_namespaced_daemon_set("per-node-pvcs", setup.namespace)
+        for node in extra:
+            raw.delete("Node", node["metadata"]["name"])
+        for name in nodes:
+            core.patch_node(name, {"metadata": {"labels": {key: None}}})
 
 
 def test_a_daemonset_annotated_for_template_steering_counts_only_the_ready_nodes_and_a_reapply_changes_nothing(

@@ -17,11 +17,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     OUTDATED,
     UNSCHEDULABLE,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.writes import execute
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.writes import BIND_POLL_SECONDS, execute
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import gather_facts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.rollout import plan_cache
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.serving import SERVING
 
 WAIT_POLL_SECONDS = 1.0
 UNSCHEDULABLE_GRACE_SECONDS = 5.0
@@ -55,6 +56,26 @@ def wait_for_extraction(kube, spec, facts, plan, deadline, scrub, evictions, sta
         # A run that wrote nothing more cannot move the rollout: what is left waits for failures to be fixed.
         if waves is None or not waves.moving() or kube.writes == writes or time.monotonic() > deadline:
             return facts, plan
+
+
+def serving_bound(kube, spec, facts, plan, deadline):
+    """Facts once every serving PVC of the plan is Bound, so a pod naming the cache right after the run starts at once;
+    past the deadline the run fails naming the ones still unbound."""
+    phases = {(pvc["metadata"]["namespace"], pvc["metadata"]["name"]): (pvc.get("status") or {}).get("phase")
+              for pvc in facts.objects.get("PersistentVolumeClaim", [])}
+    unbound = [(slot.namespace, slot.pvc) for slot in plan.slots
+               if slot.outcome == SERVING and phases.get((slot.namespace, slot.pvc)) != "Bound"]
+    if not unbound:
+        return facts
+    while unbound:
+        if time.monotonic() > deadline:
+            raise DistributeError("timed out waiting for the serving PVC(s) %s to bind" % ", ".join(
+                "%s/%s" % ref for ref in unbound), plan=plan.to_result(), writes=kube.writes)
+        time.sleep(BIND_POLL_SECONDS)
+        found = kube.map(lambda ref: kube.get("PersistentVolumeClaim", ref[1], ref[0]), unbound)
+        unbound = [ref for ref, pvc in zip(unbound, found)
+                   if isinstance(pvc, Exception) or ((pvc or {}).get("status") or {}).get("phase") != "Bound"]
+    return gather_facts(kube, spec)
 
 
 def _restarting(plan):

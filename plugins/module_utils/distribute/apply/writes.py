@@ -7,7 +7,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import time
+
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
+
+# A PVC binds at once only if the PV controller already has its PV when it first syncs the claim; otherwise it binds
+# at the controller's next resync, up to 15 s later. A PV the controller has synced leaves phase Pending (Available,
+# or Bound), so new PVs are waited for that long at most before their PVCs are written: never longer than the resync.
+PV_SYNC_TIMEOUT_SECONDS = 15.0
+# The PV controller answers in tens of milliseconds.
+BIND_POLL_SECONDS = 0.1
 
 
 def execute(kube, plan, replace_timeout, scrub):
@@ -46,9 +55,26 @@ def execute(kube, plan, replace_timeout, scrub):
                            "error": "still terminating after %ss (finalizers); re-run later" % replace_timeout})
         stuck_refs = set(stuck)
         applies += [a for a in replaced if (a.kind, a.namespace, a.name) not in stuck_refs]
-    # Kind by kind: a PVC that names its PV binds at once only if the PV exists, and a Job's pod is
+    # Kind by kind: a PVC binds at once only if the PV controller has seen its PV, and a Job's pod is
     # scheduled at once only if its PVC is bound; otherwise the controllers retry seconds later.
     for kind in planner.KIND_ORDER[1:]:
         batch = [a for a in applies if a.kind == kind]
         record(batch, kube.map(apply, batch))
+        if kind == "PersistentVolume" and not kube.dry_run:
+            _wait_pvs_synced(kube, [a.name for a in batch if a.verb != "update"])
     return errors
+
+
+def _wait_pvs_synced(kube, names):
+    """Wait until the PV controller has synced each new PV (its phase is no longer Pending), at most
+    PV_SYNC_TIMEOUT_SECONDS: past that its PVCs bind at the controller's resync anyway."""
+    deadline = time.monotonic() + PV_SYNC_TIMEOUT_SECONDS
+    while names and time.monotonic() < deadline:
+        found = kube.map(lambda name: kube.get("PersistentVolume", name), names)
+        names = [name for name, pv in zip(names, found) if isinstance(pv, Exception) or (pv and not _synced(pv))]
+        if names:
+            time.sleep(BIND_POLL_SECONDS)
+
+
+def _synced(pv):
+    return ((pv.get("status") or {}).get("phase") or "Pending") != "Pending"

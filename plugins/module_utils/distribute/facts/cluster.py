@@ -120,7 +120,7 @@ def gather_facts(kube, spec):
     objects = {kind: results[index] for index, kind in enumerate(OBJECT_KINDS)}
     nodes, namespace_names, classes = results[len(OBJECT_KINDS):] if present else ([], set(), [])
     rivals, named_claims = conflict_facts(kube, spec) if present else ([], [])
-    facts = ClusterFacts(nodes, namespace_names, objects, list_pods(kube, spec, objects, namespace_names),
+    facts = ClusterFacts(nodes, namespace_names, objects, list_pods(kube, spec.namespaces, objects, namespace_names),
                          _storage_class(spec, classes) if present else None, rivals, named_claims)
     return facts
 
@@ -156,10 +156,10 @@ def _failing_job_namespaces(jobs):
             if (job.get("status") or {}).get("failed") and not job_condition(job, "Complete")}
 
 
-def list_pods(kube, spec, objects, existing_namespaces=None):
-    """Unfinished pods of every namespace the cache has or wants PVCs in (who mounts what, stuck Jobs), and
-    the failed pods of its failing Jobs (their termination messages)."""
-    namespaces = set(spec.namespaces) if spec else set()
+def list_pods(kube, namespaces, objects, existing_namespaces=None):
+    """Unfinished pods of the namespaces given (a cache's workload namespaces) and of every namespace its objects are
+    in (who mounts what, stuck Jobs), and the failed pods of its failing Jobs (their termination messages)."""
+    namespaces = set(namespaces)
     for kind in ("PersistentVolumeClaim", "Job"):
         namespaces.update(obj["metadata"]["namespace"] for obj in objects.get(kind, []))
     if existing_namespaces is not None:

@@ -408,7 +408,7 @@ class _Planner:
             if _differs(live, desired):
                 self.plan.add("replace", desired, "holds another digest or spec")
             elif _metadata_outdated(live, desired):
-                self.plan.add("update", desired, "labels or annotations differ")
+                self.plan.add("update", serving.as_update(desired, live), "labels or annotations differ")
 
     def _every_node_extracted(self, namespace):
         return all(extracted for (slot_namespace, _node), extracted in self.current_extracted.items()

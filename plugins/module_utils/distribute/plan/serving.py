@@ -79,17 +79,22 @@ def _labels(spec, namespace):
     return labels
 
 
-def _object(api_version, kind, name, namespace, spec, body):
+def _object(api_version, kind, name, namespace, spec, body, hashed=None):
+    """hashed: what the spec hash covers, when not the body itself."""
     metadata = {"name": name, "labels": _labels(spec, namespace),
-                "annotations": {IMAGE_ANNOTATION: spec.image, SPEC_HASH_ANNOTATION: spec_hash(body)}}
+                "annotations": {IMAGE_ANNOTATION: spec.image, SPEC_HASH_ANNOTATION: spec_hash(hashed or body)}}
     if kind == "PersistentVolumeClaim":
         metadata["namespace"] = namespace
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": body}
 
 
 def render(spec, namespace, alias=False):
-    """(PV, PVC) serving the cache in `namespace`, the PVC named as the cache or, with alias, alias_name. Both name
-    each other and use no storage class (""), so they bind at once and no provisioner or default class takes part."""
+    """(PV, PVC) serving the cache in `namespace`, the PVC named as the cache or, with alias, alias_name. The PV names
+    the PVC in its claimRef and both use no storage class (""), so they bind at once and no provisioner or default
+    class takes part. The PVC leaves volumeName empty, as the slots' do: with it, the PV controller's volume and claim
+    workers both write the PV's phase while binding, and the one that loses the race leaves the PVC Pending until the
+    controller's resync, 15 s later. Its spec hash still covers the PV's name, as when the PVC named it, so serving
+    PVCs made before are not replaced."""
     name = pv_name(spec, namespace, alias)
     claim = serving_alias_name(spec.name, short_digest(spec.digest)) if alias else spec.name
     pv = _object("v1", "PersistentVolume", name, None, spec, {
@@ -100,13 +105,19 @@ def render(spec, namespace, alias=False):
         "hostPath": {"path": published_path(spec, namespace), "type": "Directory"},
         "claimRef": {"namespace": namespace, "name": claim},
     })
-    pvc = _object("v1", "PersistentVolumeClaim", claim, namespace, spec, {
-        "accessModes": list(ACCESS_MODES),
-        "resources": {"requests": {"storage": spec.size}},
-        "storageClassName": "",
-        "volumeName": name,
-    })
+    body = {"accessModes": list(ACCESS_MODES), "resources": {"requests": {"storage": spec.size}},
+            "storageClassName": ""}
+    pvc = _object("v1", "PersistentVolumeClaim", claim, namespace, spec, body, hashed=dict(body, volumeName=name))
     return pv, pvc
+
+
+def as_update(desired, live):
+    """The object an update applies over the live one: a serving PVC of an earlier version named its PV in volumeName
+    (ours, immutable once bound), which an apply without it would try to remove."""
+    volume = (live.get("spec") or {}).get("volumeName")
+    if desired["kind"] != "PersistentVolumeClaim" or not volume:
+        return desired
+    return dict(desired, spec=dict(desired["spec"], volumeName=volume))
 
 
 def users_by_slot(live_objects, mounts):

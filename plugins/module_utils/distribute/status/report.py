@@ -4,13 +4,15 @@
 
 A PVC-mode cache's counts come from its live PVCs and Jobs, and its per-node entries from its per-node objects. An
 imageVolume cache leaves no PVC or Job: its resource's status says what its reconcile found (the nodes that pulled
-the image, the pods mounting it).
+the image, the pods mounting it). Who mounts a cache now (mounted_by, which undeploy's refusal reads) comes from the
+live pods, never from what the last reconcile recorded.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import read_cache
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import cache_selector, managed_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KINDS,
@@ -23,11 +25,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.node_
     node_objects_by_cache,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import pod_mounts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.cache_status import (
     cache_status,
     group_by_cache,
     slots_from_live,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.image_volume import image_users
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_entries import cache_entries
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
     image_volume_report,
@@ -40,19 +44,22 @@ def describe(kube, name=None, namespace=None):
     results = kube.map_all(lambda kind: kube.list(kind, label_selector=selector), ("PersistentVolumeClaim", "Job"),
                            "reading the cluster", DistributeError)
     live = {"PersistentVolumeClaim": results[0], "Job": results[1]}
-    pods = list_pods(kube, None, live)
+    image_volumes = image_volume_resources(kube, name, namespace)
+    pods = list_pods(kube, {ns for resource in image_volumes.values() for ns in _workload_namespaces(resource)}, live)
+    mounts = pod_mounts(pods)
     # A resource-backed cache's entries come from its per-node objects, which also say why GPU nodes lack it.
     node_objects = node_objects_by_cache(kube, name, namespace)
-    image_volumes = image_volume_statuses(kube, name, namespace)
     groups = group_by_cache(live)
     caches = []
     for key in sorted(set(groups) | set(node_objects) | set(image_volumes)):
+        objects = groups.get(key, {})
         if key in image_volumes:
-            status = image_volume_report(image_volumes[key])
+            status = image_volume_report(image_volumes[key]["status"])
+            status["mounted_by"] = _image_volume_users(image_volumes[key], pods)
         else:
-            objects = groups.get(key, {})
             slots, nodes = slots_from_live(objects)
             status = cache_status(slots, nodes, [], {}, objects, pods)
+            status["mounted_by"] = _claim_users(objects.get("PersistentVolumeClaim", []), mounts)
         if key in node_objects:
             status["entries"] = cache_entries(node_objects[key], key[0])
         caches.append({"name": key[0], "namespace": key[1], "scope": "namespaced" if key[1] else "cluster",
@@ -60,13 +67,34 @@ def describe(kube, name=None, namespace=None):
     return {"changed": False, "caches": caches, "api_requests": kube.requests}
 
 
-def image_volume_statuses(kube, name=None, namespace=None):
-    """{(cache, cache namespace or ''): resource status} of the cache resources whose reconcile found them in
-    imageVolume mode (their status has imageVolume): one cache's (name, and namespace for a GKMCache) or every
-    cache's. A cluster without the CRDs has none."""
+def _claim_users(pvcs, mounts):
+    """'namespace/name' of the live pods that mount any of the PVCs (mounts: plan.pod_mounts)."""
+    return sorted({"%s/%s" % (user["namespace"], user["name"]) for pvc in pvcs
+                   for user in mounts.get((pvc["metadata"]["namespace"], pvc["metadata"]["name"]), [])})
+
+
+def _workload_namespaces(resource):
+    """Where the webhook mounts an imageVolume cache: a GKMCache's namespace, a ClusterGKMCache's workloadNamespaces."""
+    cache = read_cache(resource)
+    return [cache.namespace] if cache.namespace else list(cache.workload_namespaces)
+
+
+def _image_volume_users(resource, pods):
+    """'namespace/name' of the live pods of the cache's namespaces whose image volumes mount its image."""
+    reference = ((resource.get("status") or {}).get("imageVolume") or {}).get("reference")
+    namespaces = set(_workload_namespaces(resource))
+    users = image_users(reference, [pod for pod in pods if pod["metadata"].get("namespace") in namespaces],
+                        [])[1] if reference else []
+    return sorted({"%s/%s" % (user["namespace"], user["name"]) for user in users})
+
+
+def image_volume_resources(kube, name=None, namespace=None):
+    """{(cache, cache namespace or ''): resource} of the cache resources whose reconcile found them in imageVolume mode
+    (their status has imageVolume): one cache's (name, and namespace for a GKMCache) or every cache's. A cluster
+    without the CRDs has none."""
     kinds = [("GKMCache" if namespace else "ClusterGKMCache", namespace)] if name else [
         ("GKMCache", None), ("ClusterGKMCache", None)]
-    statuses = {}
+    resources = {}
     for kind, kind_namespace in kinds:
         plural, namespaced = CACHE_KINDS[kind]
         path = ("%s/%s" % (cache_cr.resource_path(kind, None, kind_namespace), name) if name
@@ -75,8 +103,7 @@ def image_volume_statuses(kube, name=None, namespace=None):
         if status_code == 404:
             continue
         for resource in (body.get("items") if not name else [body]) or []:
-            status = resource.get("status") or {}
-            if status.get("imageVolume"):
+            if (resource.get("status") or {}).get("imageVolume"):
                 metadata = resource["metadata"]
-                statuses[(metadata["name"], (metadata.get("namespace") or "") if namespaced else "")] = status
-    return statuses
+                resources[(metadata["name"], (metadata.get("namespace") or "") if namespaced else "")] = resource
+    return resources

@@ -207,8 +207,9 @@ def pvc_mutation(request, view):
         })
         rewrites.append((volume_name, pvc))
     if missing:
-        return [], "; ".join(_missing_message(claim, node) for claim in missing) + (
-            " (pod {0}; a DaemonSet controller retries on its own)".format(pod_label)), ""
+        reasons = "; ".join(_missing_message(claim, node) for claim in missing)
+        # The note is the bare reasons: decide.py puts them on a pod it lets wait Pending instead.
+        return [], reasons + " (pod {0}; a DaemonSet controller retries on its own)".format(pod_label), reasons
     return operations, None, lambda: "pod {0} on node {1}: {2}".format(
         pod_label, node, ", ".join("volume {0} -> {1}".format(*rewrite) for rewrite in rewrites))
 

@@ -13,12 +13,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_PENDING_ANNOTATION
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.claims import (
     decision,
     pvc_mutation,
     review_request,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.steering import steer
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.steering import steer, waiting_on_its_node
 
 
 def decide(review, cache_view, steering_view):
@@ -26,8 +27,14 @@ def decide(review, cache_view, steering_view):
     request, invalid = review_request(review)
     if invalid is not None:
         return invalid
-    steering = steer(request, steering_view)
     operations, denial, note = pvc_mutation(request, cache_view)
+    if denial:
+        waiting = waiting_on_its_node(request, steering_view)
+        if waiting is not None:
+            reason = "%s; the pod waits Pending until its node holds it" % note
+            return decision(request["uid"], waiting.operations + _annotation(request["object"], reason), None,
+                            "%s; %s" % (reason, waiting.note))
+    steering = steer(request, steering_view)
     if not operations:
         note = steering.note
     elif steering.operations:
@@ -38,3 +45,11 @@ def decide(review, cache_view, steering_view):
 def _joined(mutation_note, steering_note):
     # The rewrite's description is built only when a patch is logged.
     return lambda: "%s; %s" % (mutation_note(), steering_note)
+
+
+def _annotation(pod, value):
+    """JSONPatch operations setting the pod's CACHE_PENDING_ANNOTATION."""
+    if not isinstance((pod.get("metadata") or {}).get("annotations"), dict):
+        return [{"op": "add", "path": "/metadata/annotations", "value": {CACHE_PENDING_ANNOTATION: value}}]
+    path = "/metadata/annotations/" + CACHE_PENDING_ANNOTATION.replace("/", "~1")
+    return [{"op": "add", "path": path, "value": value}]

@@ -50,6 +50,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.cach
     steering_disabled,
     template_steering,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.claims import pod_node
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 OPT_OUT = "to place it without steering, annotate it %s: %s" % (STEERING_ANNOTATION, STEERING_DISABLED)
@@ -149,8 +150,9 @@ def _requirement(use, mutation_labelled, view):
         holders, None
 
 
-def steer(request, view):
-    """The Steering of one AdmissionReview request (already checked to be well formed) against a SteeringView."""
+def steer(request, view, serving_claims=False):
+    """The Steering of one AdmissionReview request (already checked to be well formed) against a SteeringView.
+    serving_claims: steer a gkm.io/pvc-mutation pod as a pod of the serving PVC (its claims are not rewritten)."""
     subject = _subject(request)
     if subject is None:
         return Steering(note="not a pod create or a workload create/update")
@@ -188,12 +190,38 @@ def steer(request, view):
         if template_steering(metadata) and not steering_disabled(pod_metadata):
             return _steered_template(label, spec, spec_path, uses)
         return Steering(note="%s: checked; its pods are steered when they are created" % label)
-    mutation_labelled = _mapping(pod_metadata.get("labels")).get(PVC_MUTATION_LABEL) == "true"
+    mutation_labelled = not serving_claims and _mapping(pod_metadata.get("labels")).get(PVC_MUTATION_LABEL) == "true"
     if not mutation_labelled:
         operations.extend(_alias_operations(spec, spec_path, uses))
     if steering_disabled(pod_metadata):
         return Steering(operations, note="%s: steering disabled by %s" % (label, STEERING_ANNOTATION))
     return _steered(label, _controlled(metadata), mutation_labelled, spec, spec_path, uses, view, operations)
+
+
+def waiting_on_its_node(request, view):
+    """The Steering that admits a gkm.io/pvc-mutation pod whose node has no PVC of its cache (the rewrite's denial) to
+    wait Pending on that node, or None when it stays denied.
+
+    Only a pod a controller owns and pins to one node by its required node affinity (a DaemonSet's pod): a denied
+    create stops the DaemonSet controller's whole slow-start batch and backs the DaemonSet off, so its pods on usable
+    nodes would wait behind those on unusable ones. Only while every cache it names is a per-node cache resource with
+    a serving PVC in the namespace, and steering is not disabled: its claims stay the cache's name, so it is steered
+    as a pod of the serving PVC, which keeps it off its node until that node holds the serving PVC's digest (its
+    readiness label), and then it mounts that node's copy.
+    """
+    pod = _mapping(request.get("object"))
+    metadata, spec = _mapping(pod.get("metadata")), _mapping(pod.get("spec"))
+    if not _controlled(metadata) or spec.get("nodeName") or pod_node(spec) is None or steering_disabled(metadata):
+        return None
+    namespace = request.get("namespace") or metadata.get("namespace") or ""
+    uses = cache_uses(metadata, spec, namespace, view)
+    # Each cache must be one steering knows (a cache known only by its PVCs has no resource), with a readiness
+    # label to require and a serving PVC to mount: else nothing would keep the pod off its node.
+    if not uses or any(use.target is None or not use.target.readiness_key or use.target.serving_digest is None
+                       for use in uses):
+        return None
+    steering = steer(request, view, serving_claims=True)
+    return steering if steering.denial is None else None
 
 
 def _controlled(metadata):

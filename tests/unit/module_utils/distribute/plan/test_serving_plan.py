@@ -11,8 +11,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     EXTRACTED,
     RUNNING,
     SERVING_LABEL,
+    SPEC_HASH_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, scrub, serving
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import spec_hash
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 from tests.helpers.distribute import (
     CSI_CLASS,
@@ -47,8 +49,12 @@ def test_one_serving_pvc_named_as_the_cache_bound_to_an_unpinned_pv_at_the_publi
     result = planner.plan(serving_spec(), facts())
     pv, pvc = serving_objects(result.desired)
     assert pvc["metadata"]["name"] == "vector-add" and pvc["metadata"]["namespace"] == "team-a"
-    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pvc["spec"]["storageClassName"] == ""
+    # The PV's claimRef binds them; a volumeName on the PVC would race the PV controller's two workers (serving.py).
+    assert "volumeName" not in pvc["spec"] and pvc["spec"]["storageClassName"] == ""
     assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": "vector-add"}
+    # The hash is the one of the PVC that named its PV: serving PVCs made before are not replaced.
+    assert pvc["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == spec_hash(
+        dict(pvc["spec"], volumeName=pv["metadata"]["name"]))
     assert "nodeAffinity" not in pv["spec"]
     assert pv["spec"]["hostPath"] == {"path": "%s/team-a/vector-add/team-a/%s/cache" % (HOST_ROOT, "a" * 64),
                                       "type": "Directory"}
@@ -67,6 +73,18 @@ def test_off_rox_no_eligible_node_and_a_provisioner_class_get_no_serving_pvc():
     assert not serving_objects(planner.plan(serving_spec(access_modes=["ReadOnlyMany"]), facts()).desired)
     assert not serving_objects(planner.plan(serving_spec(pod_template={}), facts()).desired)
     assert not serving_objects(planner.plan(serving_spec(), facts(storage_class=CSI_CLASS)).desired)
+
+
+def test_an_update_of_a_serving_pvc_that_names_its_pv_keeps_the_name():
+    """A serving PVC of an earlier version named its PV in volumeName, immutable once bound: an update of its metadata
+    must not apply the spec without it (the API server would refuse its removal)."""
+    first = planner.plan(serving_spec(), facts())
+    live = live_after(first)
+    pvc = next(p for p in live["PersistentVolumeClaim"] if serving.is_serving(p))
+    pvc["spec"]["volumeName"] = "gkm-vector-add-serving-old"
+    pvc["metadata"]["labels"].pop(serving.SERVING_LABEL)
+    [update] = [a for a in planner.plan(serving_spec(), facts(objects=live)).actions if a.verb == "update"]
+    assert update.name == "vector-add" and update.body["spec"]["volumeName"] == "gkm-vector-add-serving-old"
 
 
 def test_rerun_writes_nothing():
@@ -170,7 +188,7 @@ def test_a_mounted_serving_pvc_gets_an_alias_at_the_new_digest_once_every_node_h
     _old, live = upgraded(first, [reader])
     second = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=[reader]))
     pv, pvc = [obj for obj in serving_objects(second.desired) if obj["metadata"]["name"] != "vector-add"]
-    assert pvc["metadata"]["name"] == ALIAS and pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pvc["metadata"]["name"] == ALIAS and pv["spec"]["claimRef"]["name"] == ALIAS
     assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": ALIAS}
     assert pv["spec"]["hostPath"]["path"] == serving.published_path(serving_spec(DIGEST_B), "team-a")
     assert pvc["metadata"]["labels"]["gkm.io/digest"] == "b" * 12

@@ -1,5 +1,6 @@
 """One answer per request (admission/decide.py): a labelled DaemonSet pod gets its claim rewritten and is steered in one
-JSONPatch, a denial of either part denies, workloads get steering only, malformed reviews stay 400s."""
+JSONPatch, a denial of either part denies, a DaemonSet pod whose node has no PVC of its cache waits Pending instead,
+workloads get steering only, malformed reviews stay 400s."""
 
 import base64
 import json
@@ -7,6 +8,7 @@ import json
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KIND,
+    CACHE_PENDING_ANNOTATION,
     EXTRACTED_DIGEST_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.claims import (
@@ -29,6 +31,7 @@ from tests.helpers.steering import (
     required_terms,
     serving_pvc,
     terms,
+    view,
     workload_request,
 )
 
@@ -86,6 +89,44 @@ def test_either_part_denies():
     # Steering alone denies an unlabelled pod the PVC mutation lets through.
     decision = decide(review(pod_request(pod_spec("vector-add", nodeName="cpu-1"))), cache_view, steering_view)
     assert decision.outcome == DENIED and "gkm.io/cache-steering: disabled" in decision.message
+
+
+def test_a_daemonset_pod_whose_node_has_no_pvc_waits_pending_on_its_node_as_a_pod_of_the_serving_pvc():
+    cache_view, steering_view, _node_pvc = views()
+    # amd-2 holds only digest B and has no PVC: admitted, its claim kept (the serving PVC), its own node required
+    # ready at the serving PVC's digest, which amd-2 is not, and the rewrite's reason on the pod.
+    for node in ("amd-2", "cpu-1"):
+        request = pod_request(pod_spec("vector-add", affinity=pinned(node)), labels=MUTATION, controller="DaemonSet")
+        decision = decide(review(request), cache_view, steering_view)
+        assert decision.outcome == PATCHED, decision.message
+        pod = apply_patch(request["object"], operations(decision))
+        assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "vector-add"
+        [term] = required_terms(pod["spec"])
+        assert term["matchFields"][0]["values"] == [node]
+        assert {"key": READY_KEY, "operator": "In", "values": [SHORT_A]} in term["matchExpressions"]
+        reason = pod["metadata"]["annotations"][CACHE_PENDING_ANNOTATION]
+        assert reason.startswith('GKMCache "apps/vector-add" is not extracted for node "%s"' % node), reason
+        assert reason.endswith("the pod waits Pending until its node holds it")
+        # Reinvoked: the claim still names the cache, the answer is the same (the annotation is replaced).
+        assert decide(review(dict(request, object=pod)), cache_view, steering_view).outcome == PATCHED
+
+
+def test_a_pod_that_cannot_wait_on_its_node_is_still_denied():
+    cache_view, steering_view, _node_pvc = views()
+
+    def answer(spec, controller="DaemonSet", annotations=None, steering=steering_view):
+        request = pod_request(spec, labels=MUTATION, controller=controller, annotations=annotations)
+        return decide(review(request), cache_view, steering).outcome
+
+    on_amd_2 = pod_spec("vector-add", affinity=pinned("amd-2"))
+    assert answer(on_amd_2, controller=None) == DENIED  # a bare pod: no controller retries it
+    assert answer(pod_spec("vector-add", nodeName="amd-2")) == DENIED  # placed already: no affinity can hold it
+    assert answer(pod_spec("vector-add")) == DENIED  # its node is not known
+    # No serving PVC: its claim names nothing that could be mounted.
+    assert answer(on_amd_2, steering=view([cache("vector-add")], pvcs=[])) == DENIED
+    # A cache known only by its PVCs (no resource): steering has no readiness label to hold the pod with.
+    assert answer(on_amd_2, steering=view([], pvcs=[serving_pvc("vector-add")])) == DENIED
+    assert answer(on_amd_2, annotations={"gkm.io/cache-steering": "disabled"}) == DENIED
 
 
 def test_workloads_get_steering_only_and_malformed_reviews_stay_invalid():
