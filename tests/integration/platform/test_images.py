@@ -245,9 +245,9 @@ def test_pause_image_reproducible_pushed_stops_and_reaps(registry, tmp_path):
         # is looked at.
         subprocess.run(["nsenter", "--target", str(pause_pid), "--pid", "--", "sh", "-c", "sleep 600 & exit 0"],
                        check=True)
-        [orphan] = wait_for(lambda: children(pause_pid))
-        with open("/proc/%s/comm" % orphan) as f:
-            assert f.read().strip() == "sleep"
+        # Until it has exec'd, the orphan still calls itself sh.
+        [orphan] = wait_for(lambda: [child for child in children(pause_pid) if command_name(child) == "sleep"],
+                            timeout=30)
         os.kill(int(orphan), signal.SIGKILL)
         # Reaped, the dead orphan leaves no zombie behind.
         wait_for(lambda: children(pause_pid) == [], timeout=10)
@@ -261,6 +261,14 @@ def test_pause_image_reproducible_pushed_stops_and_reaps(registry, tmp_path):
 def children(pid):
     with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
         return f.read().split()
+
+
+def command_name(pid):
+    try:
+        with open("/proc/%s/comm" % pid) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
 
 
 def wait_for(probe, timeout=5):
