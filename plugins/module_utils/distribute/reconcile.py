@@ -11,6 +11,7 @@ import datetime
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
 from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     IMAGE_VOLUME,
 )
@@ -73,7 +74,7 @@ def _refused(kube, error, kind, name, namespace, path, current, found):
 
     The message names the resource's own fields.
     """
-    message = outcome.resource_message(str(error))
+    message = resource_terms(str(error))
     desired = outcome.error_status(outcome.failure_reason(error), message, _now(),
                                    [crd_name for _name, crd_name in COUNT_NAMES])
     if isinstance(error, image_signature.SignatureRefused):

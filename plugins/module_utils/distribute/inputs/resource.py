@@ -13,7 +13,11 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import CLUSTER, read_cache
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import (
+    CLUSTER,
+    SPEC_FIELDS,
+    read_cache,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KINDS,
     GROUP,
@@ -53,17 +57,13 @@ def distribute_params(resource, defaults):
     if cache.problems:
         raise ResourceError(cache.problems[0])
     params = copy.deepcopy(defaults)
+    params.update({attribute: copy.deepcopy(getattr(cache, attribute)) for attribute, _field in SPEC_FIELDS})
     params.update(
         name=cache.name,
-        image=cache.image,
-        access_modes=list(cache.access_modes),
-        storage_class_name=cache.storage_class_name,
-        pod_template=copy.deepcopy(cache.pod_template),
         upgrade_policy=upgrade_policy(resource) if cache.upgrade_policy is not None else None,
-        mount_mode=cache.mount_mode,
         scope=cache.scope,
         namespace=cache.namespace,
-        workload_namespaces=list(cache.workload_namespaces) if cache.scope == CLUSTER else None,
+        workload_namespaces=params["workload_namespaces"] if cache.scope == CLUSTER else None,
     )
     return params
 

@@ -10,10 +10,10 @@ __metaclass__ = type
 
 import copy
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import RESOLVED
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import image_volume
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import summary as status_summary
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.upgrade_status import (
     upgrade_condition,
     upgrade_status,
@@ -91,7 +91,7 @@ def _status_head(result, now):
         "type": "Ready",
         "status": "True" if phase in READY_PHASES else "False",
         "reason": phase,
-        "message": resource_message(message),
+        "message": resource_terms(message),
         "lastTransitionTime": now,
     }]
     body = {

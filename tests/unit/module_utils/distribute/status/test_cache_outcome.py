@@ -3,6 +3,7 @@
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply import dry_run
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import (
     DistributeError,
@@ -45,7 +46,7 @@ def test_a_missing_namespace_is_gkms_no_namespace_condition():
     ("image pod_templates and x.pod_template stay", "image pod_templates and x.pod_template stay"),
 ])
 def test_messages_name_the_resource_fields(message, expected):
-    assert outcome.resource_message(message) == expected
+    assert resource_terms(message) == expected
 
 
 def test_the_reason_comes_from_the_error_or_its_result():
@@ -97,7 +98,7 @@ def test_server_messages_name_the_pod_template_fields_for_jobs_only():
         'Job.batch "j" is invalid: [pod_template.spec.tolerations[0].operator: Invalid value, '
         'pod_template.metadata.labels: Invalid value: "x!"]')
     assert dry_run.user_fields("PersistentVolumeClaim", "spec.template.spec.x") == "spec.template.spec.x"
-    assert outcome.resource_message(dry_run.user_fields("Job", "spec.template.spec.priorityClassName: x")) == (
+    assert resource_terms(dry_run.user_fields("Job", "spec.template.spec.priorityClassName: x")) == (
         "spec.podTemplate.spec.priorityClassName: x")
 
 
