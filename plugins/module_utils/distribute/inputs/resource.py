@@ -1,9 +1,9 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""GKMCache and ClusterGKMCache custom resources: spec to distribution options, status back.
+"""GKMCache and ClusterGKMCache custom resources: their API path, and their spec as distribution options.
 
 Pure functions: the cache_reconcile module reads a resource, turns its spec into cache_distribute
-options with `distribute_params`, and writes `summary_status` of the result to its status subresource.
+options with `distribute_params`; reconcile.py writes its status (status/resource_status.py).
 """
 
 from __future__ import absolute_import, division, print_function
