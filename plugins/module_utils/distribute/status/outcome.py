@@ -20,6 +20,7 @@ DEFAULT_REASON = "ReconcileFailed"
 # GKM's condition type for a workload namespace that does not exist; every other refusal is its Error type.
 NO_NAMESPACE = "NoNamespace"
 
+
 def failure_reason(error):
     """The machine-readable reason of a refusal: the error's own `reason`, else the one its result carries."""
     return getattr(error, "reason", None) or (getattr(error, "result", None) or {}).get("reason") or DEFAULT_REASON
