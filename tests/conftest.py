@@ -133,6 +133,22 @@ def namespace(kube, request):
     core.delete_namespace(name)
 
 
+@pytest.fixture
+def tenant(kube, request):
+    """A tenant of issue 31's tests: a fresh namespace at Pod Security `restricted`, ServiceAccount `tenant` with
+    `edit` there (tests/fixtures/tenant), and a Tenant whose clients carry that ServiceAccount's TokenRequest token,
+    never the admin's certificate. The namespace is deleted (without waiting) afterwards."""
+    from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+    from tests.helpers.tenant import apply_tenant, tenant_kube
+
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:36].strip("-")
+    name = "tn-%s-%s" % (base, uuid.uuid4().hex[:5])
+    admin = Kube(kube)
+    apply_tenant(admin, name)
+    yield tenant_kube(kube, name)
+    admin.request("DELETE", "/api/v1/namespaces/%s" % name)
+
+
 @pytest.fixture(scope="session")
 def crds(kube):
     """The collection's CRDs applied as the gkm role applies them; a CustomObjectsApi once Established."""

@@ -1,0 +1,113 @@
+"""A tenant as issue 31's tests act as one (docs/security.md, "Tenant RBAC example").
+
+The admin's client applies tests/fixtures/tenant/tenant.yaml for one namespace: the namespace at a Pod Security
+level, the ServiceAccount `tenant` bound to the built-in `edit` ClusterRole there, and the `gkm-cache-owner` Role.
+The tenant's own client then carries a short-lived token the TokenRequest API issued for that ServiceAccount, the
+admin's host and CA, and no client certificate: whatever it is refused is real RBAC, whatever its pods are
+refused is real Pod Security.
+"""
+
+import os
+from dataclasses import dataclass, field
+
+import yaml
+from kubernetes import client
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import APPLY_CONTENT_TYPE, Kube
+from tests.helpers.paths import ROOT
+
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "tenant")
+TENANT_MANIFEST = os.path.join(FIXTURES, "tenant.yaml")
+SERVICE_ACCOUNT = "tenant"
+OWNER_BINDING = "tenant-gkm-cache-owner"
+# The shortest lifetime the API server accepts; a test never outlives it.
+TOKEN_SECONDS = 600
+POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
+
+# (API prefix, plural) of the kinds the tenant manifests hold; common/kube.py's table has only what the collection
+# itself writes.
+_KINDS = {
+    "Namespace": ("/api/v1", "namespaces"),
+    "ServiceAccount": ("/api/v1", "serviceaccounts"),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles"),
+}
+
+
+@dataclass
+class Tenant:
+    """One tenant: its namespace, and the API as it reaches it (Kube for requests, the ApiClient under it)."""
+
+    namespace: str
+    kube: Kube = field(repr=False)
+    api: client.ApiClient = field(repr=False)
+
+
+def object_path(obj):
+    """The API path of one object of the tenant manifests."""
+    prefix, plural = _KINDS[obj["kind"]]
+    metadata = obj["metadata"]
+    scope = "namespaces/%s/" % metadata["namespace"] if metadata.get("namespace") else ""
+    return "%s/%s%s/%s" % (prefix, scope, plural, metadata["name"])
+
+
+def load_manifest(path, namespace=None):
+    """The objects of a manifest of tests/fixtures/tenant, __NAMESPACE__ replaced when given."""
+    with open(path) as handle:
+        text = handle.read()
+    if namespace:
+        text = text.replace("__NAMESPACE__", namespace)
+    return [obj for obj in yaml.safe_load_all(text) if obj]
+
+
+def apply_objects(admin, objects):
+    """Server-side apply each object with the admin's Kube."""
+    for obj in objects:
+        admin.request("PATCH", object_path(obj), [("fieldManager", "gkm-tests"), ("force", "true")], obj,
+                      APPLY_CONTENT_TYPE, what="%s %s" % (obj["kind"], obj["metadata"]["name"]))
+
+
+def apply_tenant(admin, namespace, pod_security="restricted"):
+    """The tenant's namespace, ServiceAccount and RBAC, with its namespace enforcing `pod_security`."""
+    objects = load_manifest(TENANT_MANIFEST, namespace)
+    for obj in objects:
+        if obj["kind"] == "Namespace":
+            obj["metadata"]["labels"][POD_SECURITY_LABEL] = pod_security
+    apply_objects(admin, objects)
+    return objects
+
+
+def tenant_token(admin, namespace, seconds=TOKEN_SECONDS):
+    """A token of ServiceAccount `tenant` from the TokenRequest API (kubectl create token), for the API server's
+    own audience."""
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "spec": {"audiences": [], "expirationSeconds": seconds}}
+    _status, reply = admin.request(
+        "POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (namespace, SERVICE_ACCOUNT), body=request,
+        what="token of %s/%s" % (namespace, SERVICE_ACCOUNT))
+    return reply["status"]["token"]
+
+
+def tenant_client(admin_api, namespace):
+    """An ApiClient acting as the tenant: the admin's host and CA, the tenant's bearer token, no client certificate."""
+    admin = admin_api.configuration
+    configuration = client.Configuration()
+    configuration.host = admin.host
+    configuration.ssl_ca_cert = admin.ssl_ca_cert
+    configuration.verify_ssl = admin.verify_ssl
+    configuration.api_key = {"authorization": "Bearer " + tenant_token(Kube(admin_api), namespace)}
+    return client.ApiClient(configuration)
+
+
+def tenant_kube(admin_api, namespace):
+    """The tenant as a Tenant: its Kube reaches the API the way the collection does, as the tenant."""
+    api = tenant_client(admin_api, namespace)
+    return Tenant(namespace=namespace, kube=Kube(api), api=api)
+
+
+def whoami(kube):
+    """The user name the API server sees for this client (SelfSubjectReview)."""
+    _status, reply = kube.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                                  body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    return reply["status"]["userInfo"]["username"]
