@@ -24,14 +24,15 @@ OWNER_BINDING = "tenant-gkm-cache-owner"
 TOKEN_SECONDS = 600
 POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
 
-# (API prefix, plural) of the kinds the tenant manifests hold; common/kube.py's table has only what the collection
-# itself writes.
+# (API prefix, plural) of the kinds the tenant manifests and the operator's RBAC hold; common/kube.py's table has
+# only what the collection itself writes.
 _KINDS = {
     "Namespace": ("/api/v1", "namespaces"),
     "ServiceAccount": ("/api/v1", "serviceaccounts"),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles"),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings"),
 }
 
 
@@ -45,7 +46,7 @@ class Tenant:
 
 
 def object_path(obj):
-    """The API path of one object of the tenant manifests."""
+    """The API path of one object of the tenant manifests or of RBAC."""
     prefix, plural = _KINDS[obj["kind"]]
     metadata = obj["metadata"]
     scope = "namespaces/%s/" % metadata["namespace"] if metadata.get("namespace") else ""
@@ -78,31 +79,32 @@ def apply_tenant(admin, namespace, pod_security="restricted"):
     return objects
 
 
-def tenant_token(admin, namespace, seconds=TOKEN_SECONDS):
-    """A token of ServiceAccount `tenant` from the TokenRequest API (kubectl create token), for the API server's
-    own audience."""
+def service_account_token(admin, namespace, service_account=SERVICE_ACCOUNT, seconds=TOKEN_SECONDS):
+    """A token of a ServiceAccount from the TokenRequest API (kubectl create token), for the API server's own
+    audience."""
     request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                "spec": {"audiences": [], "expirationSeconds": seconds}}
     _status, reply = admin.request(
-        "POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (namespace, SERVICE_ACCOUNT), body=request,
-        what="token of %s/%s" % (namespace, SERVICE_ACCOUNT))
+        "POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (namespace, service_account), body=request,
+        what="token of %s/%s" % (namespace, service_account))
     return reply["status"]["token"]
 
 
-def tenant_client(admin_api, namespace):
-    """An ApiClient acting as the tenant: the admin's host and CA, the tenant's bearer token, no client certificate."""
+def service_account_client(admin_api, namespace, service_account=SERVICE_ACCOUNT):
+    """An ApiClient acting as a ServiceAccount: the admin's host and CA, its bearer token, no client certificate."""
     admin = admin_api.configuration
     configuration = client.Configuration()
     configuration.host = admin.host
     configuration.ssl_ca_cert = admin.ssl_ca_cert
     configuration.verify_ssl = admin.verify_ssl
-    configuration.api_key = {"authorization": "Bearer " + tenant_token(Kube(admin_api), namespace)}
+    token = service_account_token(Kube(admin_api), namespace, service_account)
+    configuration.api_key = {"authorization": "Bearer " + token}
     return client.ApiClient(configuration)
 
 
 def tenant_kube(admin_api, namespace):
     """The tenant as a Tenant: its Kube reaches the API the way the collection does, as the tenant."""
-    api = tenant_client(admin_api, namespace)
+    api = service_account_client(admin_api, namespace)
     return Tenant(namespace=namespace, kube=Kube(api), api=api)
 
 
