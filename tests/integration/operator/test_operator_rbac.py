@@ -29,7 +29,6 @@ def operator_kube(kube):
     admin.request("DELETE", "/api/v1/namespaces/%s" % system)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: operator RBAC, pods/eviction missing")
 def test_the_operator_evicts_a_workload_pod_as_upgrade_policy_restart_does(kube, namespace, operator_kube):
     admin = Kube(kube)
     admin.request("POST", "/api/v1/namespaces/%s/pods" % namespace, body={

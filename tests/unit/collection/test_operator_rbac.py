@@ -1,12 +1,9 @@
 """The in-cluster operator's ClusterRole (roles/gkm/templates/operator.yaml.j2) is exactly the table of
 docs/operator.md, and grants what the reconcile calls (docs/security.md, class 12)."""
 
-import pytest
-
 from tests.helpers.operator_rbac import cluster_role_grants, documented_grants
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: operator RBAC, pods/eviction missing")
 def test_the_operator_may_evict_the_pods_upgrade_policy_restart_evicts():
     # distribute/apply/evictions.py POSTs policy/v1 Evictions to pods/<name>/eviction.
     assert ("", "pods/eviction", "create") in cluster_role_grants()
