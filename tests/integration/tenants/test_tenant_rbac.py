@@ -7,6 +7,8 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube, KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import API_VERSION
+from tests.helpers.roles import run_role
+from tests.helpers.sim import SIM_SCRIPT
 from tests.helpers.tenant import FIXTURES, OWNER_BINDING, apply_objects, load_manifest, object_path, whoami
 
 pytestmark = [pytest.mark.cluster, pytest.mark.tenant]
@@ -109,6 +111,45 @@ def test_edit_alone_covers_gkmcaches_once_the_aggregated_cluster_roles_exist(crd
     finally:
         for role in roles:
             admin.request("DELETE", object_path(role))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31: tenant RBAC, the gkm role ships no aggregated ClusterRoles")
+def test_edit_alone_covers_gkmcaches_once_the_gkm_role_ran(sim, crds, kube, tenant, tmp_path):
+    """The gkm role ships ClusterRoles aggregated into `edit`: a tenant with only `edit` creates and reads its
+    GKMCaches, still may not create a ClusterGKMCache, and loses the GKMCaches with the role's removal."""
+    admin = Kube(kube)
+    admin.request("DELETE", "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings/%s"
+                  % (tenant.namespace, OWNER_BINDING))
+    wait_for_refusal(tenant.kube, tenant.namespace)
+    role_vars = dict(gkm_kubeconfig=sim.kubeconfig, gkm_webhook_endpoint="url", gkm_webhook_local=True,
+                     gkm_sim_script=SIM_SCRIPT, gkm_tools_image="%s/gkm-cluster/tools:sim" % sim.registry)
+    installed = run_role("gkm", tmp_path, role_vars)
+    assert installed.ok, installed.failures()
+    try:
+        assert create_when_allowed(tenant.kube, gkmcache("by-edit", tenant.namespace)) == 201
+        assert tenant.kube.request("GET", gkmcaches_path(tenant.namespace, "by-edit"))[0] == 200
+        assert tenant.kube.request("GET", "/apis/%s/namespaces/%s/gkmcachenodes"
+                                   % (API_VERSION, tenant.namespace))[0] == 200
+        cluster_cache = {"name": "by-edit-" + tenant.namespace[-5:]}
+        assert refusal(tenant.kube, "POST", "/apis/%s/clustergkmcaches" % API_VERSION, {
+            "apiVersion": API_VERSION, "kind": "ClusterGKMCache", "metadata": cluster_cache,
+            "spec": {"image": "quay.io/example/cache:v1", "workloadNamespaces": [tenant.namespace]}}) == 403
+    finally:
+        removed = run_role("gkm", tmp_path, dict(role_vars, gkm_state="absent"))
+    assert removed.ok, removed.failures()
+    wait_for_refusal(tenant.kube, tenant.namespace)
+
+
+def create_when_allowed(kube, cache, timeout=20):
+    """POST a GKMCache, asked again while RBAC refuses it (aggregation copies new rules into `edit` a moment later)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return kube.request("POST", gkmcaches_path(cache["metadata"]["namespace"]), body=cache)[0]
+        except KubeError as error:
+            if error.status != 403 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def wait_for_refusal(kube, namespace, timeout=30):
