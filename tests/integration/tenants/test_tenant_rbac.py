@@ -9,12 +9,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kub
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import API_VERSION
 from tests.helpers.roles import run_role
 from tests.helpers.sim import SIM_SCRIPT
-from tests.helpers.tenant import FIXTURES, OWNER_BINDING, apply_objects, load_manifest, object_path, whoami
+from tests.helpers.tenant import OWNER_BINDING, whoami
 
 pytestmark = [pytest.mark.cluster, pytest.mark.tenant]
-
-AGGREGATE_MANIFEST = FIXTURES + "/aggregate-to-edit.yaml"
-
 
 def gkmcache(name, namespace):
     return {"apiVersion": API_VERSION, "kind": "GKMCache", "metadata": {"name": name, "namespace": namespace},
@@ -86,34 +83,6 @@ def test_restricted_pod_security_refuses_the_tenants_privileged_pod(tenant):
     assert refusal(tenant.kube, "POST", "/api/v1/namespaces/%s/pods" % tenant.namespace, pod) == 403
 
 
-def test_edit_alone_covers_gkmcaches_once_the_aggregated_cluster_roles_exist(crds, kube, tenant):
-    """The proposal of tests/fixtures/tenant/aggregate-to-edit.yaml: without the namespace's own Role, `edit` lets the
-    tenant create a GKMCache once ClusterRoles labelled aggregate-to-edit grant it."""
-    admin = Kube(kube)
-    admin.request("DELETE", "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings/%s"
-                  % (tenant.namespace, OWNER_BINDING))
-    wait_for_refusal(tenant.kube, tenant.namespace)
-    roles = load_manifest(AGGREGATE_MANIFEST)
-    apply_objects(admin, roles)
-    try:
-        # The controller manager's aggregation copies the rules into `edit` a moment later.
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                status = tenant.kube.request("POST", gkmcaches_path(tenant.namespace),
-                                             body=gkmcache("by-edit", tenant.namespace))[0]
-                break
-            except KubeError as error:
-                if error.status != 403 or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-        assert status == 201
-    finally:
-        for role in roles:
-            admin.request("DELETE", object_path(role))
-
-
-@pytest.mark.xfail(strict=True, reason="issue 31: tenant RBAC, the gkm role ships no aggregated ClusterRoles")
 def test_edit_alone_covers_gkmcaches_once_the_gkm_role_ran(sim, crds, kube, tenant, tmp_path):
     """The gkm role ships ClusterRoles aggregated into `edit`: a tenant with only `edit` creates and reads its
     GKMCaches, still may not create a ClusterGKMCache, and loses the GKMCaches with the role's removal."""
