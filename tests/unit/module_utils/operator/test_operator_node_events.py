@@ -1,5 +1,7 @@
 """Which caches a Node event re-reconciles (module_utils/operator/node_events.py), pure."""
 
+import pytest
+
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import node_gpus
 from ansible_collections.gkm.cluster.plugins.module_utils.operator.node_events import affected_caches
 
@@ -116,3 +118,27 @@ def test_a_gpu_change_affects_only_the_caches_whose_per_node_object_judged_the_n
     assert affected_caches(regpu, [elsewhere], [], node_statuses=recorded) == []
     # team-b's cache has no per-node object on gpu-1: it joins as any placed node does.
     assert names(affected_caches(regpu, [other_namespace], [], node_statuses=recorded)) == ["vector-add"]
+
+
+GPU_TAINT = {"key": "gpu", "value": "amd", "effect": "NoSchedule"}
+TOLERATE_GPU = [{"key": "gpu", "operator": "Exists"}]
+MALFORMED_POD_SPECS = [
+    {"tolerations": TOLERATE_GPU, "affinity": {"nodeAffinity": "x"}},
+    {"tolerations": TOLERATE_GPU, "affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": "x"}}}},
+    {"tolerations": TOLERATE_GPU, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": ["x"]}]}}}},
+    {"tolerations": ["x"]},
+]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31: malformed affinity raises in the node events loop")
+@pytest.mark.parametrize("pod_spec", MALFORMED_POD_SPECS)
+def test_a_malformed_cache_among_good_ones_is_reconciled_and_does_not_stop_the_others(pod_spec):
+    # One tenant's resource written before the CRD typed these fields: its own reconcile reports the field, and
+    # every other cache is judged as if it were not there.
+    tainted = node(taints=[GPU_TAINT])
+    good = {"tolerations": TOLERATE_GPU}
+    caches = [cache("first", pod_spec=good), cache("malformed", pod_spec=pod_spec), cache("last", pod_spec=good)]
+    assert names(affected_caches(tainted, caches, [])) == ["first", "malformed", "last"]
+    assert names(affected_caches(tainted, caches, [pvc_on_node("first"), pvc_on_node("last")])) == ["malformed"]

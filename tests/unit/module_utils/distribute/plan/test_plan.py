@@ -534,3 +534,22 @@ def test_a_rerun_renders_no_job_of_an_extracted_slot_unless_its_metadata_changed
     relabelled = planner.plan(spec, facts(objects=live))
     assert [(a.verb, a.kind, a.body) for a in relabelled.actions] == [("update", "Job", job)]
     assert len(rendered) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31: malformed affinity raises AttributeError")
+@pytest.mark.parametrize("affinity, field", [
+    ("x", "pod_template.spec.affinity must be a mapping"),
+    ({"nodeAffinity": "x"}, "pod_template.spec.affinity.nodeAffinity must be a mapping"),
+    ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": "x"}}},
+     "pod_template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms "
+     "must be a list"),
+    ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": "b"}]}]}}},
+     "nodeSelectorTerms[0].matchExpressions[0].values must be a list"),
+])
+def test_a_malformed_required_affinity_is_an_invalid_spec_naming_the_field(affinity, field):
+    template = {"spec": {"tolerations": [GPU_TOLERATION], "affinity": affinity}}
+    with pytest.raises(scheduling.PlanError) as refused:
+        planner.plan(make_spec(pod_template=template), facts())
+    assert refused.value.reason == "InvalidSpec"
+    assert field in str(refused.value)
