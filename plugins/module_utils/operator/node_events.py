@@ -15,6 +15,8 @@ A cache is affected when what its placement says about the node disagrees with w
 A GPU node the placement selects whose GPUs the image cannot run stays excluded in its per-node object, so
 its heartbeats reconcile nothing. GPU compatibility itself needs the image's targets (a registry read): the
 reconcile judges it, not this filter.
+Every cache is judged on its own: one whose placement fields cannot be read (a resource written before the CRDs typed
+them) is reconciled, so its own run reports the field, and the others are judged as if it were not there.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,7 +30,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     INCOMPATIBLE,
     NODE_KINDS,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import placement_problems
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import (
+    PlanError,
+    placement_problems,
+    spec_problems,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import EXCLUDED, node_gpus
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
@@ -55,6 +61,9 @@ def _is_gpu_node(labels):
 def placement_selects(resource, node, compatibility="skip"):
     """Whether the cache's pod template lets its Job onto the node (and, unless compatibility is ignore, a GPU node)."""
     pod_spec = (read_cache(resource).pod_template or {}).get("spec") or {}
+    problems = spec_problems(pod_spec.get("affinity"), pod_spec.get("tolerations"))
+    if problems:
+        raise PlanError("; ".join(problems), reason="InvalidSpec")
     reasons, _taints = placement_problems(node, pod_spec.get("nodeSelector") or {}, pod_spec.get("affinity"),
                                           pod_spec.get("tolerations") or [])
     return not reasons and (compatibility == "ignore" or _is_gpu_node(node["metadata"].get("labels") or {}))
@@ -103,12 +112,21 @@ def affected_caches(node, resources, node_objects, compatibility="skip", node_st
     held = holders(node_objects)
     affected = []
     for resource in resources:
-        selected = placement_selects(resource, node, compatibility)
-        holds = _cache_key(resource) in held
-        status = _node_status_of(resource, node_statuses)
-        leaving = holds and not selected
-        joining = selected and not holds and not _left_out_on_node(resource, status)
-        regpu = (selected or holds) and _gpus_changed(resource, node, status)
-        if leaving or joining or regpu:
+        try:
+            touched = _affected(resource, node, held, compatibility, node_statuses)
+        except (PlanError, AttributeError, TypeError, ValueError):
+            # Its spec cannot be judged here: its own reconcile says why, in its status.
+            touched = True
+        if touched:
             affected.append(resource)
     return affected
+
+
+def _affected(resource, node, held, compatibility, node_statuses):
+    selected = placement_selects(resource, node, compatibility)
+    holds = _cache_key(resource) in held
+    status = _node_status_of(resource, node_statuses)
+    leaving = holds and not selected
+    joining = selected and not holds and not _left_out_on_node(resource, status)
+    regpu = (selected or holds) and _gpus_changed(resource, node, status)
+    return leaving or joining or regpu

@@ -35,7 +35,6 @@ def test_a_well_formed_affinity_and_tolerations_are_accepted(crds, tenant):
     assert create(tenant, "well-formed", {"affinity": affinity, "tolerations": tolerations}) == 201
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: malformed affinity and tolerations accepted by the CRDs")
 @pytest.mark.parametrize("pod_spec, complaint", [
     ({"affinity": {"nodeAffinity": "x"}}, "spec.podTemplate.spec.affinity.nodeAffinity"),
     ({"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": "x"}}}}, "nodeSelectorTerms"),

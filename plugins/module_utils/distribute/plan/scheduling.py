@@ -22,6 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import 
 # The reason of a node without GPU labels; node_status.py sorts reasons by it.
 NO_GPU_LABELS = "no %s labels" % GPU_LABELS
 TOLERATIONS_FIX = "pod_template.spec.tolerations"
+AFFINITY_FIELD = "pod_template.spec.affinity"
 
 
 TOLERATION_OPERATORS = ("Equal", "Exists")
@@ -63,6 +64,54 @@ def toleration_problems(tolerations):
         if effect and effect not in TAINT_EFFECTS:
             problems.append("%s.effect %r is not an effect: use one of %s" % (field, effect, ", ".join(TAINT_EFFECTS)))
     return problems
+
+
+def _requirement_problems(requirements, field):
+    """What is malformed in a node selector term's matchExpressions or matchFields."""
+    if not isinstance(requirements, list):
+        return ["%s must be a list" % field]
+    problems = []
+    for index, requirement in enumerate(requirements):
+        at = "%s[%d]" % (field, index)
+        if not isinstance(requirement, dict):
+            problems.append("%s must be a mapping (key, operator, values)" % at)
+        elif not isinstance(requirement.get("values") or [], list):
+            problems.append("%s.values must be a list" % at)
+    return problems
+
+
+def affinity_problems(affinity):
+    """What is malformed in the part of the pod template's affinity the planner reads (the required node affinity),
+    each naming its field. The CRDs' schema refuses these when a cache is written; this guards a resource written
+    before they did, so it fails on its own instead of in a loop shared with other caches."""
+    value, field = affinity, AFFINITY_FIELD
+    # Down to the required node affinity: each level a mapping, an absent one requiring nothing.
+    for key in ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", None):
+        if value is None:
+            return []
+        if not isinstance(value, dict):
+            return ["%s must be a mapping" % field]
+        if key:
+            value, field = value.get(key), "%s.%s" % (field, key)
+    terms, field = value.get("nodeSelectorTerms") or [], field + ".nodeSelectorTerms"
+    if not isinstance(terms, list):
+        return ["%s must be a list" % field]
+    problems = []
+    for index, term in enumerate(terms):
+        at = "%s[%d]" % (field, index)
+        if not isinstance(term, dict):
+            problems.append("%s must be a mapping (matchExpressions, matchFields)" % at)
+            continue
+        for key in ("matchExpressions", "matchFields"):
+            problems += _requirement_problems(term.get(key) or [], "%s.%s" % (at, key))
+    return problems
+
+
+def spec_problems(affinity, tolerations):
+    """affinity_problems and toleration_problems, and tolerations that are not a list."""
+    if not isinstance(tolerations or [], list):
+        return ["%s must be a list" % TOLERATIONS_FIX]
+    return affinity_problems(affinity) + toleration_problems(tolerations)
 
 
 # ---------------------------------------------------------------- scheduling predicates
@@ -152,6 +201,10 @@ def _term_matches(term, node):
 
 
 def required_affinity_matches(node, affinity):
+    """Whether the node meets the required node affinity; a malformed one is a PlanError naming its field."""
+    problems = affinity_problems(affinity)
+    if problems:
+        raise PlanError("; ".join(problems), reason="InvalidSpec")
     required = ((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
     if not required:
         return True
@@ -210,11 +263,11 @@ def placement_problems(node, pod_selector, affinity, tolerations):
 def node_eligibility(spec, nodes):
     result = Eligibility()
     tolerations = spec.pod_spec("tolerations", [])
-    problems = toleration_problems(tolerations)
+    affinity = spec.pod_spec("affinity")
+    problems = spec_problems(affinity, tolerations)
     if problems:
         raise PlanError("; ".join(problems), reason="InvalidSpec")
     pod_selector = spec.pod_spec("nodeSelector", {})
-    affinity = spec.pod_spec("affinity")
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]
         labels = node["metadata"].get("labels") or {}

@@ -132,7 +132,6 @@ MALFORMED_POD_SPECS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: malformed affinity raises in the node events loop")
 @pytest.mark.parametrize("pod_spec", MALFORMED_POD_SPECS)
 def test_a_malformed_cache_among_good_ones_is_reconciled_and_does_not_stop_the_others(pod_spec):
     # One tenant's resource written before the CRD typed these fields: its own reconcile reports the field, and

@@ -536,7 +536,6 @@ def test_a_rerun_renders_no_job_of_an_extracted_slot_unless_its_metadata_changed
     assert len(rendered) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: malformed affinity raises AttributeError")
 @pytest.mark.parametrize("affinity, field", [
     ("x", "pod_template.spec.affinity must be a mapping"),
     ({"nodeAffinity": "x"}, "pod_template.spec.affinity.nodeAffinity must be a mapping"),
