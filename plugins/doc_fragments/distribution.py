@@ -31,6 +31,14 @@ options:
     type: str
     choices: [auto, always, never]
     default: auto
+  host_path_read_only_many:
+    description:
+      - Allow ReadOnlyMany caches on the hostPath PVs of O(create_pvs). A hostPath PV is a directory on whichever node
+        mounts it, so the cache's one extraction Job fills one node's and pods on every other node mount an empty
+        directory; such a cache is therefore refused, with the fix, unless this is true.
+      - Only for a cluster of one node, or where every pod that mounts the cache is pinned to the node its Job ran on.
+    type: bool
+    default: false
   host_path_root:
     description:
       - Directory on the nodes under which hostPath PVs keep the extracted caches.

@@ -161,7 +161,8 @@ def test_four_scenarios_converge_and_rerun_writes_nothing(sim, kube, images, nam
     else:
         args.update(namespace=namespace)
     if mode == "rox":
-        args["access_modes"] = ["ReadWriteOnce", "ReadOnlyMany"]
+        # hostPath PVs here (no provisioner): allowed explicitly, the objects on kwok nodes are what is checked.
+        args.update(access_modes=["ReadWriteOnce", "ReadOnlyMany"], host_path_read_only_many=True)
     namespaces = args.get("workload_namespaces") or [namespace]
     per_namespace = 3 if mode == "rwo" else 1
     try:
@@ -325,7 +326,7 @@ def test_gpu_taint_without_toleration_is_diagnosed_then_converges_with_it(sim, k
         assert "pod_template.spec.tolerations" in unplaced["status"]["unplaced"]
         assert cache_objects(kube, name) == {"pvc": [], "pv": [], "job": []}
 
-        rox = {**rwo, "access_modes": ["ReadOnlyMany"], "wait": False}
+        rox = {**rwo, "access_modes": ["ReadOnlyMany"], "host_path_read_only_many": True, "wait": False}
         stuck = distribute(sim, **rox)
         assert stuck["changed"] is True
 

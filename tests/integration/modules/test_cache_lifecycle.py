@@ -118,10 +118,10 @@ def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(
             assert not result.get("failed"), result
 
 
-def reconcile(sim, kind, name, namespace=None):
+def reconcile(sim, kind, name, namespace=None, **args):
     return run_module("cache_reconcile", sim.kubeconfig, kind=kind, name=name, namespace=namespace,
                       registry_plain_http=True, extract_image="gkm-cluster-tools:test", host_path_root=NODE_DISK,
-                      wait=False)
+                      wait=False, **args)
 
 
 def test_the_second_of_two_caches_wanting_one_pvc_is_refused_and_the_first_is_unaffected(sim, kube, crds, namespace,
@@ -130,12 +130,14 @@ def test_the_second_of_two_caches_wanting_one_pvc_is_refused_and_the_first_is_un
     cluster_cache = {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "ClusterGKMCache", "metadata": {"name": name},
                      "spec": {"image": image.ref, "accessModes": ["ReadOnlyMany"], "workloadNamespaces": [namespace],
                               "podTemplate": pinned_template()}}
-    # Created first: it keeps the PVC whatever order the reconciles run in (the same second breaks ties by kind).
+    # ReadOnlyMany on the hostPath PVs of a cluster without a provisioner: allowed explicitly (host_path_read_only_many)
+    # for what is checked here, which PVC each cache owns. Created first: it keeps the PVC whatever order the
+    # reconciles run in (the same second breaks ties by kind).
     crds.create_cluster_custom_object(GROUP, VERSION, "clustergkmcaches", cluster_cache)
     crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches",
                                          gkmcache(name, namespace, image.ref, ["ReadOnlyMany"]))
     try:
-        second = reconcile(sim, "GKMCache", name, namespace)
+        second = reconcile(sim, "GKMCache", name, namespace, host_path_read_only_many=True)
         assert second.get("failed")
         assert "PVC %s/%s is wanted by GKMCache %s/%s and by ClusterGKMCache %s, which was created first" % (
             namespace, name, namespace, name, name) in second["msg"], second["msg"]
@@ -146,13 +148,13 @@ def test_the_second_of_two_caches_wanting_one_pvc_is_refused_and_the_first_is_un
         assert (status["phase"], ready["status"], ready["reason"]) == ("Error", "False", "Conflict"), status
         assert "created first" in ready["message"]
 
-        first = reconcile(sim, "ClusterGKMCache", name)
+        first = reconcile(sim, "ClusterGKMCache", name, host_path_read_only_many=True)
         assert not first.get("failed"), first.get("msg")
         pvc = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(name, namespace)
         assert pvc.metadata.labels["gkm.io/cache-kind"] == "ClusterGKMCache"
         assert pvc.metadata.labels["gkm.io/cache-namespace"] == ""
 
-        again = reconcile(sim, "GKMCache", name, namespace)
+        again = reconcile(sim, "GKMCache", name, namespace, host_path_read_only_many=True)
         assert again.get("failed") and "created first" in again["msg"], again
         after = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(name, namespace)
         assert after.metadata.uid == pvc.metadata.uid and after.metadata.deletion_timestamp is None

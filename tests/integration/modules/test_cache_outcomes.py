@@ -170,7 +170,8 @@ def test_a_read_only_many_extraction_runs_on_an_untainted_cpu_node(sim, kube, cr
     cpu = sim_nodes([{"name": "out-cpu-%s" % uuid.uuid4().hex[:4], "count": 1}])[0]
     name = create(crds, namespace, image.ref, access_modes=["ReadOnlyMany"])
     try:
-        result = reconcile(sim, name, namespace, wait=True, wait_timeout=120, node_details=True)
+        result = reconcile(sim, name, namespace, wait=True, wait_timeout=120, node_details=True,
+                           host_path_read_only_many=True)
         assert not result.get("failed"), result.get("msg")
         assert result["eligible_nodes"] == []
         status = live_status(crds, namespace, name)

@@ -167,7 +167,7 @@ def test_rox_and_cluster_caches_over_two_namespaces_land_on_the_real_node(sim, k
     rox, cluster = unique("rox"), unique("cl")
     try:
         shared = distribute(sim, tools_image, name=rox, namespace=job_namespace, image=pushed.ref,
-                            access_modes=["ReadOnlyMany"])
+                            access_modes=["ReadOnlyMany"], host_path_read_only_many=True)
         assert shared["status"]["phase"] == "Extracted", shared["status"]
         assert files_under(os.path.join(slot_dir(job_namespace, rox, pushed.digest, job_namespace), "cache"))
 

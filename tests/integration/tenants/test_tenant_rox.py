@@ -30,7 +30,6 @@ def reconcile(sim, tenant, name):
                       wait=False)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: ReadOnlyMany on hostPath PVs extracts on one node")
 def test_read_only_many_on_host_path_pvs_is_refused_with_the_field_and_the_fix(sim, crds, kube, tenant, image):
     tenant.kube.request("POST", cache_path(tenant), body={
         "apiVersion": API_VERSION, "kind": "GKMCache", "metadata": {"name": "shared"},

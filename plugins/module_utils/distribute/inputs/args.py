@@ -20,6 +20,7 @@ DISTRIBUTION_ARG_SPEC = dict(
     compatibility=dict(type="str", choices=["skip", "fail", "ignore"], default="skip"),
     create_namespaces=dict(type="bool", default=False),
     create_pvs=dict(type="str", choices=["auto", "always", "never"], default="auto"),
+    host_path_read_only_many=dict(type="bool", default=False),
     host_path_root=dict(type="str", default="/var/lib/gkm-cluster/caches"),
     set_volume_owner=dict(type="str", choices=["auto", "always", "never"], default="auto"),
     serving_pvc=dict(type="bool", default=True),

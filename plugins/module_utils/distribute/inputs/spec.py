@@ -63,6 +63,8 @@ class CacheSpec:
         self.node_selector = dict(fields.get("node_selector") or {})
         self.compatibility = fields.get("compatibility", "skip")
         self.create_pvs = fields.get("create_pvs", "auto")
+        # ReadOnlyMany on hostPath PVs, which fill one node's directory only: refused unless the admin allows it.
+        self.host_path_read_only_many = fields.get("host_path_read_only_many", False)
         self.extract_image = fields.get("extract_image")
         self.extract_args = list(fields.get("extract_args") or [])
         # {Secret key: text} the Jobs get from the registry options (registry_secret.py); filled in with the image.
@@ -195,7 +197,7 @@ def cache_spec_from_params(params):
     optional = {key: params[key] for key in ("size", "compatibility", "create_pvs", "host_path_root", "prune",
                                              "force", "create_namespaces", "state", "extract_args",
                                              "set_volume_owner", "owner", "verification", "serving_pvc",
-                                             "upgrade_policy", "mount_mode")
+                                             "upgrade_policy", "mount_mode", "host_path_read_only_many")
                 if params.get(key) is not None}
     return CacheSpec(
         name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,

@@ -206,6 +206,24 @@ def _storage(spec, facts):
     return name, make_pvs, set_owner
 
 
+def _refuse_shared_host_path(spec, make_pvs):
+    """ReadOnlyMany means one volume every node mounts; a hostPath PV is a directory on whichever node mounts it, so
+    the one Job would fill one node's and every other node's pods would mount an empty one. Refused before anything
+    is written, with the two ways that work."""
+    if spec.per_node or not make_pvs or spec.host_path_read_only_many:
+        return
+    why = ("create_pvs is always" if spec.create_pvs == "always"
+           else "the cluster has no provisioner for storage_class_name %r" % (spec.storage_class_name or "")
+           if spec.storage_class_name else "the cluster has no default storage class with a provisioner")
+    raise PlanError(
+        "access_modes ReadOnlyMany needs a volume every node shares, and %s, so the cache would get hostPath PVs: "
+        "one node's directory, filled by one Job, and an empty directory on every other node. Use access_modes "
+        "[ReadWriteOnce] (a copy on each node, which pods read through the serving PVC), or a storage_class_name "
+        "whose provisioner makes volumes shared across nodes (NFS, CephFS) with create_pvs auto "
+        "(host_path_read_only_many allows it on a cluster of one node)" % why,
+        reason="InvalidSpec")
+
+
 class _Planner:
     def __init__(self, spec, facts, hold=()):
         self.spec = spec
@@ -241,6 +259,7 @@ class _Planner:
             conflicts.refuse_conflicts(spec, self.facts.rivals, self.facts.named_claims)
             self._namespaces()
             storage = _storage(spec, self.facts)
+            _refuse_shared_host_path(spec, storage[1])
             for namespace in spec.namespaces:
                 self._registry_secret(namespace)
                 if spec.per_node:

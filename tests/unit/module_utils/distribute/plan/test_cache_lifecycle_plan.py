@@ -13,7 +13,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.clust
     ClusterFacts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import conflicts, ownership, planner
-from tests.helpers.distribute import as_live, facts, make_spec
+from tests.helpers.distribute import CSI_CLASS, as_live, facts, make_spec
 
 EARLY, LATE = "2026-11-24T10:00:00Z", "2026-11-24T10:00:05Z"
 
@@ -142,6 +142,10 @@ def test_only_resources_the_inventory_applied_are_removed_once_undeclared():
 # ---------------------------------------------------------------- conflicts
 
 
+# ReadOnlyMany caches need a class whose volumes every node shares (on hostPath PVs they are refused).
+SHARED = CSI_CLASS
+
+
 def rox_spec(created=LATE, kind="GKMCache"):
     if kind == "GKMCache":
         return make_spec(access_modes=["ReadOnlyMany"], owner=owner(created=created))
@@ -159,12 +163,12 @@ def test_the_later_of_two_rox_caches_of_one_name_is_refused_naming_the_first():
                               "vector-add, which was created first (%s)" % EARLY)
     assert "make one ReadWriteOnce" in message and "GKMCache team-a/vector-add is refused until then" in message
     # The first is unaffected: planned as if alone.
-    first = planner.plan(rox_spec(EARLY, "ClusterGKMCache"), facts_with(rivals))
+    first = planner.plan(rox_spec(EARLY, "ClusterGKMCache"), facts_with(rivals, storage_class=SHARED))
     assert {"PersistentVolumeClaim", "Job"} <= {a.kind for a in first.actions}
 
 
-def facts_with(rivals, named_claims=()):
-    base = facts()
+def facts_with(rivals, named_claims=(), storage_class=None):
+    base = facts(storage_class=storage_class)
     return ClusterFacts(base.nodes, base.namespaces, {}, [], base.storage_class, rivals, named_claims)
 
 
@@ -173,12 +177,12 @@ def test_a_tie_in_creation_time_goes_to_the_cluster_cache_by_kind():
     with pytest.raises(conflicts.CacheConflictError):
         planner.plan(rox_spec(LATE), facts_with(rivals))
     assert planner.plan(rox_spec(LATE, "ClusterGKMCache"), facts_with(
-        [resource("GKMCache", "vector-add", "team-a", created=LATE)])).actions
+        [resource("GKMCache", "vector-add", "team-a", created=LATE)], storage_class=SHARED)).actions
 
 
 def test_caches_whose_pvc_names_cannot_meet_are_no_conflict():
     elsewhere = [resource("ClusterGKMCache", "vector-add", workload=("team-z",))]
-    assert planner.plan(rox_spec(LATE), facts_with(elsewhere)).actions
+    assert planner.plan(rox_spec(LATE), facts_with(elsewhere, storage_class=SHARED)).actions
     # A ReadWriteOnce cache without a serving PVC names its PVCs after node and slot hash: nothing to check.
     assert planner.plan(make_spec(owner=owner(), serving_pvc=False),
                         facts_with([resource("ClusterGKMCache", "vector-add")])).actions
@@ -214,7 +218,7 @@ def test_a_live_pvc_of_someone_else_refuses_the_cache_and_a_later_rivals_is_take
 
     # The same PVC held by a ClusterGKMCache created after this cache: that one is refused, this one takes it.
     later = [resource("ClusterGKMCache", "vector-add", created="2026-11-24T11:00:00Z")]
-    assert planner.plan(rox_spec(LATE), facts_with(later, [direct])).actions
+    assert planner.plan(rox_spec(LATE), facts_with(later, [direct], storage_class=SHARED)).actions
     mine = live_pvc("team-a", "vector-add", {"app.kubernetes.io/managed-by": "gkm.cluster",
                                              "gkm.io/cache": "vector-add", "gkm.io/cache-namespace": "team-a"})
-    assert planner.plan(rox_spec(), facts_with([], [mine])).actions
+    assert planner.plan(rox_spec(), facts_with([], [mine], storage_class=SHARED)).actions

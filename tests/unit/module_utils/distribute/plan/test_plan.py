@@ -191,16 +191,32 @@ def test_rox_gets_one_pvc_named_as_the_cache_per_namespace_and_unpinned_jobs(sco
     params = {"access_modes": ["ReadWriteOnce", "ReadOnlyMany"]}
     if scope == "cluster":
         params.update(scope="cluster", workload_namespaces=["team-a", "team-b"])
-    result = planner.plan(make_spec(**params), facts())
+    # A class whose volumes are shared: on hostPath PVs ReadOnlyMany is refused (below).
+    result = planner.plan(make_spec(**params), facts(storage_class=CSI_CLASS))
     pvcs = by_kind(result.desired, "PersistentVolumeClaim")
     assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pvcs] == (
         [("team-a", "vector-add"), ("team-b", "vector-add")] if scope == "cluster" else [("team-a", "vector-add")])
     for job in by_kind(result.desired, "Job"):
         assert "nodeSelector" not in job["spec"]["template"]["spec"]
         assert "gkm.io/node" not in job["metadata"]["labels"]
-    for pv in by_kind(result.desired, "PersistentVolume"):
-        assert "nodeAffinity" not in pv["spec"]
+    assert by_kind(result.desired, "PersistentVolume") == []
     assert [s.node for s in result.slots] == [""] * len(pvcs)
+
+
+@pytest.mark.parametrize("params, why", [
+    ({}, "the cluster has no default storage class with a provisioner"),
+    ({"storage_class_name": "standard"}, "the cluster has no provisioner for storage_class_name 'standard'"),
+    ({"create_pvs": "always"}, "create_pvs is always"),
+])
+def test_rox_on_host_path_pvs_is_refused_with_the_field_and_both_fixes(params, why):
+    # One Job would fill one node's directory; pods on every other node would mount an empty one.
+    storage_class = CSI_CLASS if params.get("create_pvs") == "always" else None
+    with pytest.raises(scheduling.PlanError) as refused:
+        planner.plan(make_spec(access_modes=["ReadOnlyMany"], **params), facts(storage_class=storage_class))
+    assert refused.value.reason == "InvalidSpec"
+    message = str(refused.value)
+    assert message.startswith("access_modes ReadOnlyMany needs a volume every node shares, and %s" % why)
+    assert "access_modes [ReadWriteOnce]" in message and "storage_class_name whose provisioner" in message
 
 
 def test_provisioner_class_gets_no_pvs_and_create_pvs_overrides():
@@ -307,14 +323,14 @@ def test_prune_false_keeps_stale_objects_as_outdated():
 
 def test_rox_image_change_replaces_the_unused_pvc_and_waits_for_a_mounted_one():
     params = {"access_modes": ["ReadOnlyMany"]}
-    live = as_live(planner.plan(make_spec(**params), facts()).desired, complete_jobs=True)
-    unused = planner.plan(make_spec(digest=DIGEST_B, **params), facts(objects=live))
+    live = as_live(planner.plan(make_spec(**params), facts(storage_class=CSI_CLASS)).desired, complete_jobs=True)
+    unused = planner.plan(make_spec(digest=DIGEST_B, **params), facts(objects=live, storage_class=CSI_CLASS))
     assert ("replace", "PersistentVolumeClaim", "vector-add") in verbs(unused)
     assert ("create", "Job", naming.Slot("vector-add", "team-a", "team-a", "", DIGEST_B).job_name()) in verbs(unused)
-    assert {a.kind for a in unused.actions if a.verb == "delete"} == {"Job", "PersistentVolume"}
+    assert {a.kind for a in unused.actions if a.verb == "delete"} == {"Job"}
 
     busy = planner.plan(make_spec(digest=DIGEST_B, **params),
-                        facts(objects=live, pods=[pod("app", "team-a", "vector-add")]))
+                        facts(objects=live, pods=[pod("app", "team-a", "vector-add")], storage_class=CSI_CLASS))
     assert busy.actions == []
     outcomes = sorted(s.outcome for s in busy.slots)
     assert outcomes == ["blocked", "outdated"]
@@ -552,3 +568,9 @@ def test_a_malformed_required_affinity_is_an_invalid_spec_naming_the_field(affin
         planner.plan(make_spec(pod_template=template), facts())
     assert refused.value.reason == "InvalidSpec"
     assert field in str(refused.value)
+
+
+def test_rox_on_host_path_pvs_is_planned_when_the_admin_allows_it():
+    result = planner.plan(make_spec(access_modes=["ReadOnlyMany"], host_path_read_only_many=True), facts())
+    [pv] = by_kind(result.desired, "PersistentVolume")
+    assert "nodeAffinity" not in pv["spec"] and pv["spec"]["hostPath"]["type"] == "DirectoryOrCreate"

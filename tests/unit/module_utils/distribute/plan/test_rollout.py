@@ -6,7 +6,17 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgr
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, rollout
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status as status
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_status
-from tests.helpers.distribute import DIGEST_A, DIGEST_B, WORKERS, as_live, facts, make_spec, moved_to_b, two_passes
+from tests.helpers.distribute import (
+    CSI_CLASS,
+    DIGEST_A,
+    DIGEST_B,
+    WORKERS,
+    as_live,
+    facts,
+    make_spec,
+    moved_to_b,
+    two_passes,
+)
 
 
 def test_one_node_at_a_time_creates_one_new_slot_and_keeps_every_previous_slot():
@@ -40,7 +50,7 @@ def test_without_an_upgrade_policy_or_per_node_slots_there_are_no_waves():
     spec.upgrade_policy = None
     assert two_passes(spec, cluster)[1] is None
     shared = make_spec(DIGEST_B, access_modes=["ReadOnlyMany"], upgrade_policy=parse_upgrade_policy(None))
-    assert two_passes(shared, facts())[1] is None
+    assert two_passes(shared, facts(storage_class=CSI_CLASS))[1] is None
 
 
 def test_the_diff_shows_the_state_labels_now_and_the_wave_plan():

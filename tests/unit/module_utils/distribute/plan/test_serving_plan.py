@@ -70,7 +70,8 @@ def test_one_serving_pvc_named_as_the_cache_bound_to_an_unpinned_pv_at_the_publi
 
 def test_off_rox_no_eligible_node_and_a_provisioner_class_get_no_serving_pvc():
     assert not serving_objects(planner.plan(make_spec(), facts()).desired)
-    assert not serving_objects(planner.plan(serving_spec(access_modes=["ReadOnlyMany"]), facts()).desired)
+    assert not serving_objects(planner.plan(serving_spec(access_modes=["ReadOnlyMany"]),
+                                            facts(storage_class=CSI_CLASS)).desired)
     assert not serving_objects(planner.plan(serving_spec(pod_template={}), facts()).desired)
     assert not serving_objects(planner.plan(serving_spec(), facts(storage_class=CSI_CLASS)).desired)
 

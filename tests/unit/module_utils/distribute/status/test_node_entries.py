@@ -5,7 +5,16 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
     node_objects,
     node_status,
 )
-from tests.helpers.distribute import T0, NodeObjectServer, facts, make_spec, mixed_nodes, pod, reconcile_facts
+from tests.helpers.distribute import (
+    CSI_CLASS,
+    T0,
+    NodeObjectServer,
+    facts,
+    make_spec,
+    mixed_nodes,
+    pod,
+    reconcile_facts,
+)
 
 SLOT_FIELDS = ("namespace", "node", "digest", "pvc", "job", "pv", "phase")
 
@@ -43,6 +52,6 @@ def test_rwo_slots_read_back_as_written_and_excluded_gpu_nodes_say_why():
 
 def test_rox_shared_pvc_reads_back_as_one_entry_per_namespace():
     spec = make_spec(access_modes=["ReadOnlyMany"])
-    computed, read = written(spec, facts(), kind="GKMCache")
+    computed, read = written(spec, facts(storage_class=CSI_CLASS), kind="GKMCache")
     assert slot_view(read) == slot_view(computed)
     assert [(e["namespace"], e["node"], e["pvc"]) for e in read] == [("team-a", "", "vector-add")]

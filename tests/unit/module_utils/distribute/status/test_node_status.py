@@ -2,7 +2,17 @@
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, scheduling
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_status
-from tests.helpers.distribute import DIGEST_A, DIGEST_B, as_live, facts, make_spec, mixed_nodes, pod, reconcile_facts
+from tests.helpers.distribute import (
+    CSI_CLASS,
+    DIGEST_A,
+    DIGEST_B,
+    as_live,
+    facts,
+    make_spec,
+    mixed_nodes,
+    pod,
+    reconcile_facts,
+)
 
 WORKER = "gkm-gpu-worker-1"
 
@@ -63,7 +73,7 @@ def test_rwo_cache_per_node_states_and_the_gpu_nodes_that_do_not_get_it():
 
 def test_rox_shared_pvc_is_listed_on_every_node_that_gets_the_cache():
     spec = make_spec(access_modes=["ReadOnlyMany"])
-    cluster_facts = facts()
+    cluster_facts = facts(storage_class=CSI_CLASS)
     plan, entries = reconcile_facts(spec, cluster_facts)
     states = node_status.node_cache_states(spec, plan.eligibility, entries, cluster_facts.nodes, [])
     assert sorted(states) == ["gkm-gpu-worker-1", "gkm-gpu-worker-2", "gkm-gpu-worker-3"]
