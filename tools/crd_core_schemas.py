@@ -68,8 +68,15 @@ def generated(openapi):
     }
 
 
+class _IndentedLists(yaml.SafeDumper):
+    """Block sequences indented under their key, as yamllint (ansible-lint) and the rest of the CRDs have them."""
+
+    def increase_indent(self, flow=False, indentless=False):
+        return super().increase_indent(flow, False)
+
+
 def _block(indent, version, fields):
-    body = yaml.safe_dump(fields, sort_keys=False, default_flow_style=False, width=10000)
+    body = yaml.dump(fields, Dumper=_IndentedLists, sort_keys=False, default_flow_style=False, width=10000)
     lines = [indent + BEGIN % version]
     lines += [indent + line for line in body.splitlines()]
     lines.append(indent + END)
