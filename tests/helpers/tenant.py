@@ -54,12 +54,13 @@ def object_path(obj):
 
 
 def load_manifest(path, namespace=None):
-    """The objects of a manifest of tests/fixtures/tenant, __NAMESPACE__ replaced when given."""
+    """The objects of a manifest (a v1 List, as the repository's YAML lint wants one document a file),
+    __NAMESPACE__ replaced when given."""
     with open(path) as handle:
         text = handle.read()
     if namespace:
         text = text.replace("__NAMESPACE__", namespace)
-    return [obj for obj in yaml.safe_load_all(text) if obj]
+    return yaml.safe_load(text)["items"]
 
 
 def apply_objects(admin, objects):

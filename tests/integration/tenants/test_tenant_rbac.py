@@ -13,6 +13,7 @@ from tests.helpers.tenant import OWNER_BINDING, whoami
 
 pytestmark = [pytest.mark.cluster, pytest.mark.tenant]
 
+
 def gkmcache(name, namespace):
     return {"apiVersion": API_VERSION, "kind": "GKMCache", "metadata": {"name": name, "namespace": namespace},
             "spec": {"image": "quay.io/example/cache:v1"}}
