@@ -34,4 +34,14 @@ options:
     description: Talk plain HTTP to the registry (extraction Jobs too). Only for loopback or test registries.
     type: bool
     default: false
+  registry_deadline:
+    description:
+      - Seconds all the registry reads of one registry client may take together, on the controller (resolving the
+        image to its digest and reading its config, checking its signatures). When they pass, the reads stop,
+        whatever the registry still sends, and the cache is refused with a short message naming the image.
+      - An image names its registry host, which a cache's owner chooses; this keeps a slow or hostile registry from
+        holding a reconcile. Every request also has a 30 seconds timeout of its own.
+      - C(cache_extract) and the extraction Jobs, which stream the layer, are bounded per read only.
+    type: int
+    default: 120
 """

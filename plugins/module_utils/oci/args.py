@@ -14,6 +14,7 @@ REGISTRY_ARG_SPEC = dict(
     registry_ca_file=dict(type="path"),
     registry_validate_certs=dict(type="bool", default=True),
     registry_plain_http=dict(type="bool", default=False),
+    registry_deadline=dict(type="int", default=120),
 )
 
 # Module option -> the option name of oci/registry.py and extract/pull.py.
@@ -24,6 +25,7 @@ REGISTRY_OPTIONS = {
     "registry_ca_file": "ca_file",
     "registry_validate_certs": "validate_certs",
     "registry_plain_http": "plain_http",
+    "registry_deadline": "deadline",
 }
 
 REGISTRY_MUTUALLY_EXCLUSIVE = [("registry_username", "registry_docker_config")]

@@ -73,7 +73,6 @@ def assert_refused_briefly(tenant, name, image, result, seconds):
     return status, condition
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 5")
 def test_a_trickling_registry_is_cut_at_the_deadline_while_a_good_cache_reconciles(
         sim, crds, kube, tenant, good_image):
     with HostileServer("trickle", hold=HOLD) as hostile:
@@ -94,7 +93,6 @@ def test_a_trickling_registry_is_cut_at_the_deadline_while_a_good_cache_reconcil
     assert hostile.requests, "the hostile registry was never asked"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 5")
 def test_a_redirect_to_a_third_port_is_not_followed(sim, crds, kube, tenant):
     with HostileServer("record", hold=HOLD) as third, HostileServer("redirect", target=None, hold=HOLD) as hostile:
         hostile.target = third.host
@@ -106,7 +104,6 @@ def test_a_redirect_to_a_third_port_is_not_followed(sim, crds, kube, tenant):
     assert_refused_briefly(tenant, "evil", image, result, seconds)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 5")
 def test_an_error_body_of_a_mebibyte_is_kept_out_of_the_status(sim, crds, kube, tenant):
     with HostileServer("error_body", hold=HOLD) as hostile:
         image = "%s/tenant/evil:v1" % hostile.host
@@ -129,7 +126,6 @@ def test_a_basic_challenge_never_gets_the_admins_credentials(sim, crds, kube, te
     assert_refused_briefly(tenant, "evil", image, result, seconds)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 5")
 def test_a_bearer_realm_that_never_answers_is_cut_at_the_deadline(sim, crds, kube, tenant):
     with HostileServer("silent", hold=HOLD) as realm, HostileServer("bearer", hold=HOLD) as hostile:
         hostile.target = realm.host

@@ -11,8 +11,6 @@ import requests
 
 from ansible_collections.gkm.cluster.plugins.module_utils.oci import registry
 
-pytestmark = pytest.mark.xfail(strict=True, reason="issue 31: class 5")
-
 
 class Body(io.BytesIO):
     """A body that remembers how much was read of it, after it is closed too."""
