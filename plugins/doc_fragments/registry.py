@@ -11,9 +11,25 @@ class ModuleDocFragment(object):
 options:
   registry_username:
     description:
-      - Registry user name. For cache_distribute and cache_reconcile it also reaches the extraction Jobs, in a
+      - Registry user name, for the registry host O(registry_host), which is then required. An image on any other
+        host is read without credentials, whatever its registry answers, and its Jobs get none.
+      - For cache_distribute and cache_reconcile it also reaches the extraction Jobs, in a
         Docker config inside a Secret the Jobs mount read-only (never in a Job spec or log).
     type: str
+  registry_host:
+    description:
+      - The registry host (C(host) or C(host:port), as the image reference spells it) that O(registry_username) and
+        O(registry_password) are for. A cache's image names a host its owner chooses; only this one gets them.
+      - A Docker config (O(registry_docker_config)) keys its credentials by host already.
+    type: str
+  registry_auth_hosts:
+    description:
+      - Hosts besides the image's registry whose token service may receive the credentials, when the registry's
+        Bearer challenge names a realm there (C(auth.docker.io) for Docker Hub). A realm on any other host is asked
+        for an anonymous token, without them.
+    type: list
+    elements: str
+    default: []
   registry_password:
     description: Password or token of O(registry_username).
     type: str

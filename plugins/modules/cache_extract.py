@@ -224,7 +224,11 @@ skipped:
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.extract.tasks import cache_extract  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_ARG_SPEC, REGISTRY_MUTUALLY_EXCLUSIVE  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import (  # noqa: E402
+    REGISTRY_ARG_SPEC,
+    REGISTRY_MUTUALLY_EXCLUSIVE,
+    REGISTRY_REQUIRED_BY,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import ORAS_IMPORT_ERROR  # noqa: E402
 
 ARGUMENT_SPEC = dict(
@@ -256,6 +260,7 @@ def main():
         ARGUMENT_SPEC, cache_extract, libraries=[("oras", ORAS_IMPORT_ERROR)], always_needs_cluster=False,
         required_if=[("state", "present", ["image"]), ("verify", "cosign", ["public_key"])],
         mutually_exclusive=[("gpus", "gpus_from_node_labels"), *REGISTRY_MUTUALLY_EXCLUSIVE],
+        required_by=REGISTRY_REQUIRED_BY,
     )
 
 

@@ -254,7 +254,10 @@ timings:
 from ansible_collections.gkm.cluster.plugins.module_utils.common.module import run_module  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.tasks import cache_reconcile  # noqa: E402
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_MUTUALLY_EXCLUSIVE  # noqa: E402
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import (  # noqa: E402
+    REGISTRY_MUTUALLY_EXCLUSIVE,
+    REGISTRY_REQUIRED_BY,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import ORAS_IMPORT_ERROR  # noqa: E402
 
 ARGUMENT_SPEC = dict(
@@ -268,7 +271,8 @@ ARGUMENT_SPEC = dict(
 
 def main():
     run_module(ARGUMENT_SPEC, cache_reconcile, libraries=[("oras", ORAS_IMPORT_ERROR)],
-               mutually_exclusive=REGISTRY_MUTUALLY_EXCLUSIVE, required_if=[("kind", "GKMCache", ("namespace",))])
+               mutually_exclusive=REGISTRY_MUTUALLY_EXCLUSIVE, required_by=REGISTRY_REQUIRED_BY,
+               required_if=[("kind", "GKMCache", ("namespace",))])
 
 
 if __name__ == "__main__":

@@ -97,8 +97,10 @@ def normalize_options(options):
 
 
 def _registry_options(opts):
-    return {key: opts[key] for key in ("username", "password", "docker_config", "ca_file", "validate_certs",
-                                       "plain_http", "timeout")}
+    options = {key: opts[key] for key in ("username", "password", "docker_config", "ca_file", "validate_certs",
+                                          "plain_http", "timeout")}
+    options.update({key: opts[key] for key in ("credentials_host", "auth_hosts") if opts.get(key)})
+    return options
 
 
 def select_layer(manifest):

@@ -15,6 +15,8 @@ REGISTRY_ARG_SPEC = dict(
     registry_validate_certs=dict(type="bool", default=True),
     registry_plain_http=dict(type="bool", default=False),
     registry_deadline=dict(type="int", default=120),
+    registry_host=dict(type="str"),
+    registry_auth_hosts=dict(type="list", elements="str", default=[]),
 )
 
 # Module option -> the option name of oci/registry.py and extract/pull.py.
@@ -26,9 +28,13 @@ REGISTRY_OPTIONS = {
     "registry_validate_certs": "validate_certs",
     "registry_plain_http": "plain_http",
     "registry_deadline": "deadline",
+    "registry_host": "credentials_host",
+    "registry_auth_hosts": "auth_hosts",
 }
 
 REGISTRY_MUTUALLY_EXCLUSIVE = [("registry_username", "registry_docker_config")]
+# A user name and password are for one registry host, which the admin names: an image names any host.
+REGISTRY_REQUIRED_BY = {"registry_username": "registry_host"}
 
 
 def registry_options(params):

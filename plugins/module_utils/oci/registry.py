@@ -35,6 +35,7 @@ from urllib.parse import urljoin, urlsplit
 # schema registry (about a quarter of the extraction Job's start-up imports), which nothing here uses.
 try:
     import oras.auth
+    import oras.auth.utils
     import oras.container
     import requests
     import urllib3
@@ -134,6 +135,17 @@ def bounded_timeout(timeout, remaining):
     if remaining is None:
         return timeout
     return max(min(timeout, remaining), 0.001)
+
+
+def realm_host(realm):
+    """host[:port] of a token realm (oras-py prefixes a bare host with the registry's scheme)."""
+    return urlsplit(realm if "://" in realm else "//" + realm).netloc.lower()
+
+
+def credentials_for(host, credentials_host):
+    """Whether credentials given for `credentials_host` go to `host` (None: to whatever host, as they did for a
+    library caller that names none, such as the extraction Job reading the config made for its one host)."""
+    return credentials_host is None or host.lower() == credentials_host.lower()
 
 
 def error_code(body):
@@ -238,8 +250,10 @@ class _OrasSession:
     an unreachable registry must fail within `timeout` instead, and a slow one within `deadline`.
     """
 
-    def __init__(self, hostname, plain_http, tls_verify, timeout, deadline=None):
+    def __init__(self, hostname, plain_http, tls_verify, timeout, deadline=None, auth_hosts=()):
         self.hostname = hostname
+        # Besides the registry's own host, where a Bearer challenge's realm may receive the credentials.
+        self.auth_hosts = frozenset(host.lower() for host in auth_hosts or ())
         self.timeout = timeout
         self.tls_verify = tls_verify
         self.deadline = Deadline(deadline)
@@ -272,7 +286,10 @@ class _OrasSession:
                 headers["Authorization"] = "Basic %s" % basic
             else:
                 try:
-                    headers, changed = self.auth.authenticate_request(response, headers)
+                    if basic and challenge.lower().startswith("bearer") and not self.realm_allowed(challenge):
+                        headers, changed = self._anonymous_token(challenge, headers)
+                    else:
+                        headers, changed = self.auth.authenticate_request(response, headers)
                 except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError,
                         OCIError) as exc:
                     response.close()
@@ -285,6 +302,20 @@ class _OrasSession:
             response.close()
             response = self._send(method, url, headers, data, json, stream)
         return response
+
+    def realm_allowed(self, challenge):
+        """Whether a Bearer challenge's token realm may receive the credentials: on the registry's own host, or
+        on one the admin listed (auth_hosts)."""
+        realm = oras.auth.utils.parse_auth_header(challenge).realm or ""
+        return realm_host(realm) in ({self.hostname.lower()} | self.auth_hosts)
+
+    def _anonymous_token(self, challenge, headers):
+        """A token asked of a realm on another host, without the credentials."""
+        token = self.auth.request_anonymous_token(oras.auth.utils.parse_auth_header(challenge))
+        if not token:
+            return headers, False
+        headers["Authorization"] = "Bearer %s" % token
+        return headers, True
 
     def get_plain(self, url, stream=True):
         """A GET of a redirect's target: no Authorization, no oras-py auth."""
@@ -324,17 +355,21 @@ class RegistryClient:
     """One registry host; all reads of one image go through one client (one HTTP session)."""
 
     def __init__(self, host, username=None, password=None, docker_config=None, ca_file=None,
-                 validate_certs=True, plain_http=False, timeout=30, deadline=None):
+                 validate_certs=True, plain_http=False, timeout=30, deadline=None, credentials_host=None,
+                 auth_hosts=()):
         """`timeout`: seconds of one connect or read; `deadline`: seconds of all this client's work (None: none,
-        as the extraction Job streams GiBs)."""
+        as the extraction Job streams GiBs); `credentials_host`: the host `username` is for (another host gets
+        none); `auth_hosts`: hosts besides `host` whose token realm may receive the credentials."""
         if not HAS_ORAS:
             raise OCIError("oras-py is required: pip install oras")
         tls_verify = (ca_file or True) if validate_certs else False
         self.host = host
-        self._oras = _OrasSession(host, plain_http, tls_verify, timeout, deadline)
+        self._oras = _OrasSession(host, plain_http, tls_verify, timeout, deadline, auth_hosts)
         self.scheme = "http" if plain_http else "https"
         if username:
-            self._oras.auth.set_basic_auth(username, password or "")
+            # Another host reads anonymously: its Basic challenge finds no credentials.
+            if credentials_for(host, credentials_host):
+                self._oras.auth.set_basic_auth(username, password or "")
         else:
             self._oras.auth.load_configs(oras.container.Container("%s/any" % host),
                                          configs=[docker_config] if docker_config else None)

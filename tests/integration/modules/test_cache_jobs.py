@@ -93,7 +93,8 @@ def test_registry_credentials_and_ca_reach_the_job_as_a_secret_and_nowhere_else(
     auth = base64.b64encode(("robot:%s" % password).encode()).decode()
     ca_file = tmp_path / "ca.crt"
     ca_file.write_text("-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n")
-    credentials = {"registry_username": "robot", "registry_password": password, "registry_ca_file": str(ca_file)}
+    credentials = {"registry_username": "robot", "registry_password": password, "registry_ca_file": str(ca_file),
+                   "registry_host": sim.registry}
     try:
         planned = distribute(sim, name, namespace, image.ref, check=True, diff=True, **credentials)
         assert planned["plan"]["summary"]["create"]["Secret"] == 1

@@ -114,7 +114,6 @@ def test_an_error_body_of_a_mebibyte_is_kept_out_of_the_status(sim, crds, kube, 
     assert ERROR_MARK.strip() not in json.dumps(result)[:100000]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 3")
 def test_a_basic_challenge_never_gets_the_admins_credentials(sim, crds, kube, tenant):
     # The admin's credentials are for the real registry; the tenant's image names another host.
     with HostileServer("basic", hold=HOLD) as hostile:
@@ -137,7 +136,6 @@ def test_a_bearer_realm_that_never_answers_is_cut_at_the_deadline(sim, crds, kub
     assert_refused_briefly(tenant, "evil", image, result, seconds)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 3")
 def test_a_bearer_realm_on_another_host_never_gets_the_credentials(sim, crds, kube, tenant):
     # Credentials for the registry the image names; its challenge sends the token request to another host.
     with HostileServer("record", hold=HOLD) as realm, HostileServer("bearer", hold=HOLD) as hostile:

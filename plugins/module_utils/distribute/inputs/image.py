@@ -22,6 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import regist
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.metadata import CacheMetadataError, parse_cache_metadata
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import (
     OCIError,
+    credentials_for,
     fetch_image_config,
     parse_reference,
 )
@@ -63,9 +64,13 @@ def _read_option_file(params, option):
 def registry_files(params, image_ref, verify=None):
     """What the Jobs get of the registry options, for the image's registry, and the public key they verify
     with ({} when they need nothing)."""
+    host = parse_reference(image_ref).registry
+    username, password = params.get("registry_username"), params.get("registry_password")
+    if username and not credentials_for(host, params.get("registry_host")):
+        username = password = None
     try:
         files = registry_secret.secret_data(
-            parse_reference(image_ref).registry, params.get("registry_username"), params.get("registry_password"),
+            host, username, password,
             _read_option_file(params, "registry_docker_config"), _read_option_file(params, "registry_ca_file"))
     except registry_secret.RegistrySecretError as error:
         raise DistributeError(str(error)) from error

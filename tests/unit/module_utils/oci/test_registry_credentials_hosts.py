@@ -6,8 +6,6 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.oci import registry
 
-pytestmark = pytest.mark.xfail(strict=True, reason="issue 31: class 3")
-
 
 @pytest.mark.parametrize("realm, host", [
     ("https://auth.example.com/token", "auth.example.com"),
