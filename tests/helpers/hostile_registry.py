@@ -9,6 +9,8 @@ against code without a deadline still ends.
 - `basic`: 401 with a Basic challenge.
 - `bearer`: 401 with a Bearer challenge whose realm is `target`.
 - `silent`: accepts, reads the request and never replies.
+- `basic_then_redirect`: 401 Basic until a request carries an Authorization header, then 307 to `target`.
+- `blob`: 200 with BLOB.
 - `record`: 404, empty.
 """
 
@@ -18,6 +20,7 @@ import threading
 import time
 
 ERROR_MARK = "HOSTILE-ERROR-BODY "
+BLOB = b"a blob behind redirects\n"
 ERROR_BODY = (ERROR_MARK * (1024 * 1024 // len(ERROR_MARK) + 1))[:1024 * 1024].encode()
 
 
@@ -105,6 +108,13 @@ class HostileServer:
         if behaviour == "redirect":
             path = line.split(" ")[1]
             return self._reply(conn, "307 Temporary Redirect", {"Location": "http://%s%s" % (self.target, path)})
+        if behaviour == "basic_then_redirect":
+            if "authorization" not in self.requests[-1][1]:
+                return self._reply(conn, "401 Unauthorized", {"WWW-Authenticate": 'Basic realm="registry"'})
+            path = line.split(" ")[1]
+            return self._reply(conn, "307 Temporary Redirect", {"Location": "http://%s%s" % (self.target, path)})
+        if behaviour == "blob":
+            return self._reply(conn, "200 OK", {"Content-Type": "application/octet-stream"}, BLOB)
         if behaviour == "error_body":
             return self._reply(conn, "500 Internal Server Error", {"Content-Type": "text/plain"}, ERROR_BODY)
         if behaviour == "basic":

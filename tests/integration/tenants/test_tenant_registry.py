@@ -12,8 +12,9 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import API_VERSION
+from ansible_collections.gkm.cluster.plugins.module_utils.oci import registry as oci
 from tests.helpers import kcache_images
-from tests.helpers.hostile_registry import ERROR_MARK, HostileServer
+from tests.helpers.hostile_registry import BLOB, ERROR_MARK, HostileServer
 from tests.helpers.modules import NODE_DISK, run_module
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry, pytest.mark.tenant]
@@ -147,3 +148,41 @@ def test_a_bearer_realm_on_another_host_never_gets_the_credentials(sim, crds, ku
     assert realm.requests, "the realm was never asked"
     assert realm.authorizations() == []
     assert_refused_briefly(tenant, "evil", image, result, seconds)
+
+
+def redirect_chain(hops):
+    """A registry that challenges, then redirects its blobs through `hops` servers to the one that serves it."""
+    servers = [HostileServer("blob", hold=HOLD)]
+    for _ in range(hops - 1):
+        servers.append(HostileServer("redirect", target=servers[-1].host, hold=HOLD))
+    servers.append(HostileServer("basic_then_redirect", target=servers[-1].host, hold=HOLD))
+    return servers
+
+
+def fetch(servers):
+    registry = servers[-1]
+    client = oci.RegistryClient(registry.host, username="admin", password="admins-secret", plain_http=True,
+                                deadline=DEADLINE)
+    descriptor = {"digest": oci.sha256_digest(BLOB), "size": len(BLOB)}
+    return client.fetch_blob(oci.parse_reference("%s/tenant/cache:v1" % registry.host), descriptor)
+
+
+def test_a_blob_redirect_is_followed_without_the_credentials_at_most_three_times():
+    # The registry protocol's one redirect, a blob to an object store: followed, the credentials left behind.
+    servers = redirect_chain(3)
+    try:
+        assert fetch(servers) == BLOB
+        assert servers[-1].authorizations(), "the registry never got the credentials it asked for"
+        assert [server.authorizations() for server in servers[:-1]] == [[], [], []]
+    finally:
+        for server in servers:
+            server.stop()
+    # A fourth hop is refused before it is asked.
+    servers = redirect_chain(4)
+    try:
+        with pytest.raises(oci.OCIError, match="redirected it more than 3 times"):
+            fetch(servers)
+        assert servers[0].connections == 0
+    finally:
+        for server in servers:
+            server.stop()
