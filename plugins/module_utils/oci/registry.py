@@ -134,6 +134,8 @@ def bounded_timeout(timeout, remaining):
     """The requests timeout of one request: `timeout`, never past the deadline's `remaining` seconds."""
     if remaining is None:
         return timeout
+    if isinstance(timeout, tuple):
+        return tuple(bounded_timeout(part, remaining) for part in timeout)
     return max(min(timeout, remaining), 0.001)
 
 

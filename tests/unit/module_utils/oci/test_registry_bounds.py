@@ -51,7 +51,7 @@ def test_the_capped_reader_refuses_a_declared_length_past_the_cap_before_reading
 
 
 @pytest.mark.parametrize("timeout, remaining, expected", [(30, None, 30), (30, 5.0, 5.0), (30, 100.0, 30),
-                                                          (30, 0.0, 0.001)])
+                                                          (30, 0.0, 0.001), ((5, 30), 10.0, (5, 10.0))])
 def test_a_request_timeout_never_reaches_past_the_deadline(timeout, remaining, expected):
     assert registry.bounded_timeout(timeout, remaining) == expected
 
