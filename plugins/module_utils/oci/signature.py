@@ -6,7 +6,9 @@
   signed in the `dev.cosignproject.cosign/signature` annotation.
 - cosign v3: a sigstore bundle attached as an OCI 1.1 referrer (artifactType
   application/vnd.dev.sigstore.bundle...), holding a DSSE envelope over an in-toto statement whose
-  subject is the image digest (or a plain message signature over the digest).
+  subject is the image digest and whose predicateType is cosign's signature type (or a plain message signature
+  over the digest). The same key may sign the image's attestations (an SBOM, a provenance), attached the same
+  way over the same digest: those are not signatures, and are not counted as one.
 
 The payload must name the exact image digest being extracted, so a signature of another image
 (or another tag's old digest) is refused. Transparency-log entries are not checked: the key is
@@ -27,6 +29,9 @@ SIMPLESIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 BUNDLE_PREFIX = "application/vnd.dev.sigstore.bundle"
 FORMATS = ("auto", "v2", "v3")
+IN_TOTO = "application/vnd.in-toto+json"
+# The predicateType of the in-toto statement `cosign sign` puts in a v3 bundle; attestations carry their own.
+COSIGN_SIGNATURE_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
 
 
 class SignatureError(Exception):
@@ -76,14 +81,19 @@ def _bundle_verifies(bundle, image_digest, key):
     if envelope:
         payload = _b64(envelope.get("payload", ""), "DSSE payload")
         signed = pae(envelope.get("payloadType", ""), payload)
+        if envelope.get("payloadType") != IN_TOTO:
+            return False
         if not any(key.verifies(_b64(s.get("sig", ""), "DSSE signature"), data=signed)
                    for s in envelope.get("signatures") or []):
             return False
         try:
-            subjects = json.loads(payload).get("subject") or []
+            statement = json.loads(payload)
+            subjects = statement.get("subject") or []
         except (ValueError, AttributeError):
             return False
-        return any((s.get("digest") or {}).get("sha256") == hex_digest for s in subjects)
+        if statement.get("predicateType") != COSIGN_SIGNATURE_PREDICATE:
+            return False
+        return any(isinstance(s, dict) and (s.get("digest") or {}).get("sha256") == hex_digest for s in subjects)
     message = bundle.get("messageSignature")
     if message:
         digest = _b64((message.get("messageDigest") or {}).get("digest", ""), "message digest")
