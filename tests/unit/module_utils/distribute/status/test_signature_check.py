@@ -20,21 +20,42 @@ def test_an_unlabelled_cache_gets_no_condition():
     assert sc.signature_condition(cache(), NOW) is None
 
 
-def test_kyverno_s_record_of_a_pass_for_the_image_is_verified():
+TENANT_WRITABLE = "anyone who may edit the resource can write it"
+XFAIL = pytest.mark.xfail(strict=True, reason="issue 31, class 4: Kyverno's annotation makes SignatureVerified True")
+
+
+@XFAIL
+def test_kyverno_s_record_of_a_pass_is_a_note_never_a_verification():
     resource = cache(labels={SIGNATURE_FORMAT_LABEL: "cosign-v3"},
                      annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
     condition = sc.signature_condition(resource, NOW)
     assert (condition["type"], condition["status"], condition["reason"]) == (
-        "SignatureVerified", "True", "VerifiedByKyverno")
-    assert "cosign-v3" in condition["message"] and condition["lastTransitionTime"] == NOW
+        "SignatureVerified", "Unknown", "ReportedByKyverno")
+    assert "records a pass for %s" % IMAGE in condition["message"] and TENANT_WRITABLE in condition["message"]
+    assert "signature_public_key" in condition["message"] and condition["lastTransitionTime"] == NOW
 
 
+@XFAIL
 def test_kyverno_s_record_without_the_tag_matches_the_tagged_pinned_image():
     tagged = "registry.example:5000/caches/vllm:v1@sha256:" + "a" * 64
     resource = cache(labels={SIGNATURE_FORMAT_LABEL: "cosign-v2"}, image=tagged,
                      annotations={sc.KYVERNO_RECORD: json.dumps({"registry.example:5000/caches/vllm@sha256:" + "a" * 64:
                                                                  "pass"})})
-    assert sc.signature_condition(resource, NOW)["status"] == "True"
+    assert sc.signature_condition(resource, NOW)["reason"] == "ReportedByKyverno"
+
+
+@XFAIL
+@pytest.mark.parametrize("kind", ["GKMCache", "ClusterGKMCache"])
+@pytest.mark.parametrize("key_given", [False, True])
+@pytest.mark.parametrize("entries", [[], [{"phase": "Extracting"}], [{"phase": "Extracted"}, {"phase": "Pending"}]],
+                         ids=["no-entries", "extracting", "half-done"])
+def test_a_tenant_s_annotation_never_makes_signature_verified_true(kind, key_given, entries):
+    """What a tenant with edit writes on its own cache: a pass for its image, however the record is spelled."""
+    for record in ({IMAGE: "pass"}, {IMAGE: "PASS"}, {IMAGE.replace("vllm@", "vllm:v1@"): "pass"}):
+        resource = cache(kind=kind, labels={SIGNATURE_FORMAT_LABEL: "cosign-v3"},
+                         annotations={sc.KYVERNO_RECORD: json.dumps(record)})
+        condition = sc.signature_condition(resource, NOW, entries, key_given=key_given)
+        assert condition["status"] != "True", condition
 
 
 @pytest.mark.parametrize("annotations", [
@@ -82,15 +103,21 @@ def test_a_job_that_refused_the_signature_fails_the_condition_with_its_message()
     assert condition["message"].endswith(refusal) and "1 extraction Job(s) refused" in condition["message"]
 
 
-def test_verification_still_to_come_is_unknown_unless_kyverno_already_passed_it():
+def test_verification_still_to_come_is_unknown():
     entries = [entry("Extracted"), entry("Extracting")]
     pending = sc.signature_condition(cache(labels=LABELLED), NOW, entries, key_given=True)
     assert (pending["status"], pending["reason"]) == ("Unknown", "VerificationPending")
     assert "1 of 2 volume(s) done" in pending["message"]
+
+
+@XFAIL
+def test_verification_still_to_come_stays_pending_beside_kyverno_s_record_which_is_only_noted():
+    entries = [entry("Extracted"), entry("Extracting")]
     admitted = cache(labels=LABELLED, annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
     condition = sc.signature_condition(admitted, NOW, entries, key_given=True)
-    assert (condition["status"], condition["reason"]) == ("True", "VerifiedByKyverno")
-    assert "verify the cosign-v3 signature" in condition["message"]
+    assert (condition["status"], condition["reason"]) == ("Unknown", "VerificationPending")
+    assert "verify the cosign-v3 signature" in condition["message"] and "1 of 2 volume(s) done" in condition["message"]
+    assert TENANT_WRITABLE in condition["message"]
 
 
 def test_a_job_refusal_outweighs_kyverno_s_record():
