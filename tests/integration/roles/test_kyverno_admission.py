@@ -169,9 +169,9 @@ def test_kyverno_and_the_collection_agree(kyverno, crds, namespace, signed_image
     if admitted:
         # Pinned to the digest Kyverno verified (mutateDigest).
         assert outcome["spec"]["image"].endswith("@" + image.digest), outcome["spec"]["image"]
-        # Kyverno's own record of the pass is what the SignatureVerified condition reads.
+        # Kyverno's own record of the pass is only noted: a tenant could write the same annotation (issue 31).
         condition = signature_check.signature_condition(outcome, "now")
-        assert (condition["status"], condition["reason"]) == ("True", "VerifiedByKyverno"), outcome["metadata"]
+        assert (condition["status"], condition["reason"]) == ("Unknown", "ReportedByKyverno"), outcome["metadata"]
     else:
         assert "gkm-verify-gkmcache-%s" % label in outcome and "failed to verify image" in outcome, outcome
 

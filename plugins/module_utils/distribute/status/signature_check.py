@@ -11,8 +11,10 @@ A cache resource labelled ``gkm.io/signature-format`` asks for a signature check
 - In mountMode imageVolume no Job runs: with the key, the reconcile itself verifies the resolved digest before it
   records it (image_signature.py), and a refusal is the resource's Error status (refused_status).
 With neither, nothing checked the image, and the condition says so plainly and names the fix. The Kyverno
-record alone is a report, not a gate (an annotation can be written by anyone who may edit the resource); a
-Job whose check fails extracts nothing, and its slot is an Error with the extractor's message.
+record is a note, never a verification: the owner of a GKMCache may write any annotation on it, so the condition is
+never True from it (Unknown, ReportedByKyverno, without the key; still VerificationPending beside the Jobs' check),
+and only what the collection verified with the admin's key makes it True. A Job whose check fails extracts
+nothing, and its slot is an Error with the extractor's message.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -56,6 +58,19 @@ def _kyverno_passed(annotations, image):
     wanted = _repository_and_digest(image)
     return bool(wanted[1]) and any(_repository_and_digest(str(reference)) == wanted and str(result).lower() == "pass"
                                    for reference, result in record.items())
+
+
+def _kyverno_note(image):
+    return ("the resource's %s annotation records a pass for %s, a note only: anyone who may edit the resource can "
+            "write it" % (KYVERNO_RECORD, image))
+
+
+def _reported_by_kyverno(signature_format, image):
+    """(status, reason, message) without the key, when the annotation records a pass: a note, not a verification."""
+    return "Unknown", "ReportedByKyverno", (
+        "labelled %s=%s: %s, and the collection verified nothing (no public key). Fix: give the key in "
+        "signature_public_key (the caches role's caches_signature_public_key)"
+        % (SIGNATURE_FORMAT_LABEL, signature_format, _kyverno_note(image)))
 
 
 def _current(entries):
@@ -121,12 +136,9 @@ def signature_condition(resource, now, entries=(), key_given=False, image_volume
     elif key_given:
         status, reason, message = _by_extraction(signature_format, image, entries)
         if status == "Unknown" and kyverno_passed:
-            status, reason = "True", "VerifiedByKyverno"
-            message = "Kyverno verified the %s signature of %s when the resource was admitted; %s" % (
-                signature_format, image, message)
+            message = "%s; %s" % (message, _kyverno_note(image))
     elif kyverno_passed:
-        status, reason = "True", "VerifiedByKyverno"
-        message = "Kyverno verified the %s signature of %s when the resource was admitted" % (signature_format, image)
+        status, reason, message = _reported_by_kyverno(signature_format, image)
     else:
         status, reason, message = _unchecked(resource, signature_format, image, image_volume_digest)
     return {"type": SIGNATURE_VERIFIED_CONDITION, "status": status, "reason": reason, "message": message,

@@ -21,10 +21,8 @@ def test_an_unlabelled_cache_gets_no_condition():
 
 
 TENANT_WRITABLE = "anyone who may edit the resource can write it"
-XFAIL = pytest.mark.xfail(strict=True, reason="issue 31, class 4: Kyverno's annotation makes SignatureVerified True")
 
 
-@XFAIL
 def test_kyverno_s_record_of_a_pass_is_a_note_never_a_verification():
     resource = cache(labels={SIGNATURE_FORMAT_LABEL: "cosign-v3"},
                      annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
@@ -35,7 +33,6 @@ def test_kyverno_s_record_of_a_pass_is_a_note_never_a_verification():
     assert "signature_public_key" in condition["message"] and condition["lastTransitionTime"] == NOW
 
 
-@XFAIL
 def test_kyverno_s_record_without_the_tag_matches_the_tagged_pinned_image():
     tagged = "registry.example:5000/caches/vllm:v1@sha256:" + "a" * 64
     resource = cache(labels={SIGNATURE_FORMAT_LABEL: "cosign-v2"}, image=tagged,
@@ -44,7 +41,6 @@ def test_kyverno_s_record_without_the_tag_matches_the_tagged_pinned_image():
     assert sc.signature_condition(resource, NOW)["reason"] == "ReportedByKyverno"
 
 
-@XFAIL
 @pytest.mark.parametrize("kind", ["GKMCache", "ClusterGKMCache"])
 @pytest.mark.parametrize("key_given", [False, True])
 @pytest.mark.parametrize("entries", [[], [{"phase": "Extracting"}], [{"phase": "Extracted"}, {"phase": "Pending"}]],
@@ -110,7 +106,6 @@ def test_verification_still_to_come_is_unknown():
     assert "1 of 2 volume(s) done" in pending["message"]
 
 
-@XFAIL
 def test_verification_still_to_come_stays_pending_beside_kyverno_s_record_which_is_only_noted():
     entries = [entry("Extracted"), entry("Extracting")]
     admitted = cache(labels=LABELLED, annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
