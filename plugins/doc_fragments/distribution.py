@@ -100,8 +100,9 @@ options:
     description:
       - Cosign public key (PEM text, or a path to a PEM file on the controller) the extraction Jobs verify the image's
         signature with before they extract it. The signature must name the exact digest the Job extracts.
-      - With gkm.cluster.cache_reconcile only a resource labelled C(gkm.io/signature-format) is verified, in the format
-        the label names (V(cosign-v2) - the C(sha256-<digest>.sig) tag, V(cosign-v3) - a sigstore bundle referrer);
+      - With gkm.cluster.cache_reconcile only a resource labelled C(gkm.io/signature-format) is verified (every one
+        with O(signature_required)), in the format the label names (V(cosign-v2) - the C(sha256-<digest>.sig) tag,
+        V(cosign-v3) - a sigstore bundle referrer);
         its condition C(SignatureVerified) says who checked it. This is the only check a ClusterGKMCache gets (Kyverno
         does not see cluster-scoped resources). gkm.cluster.cache_distribute verifies every Job, either format.
       - The key is put in the Jobs' Secret beside the registry credentials, per namespace. A Job whose check fails
@@ -115,6 +116,16 @@ options:
         C(Error), C(SignatureVerified) C(False) (C(VerificationFailed)) and the refused digest not recorded (the
         previous digest stays if it still verifies).
     type: str
+  signature_required:
+    description:
+      - Require a verified signature of every cache, whatever its C(gkm.io/signature-format) label says. The label is
+        the cache owner's and only chooses the format; an unlabelled cache is checked in either format (cosign v3,
+        then v2). The caches role sets it from C(caches_require_signature) (all caches, or those of the namespaces
+        listed).
+      - Without O(signature_public_key) a required check fails the cache at once (phase C(Error)); nothing is
+        distributed unchecked.
+    type: bool
+    default: false
   job_limits:
     description: Bounds of the extraction Jobs.
     type: dict

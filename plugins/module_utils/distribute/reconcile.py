@@ -130,7 +130,7 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     status = summary_status(distribution, _now())
     signature = signature_check.signature_condition(
         declared, _now(), distribution.status["entries"], spec.verification is not None,
-        spec.digest if spec.mount_mode == IMAGE_VOLUME else None)
+        spec.digest if spec.mount_mode == IMAGE_VOLUME else None, bool(params.get(verification.REQUIRED_PARAM)))
     if signature:
         status["conditions"].append(signature)
         if signature["status"] == "False":

@@ -71,8 +71,6 @@ def test_without_the_requirement_the_unlabelled_unsigned_cache_is_recorded_unche
     assert condition(current, "SignatureVerified") is None
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31, class 4: the check follows the tenant's label, signature_required "
-                                       "does not exist")
 def test_with_the_requirement_the_unlabelled_unsigned_cache_is_refused(sim, crds, tenant, images, keys):
     create_cache(tenant, "unlabelled", images[0].ref)
     result = reconcile(sim, tenant, "unlabelled", keys[1], signature_required=True)
@@ -84,7 +82,6 @@ def test_with_the_requirement_the_unlabelled_unsigned_cache_is_refused(sim, crds
     assert images[0].digest in verified["message"] and "not signed" in verified["message"], verified["message"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31, class 4: signature_required does not exist")
 def test_with_the_requirement_an_unlabelled_signed_cache_is_verified_in_either_format(sim, crds, tenant, images, keys):
     create_cache(tenant, "signed", images[1].ref)
     result = reconcile(sim, tenant, "signed", keys[1], signature_required=True)
@@ -95,7 +92,6 @@ def test_with_the_requirement_an_unlabelled_signed_cache_is_verified_in_either_f
     assert (verified["status"], verified["reason"]) == ("True", "VerifiedByReconcile"), verified
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31, class 4: signature_required does not exist")
 def test_with_the_requirement_and_no_key_the_cache_is_refused_naming_the_key(sim, crds, tenant, images):
     create_cache(tenant, "nokey", images[1].ref)
     result = reconcile(sim, tenant, "nokey", None, signature_required=True)

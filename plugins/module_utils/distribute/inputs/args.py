@@ -29,6 +29,7 @@ DISTRIBUTION_ARG_SPEC = dict(
     extract_image=dict(type="str"),
     # Public, but a PEM block in every logged invocation is noise.
     signature_public_key=dict(type="str", no_log=True),
+    signature_required=dict(type="bool", default=False),
     job_limits=dict(type="dict", options=dict(
         backoff_limit=dict(type="int", default=2),
         active_deadline_seconds=dict(type="int", default=900),

@@ -23,6 +23,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     SIGNATURE_FORMAT_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.verification import (
+    LABEL_PARAM,
+    REQUIRED_PARAM,
     SIGNATURE_NOT_VERIFIED,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
@@ -44,7 +46,7 @@ class SignatureRefused(GkmError):
         self.kept_digest = kept_digest
 
 
-def refusal_message(image, signature_format, why, kept_digest):
+def refusal_message(image, signature_format, why, kept_digest, required=False):
     """What the Error status says of a refused digest: the image and digest, why, what pods mount now, the fix."""
     if kept_digest:
         now = ("status.resolvedDigest stays %s, recorded before and still verified with the key, so pods annotated "
@@ -52,10 +54,12 @@ def refusal_message(image, signature_format, why, kept_digest):
     else:
         now = ("no digest is recorded (status.resolvedDigest is empty), so pods annotated %s are denied "
                "until a digest verifies" % CACHE_ANNOTATION)
+    asked = ("as the admin requires (signature_required)" if required else
+             "as the label %s asks" % SIGNATURE_FORMAT_LABEL)
     return ("mountMode imageVolume: the reconcile refused %s: its signature does not verify with the public key "
-            "(signature_public_key) as the label %s asks (cosign %s): %s; %s. Fix: sign that digest with the key "
+            "(signature_public_key) %s (cosign %s): %s; %s. Fix: sign that digest with the key "
             "of signature_public_key (caches_signature_public_key) in that format, or give the key it was signed "
-            "with" % (image, SIGNATURE_FORMAT_LABEL, signature_format, why, now))
+            "with" % (image, asked, signature_format, why, now))
 
 
 def _refusal(params, image, digest, verification):
@@ -80,4 +84,5 @@ def verify(params, image, digest, verification):
     if recorded and recorded != digest and _refusal(params, pinned_reference(image, recorded), recorded,
                                                     verification) is None:
         kept = recorded
-    raise SignatureRefused(refusal_message(image, verification[0], why, kept), image, digest, kept)
+    required = bool(params.get(REQUIRED_PARAM)) and not params.get(LABEL_PARAM)
+    raise SignatureRefused(refusal_message(image, verification[0], why, kept, required), image, digest, kept)

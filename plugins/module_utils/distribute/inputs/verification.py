@@ -8,6 +8,10 @@ A cache resource asks for a check with the label ``gkm.io/signature-format`` (``
 (registry_secret.py) and the extractor checks that the signature names the very digest it extracts.
 Kyverno never sees a ClusterGKMCache, so for it this is the only check; a GKMCache gets both when
 Kyverno runs. cache_distribute, which has no resource, verifies every Job (either format) when given the key.
+
+The label is the tenant's: it may only choose the format. Whether a cache is checked at all is the admin's
+setting ``signature_required`` (the caches role's ``caches_require_signature``): with it an unlabelled cache is
+checked in either format, and without the key nothing is distributed (issue 31, class 4).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -27,6 +31,8 @@ ANY_FORMAT = "auto"
 PUBLIC_KEY_FILE = "cosign.pub"
 # The distribution parameter cache_reconcile fills from the label.
 LABEL_PARAM = "signature_format_label"
+# The admin's option: every cache checked, whatever its label says.
+REQUIRED_PARAM = "signature_required"
 # The reason of an extraction refused for its signature (the Jobs' exit code 5, or the reconcile's own check).
 SIGNATURE_NOT_VERIFIED = "SignatureNotVerified"
 
@@ -60,18 +66,24 @@ def public_key_text(value):
 def job_verification(params):
     """(extractor format, key PEM) the Jobs verify with, or None: a check needs both a request and the key.
 
-    cache_reconcile passes the resource's label under LABEL_PARAM (None: no check asked for);
-    cache_distribute has no such parameter, and its key alone asks for a check of either format.
+    cache_reconcile passes the resource's label under LABEL_PARAM (None: no check asked for, unless the admin
+    requires one: REQUIRED_PARAM, then either format); cache_distribute has no such parameter, and its key alone
+    asks for a check of either format. A required check without the key raises: nothing goes unchecked.
     """
+    required = bool(params.get(REQUIRED_PARAM))
     if LABEL_PARAM in params:
         label = params[LABEL_PARAM]
         if label and label not in LABEL_FORMATS:
             formats = " or ".join(sorted(LABEL_FORMATS))
             raise VerificationError("label %s=%s: use %s" % (SIGNATURE_FORMAT_LABEL, label, formats))
-        signature_format = LABEL_FORMATS.get(label)
+        signature_format = LABEL_FORMATS.get(label) or (ANY_FORMAT if required else None)
     else:
         signature_format = ANY_FORMAT
     public_key_pem = public_key_text(params.get("signature_public_key"))
+    if required and not public_key_pem:
+        raise VerificationError("signature_required (caches_require_signature) asks for a verified signature of "
+                                "every cache, but no signature_public_key was given: nothing is distributed "
+                                "unchecked. Fix: give the key in signature_public_key (caches_signature_public_key)")
     if not signature_format or not public_key_pem:
         return None
     return signature_format, public_key_pem

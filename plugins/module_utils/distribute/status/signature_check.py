@@ -118,15 +118,21 @@ def _unchecked(resource, signature_format, image, image_volume_digest):
         % (SIGNATURE_FORMAT_LABEL, signature_format, image, kyverno, checker, consequence, fix))
 
 
-def signature_condition(resource, now, entries=(), key_given=False, image_volume_digest=None):
-    """The SignatureVerified condition of a labelled cache resource, or None for an unlabelled one.
+# What the messages call the format of a check the admin required of an unlabelled cache (either format).
+REQUIRED_FORMAT = "cosign (v2 or v3)"
+
+
+def signature_condition(resource, now, entries=(), key_given=False, image_volume_digest=None, required=False):
+    """The SignatureVerified condition of a labelled cache resource, or of any when the admin requires a check
+    (required: signature_required); None for an unlabelled one otherwise.
 
     entries: the status entries of the run (status.py); key_given: whether the run verified with the public key.
     image_volume_digest: in mountMode imageVolume, the digest the run recorded (no Jobs: with the key, the reconcile
     verified it first); None in PVC mode, where the Jobs verify.
     """
     metadata = resource.get("metadata") or {}
-    signature_format = (metadata.get("labels") or {}).get(SIGNATURE_FORMAT_LABEL)
+    signature_format = (metadata.get("labels") or {}).get(SIGNATURE_FORMAT_LABEL) or (
+        REQUIRED_FORMAT if required else None)
     if not signature_format:
         return None
     image = (resource.get("spec") or {}).get("image") or ""

@@ -36,6 +36,18 @@ def test_cache_distribute_with_a_key_verifies_either_format_and_without_one_noth
     assert verification.job_verification({verification.LABEL_PARAM: "cosign-v3"}) is None
 
 
+@pytest.mark.parametrize("label,expected", [("cosign-v2", "v2"), ("cosign-v3", "v3"), (None, "auto")])
+def test_the_admin_s_requirement_checks_every_cache_and_the_label_only_picks_the_format(label, expected):
+    params = {verification.LABEL_PARAM: label, "signature_public_key": PEM, verification.REQUIRED_PARAM: True}
+    assert verification.job_verification(params) == (expected, PEM)
+
+
+@pytest.mark.parametrize("label", ["cosign-v2", None])
+def test_a_required_check_without_the_key_is_refused_naming_the_key(label):
+    with pytest.raises(verification.VerificationError, match="no signature_public_key was given"):
+        verification.job_verification({verification.LABEL_PARAM: label, verification.REQUIRED_PARAM: True})
+
+
 def test_an_unknown_label_value_is_refused_naming_the_two_formats():
     with pytest.raises(verification.VerificationError, match="cosign-v4: use cosign-v2 or cosign-v3"):
         verification.job_verification({verification.LABEL_PARAM: "cosign-v4", "signature_public_key": PEM})

@@ -23,6 +23,12 @@ def test_an_unlabelled_cache_gets_no_condition():
 TENANT_WRITABLE = "anyone who may edit the resource can write it"
 
 
+def test_an_unlabelled_cache_the_admin_requires_checked_gets_the_condition():
+    condition = sc.signature_condition(cache(), NOW, [entry("Extracted")], key_given=True, required=True)
+    assert (condition["status"], condition["reason"]) == ("True", "VerifiedByExtraction")
+    assert "cosign (v2 or v3) signature of %s" % IMAGE in condition["message"]
+
+
 def test_kyverno_s_record_of_a_pass_is_a_note_never_a_verification():
     resource = cache(labels={SIGNATURE_FORMAT_LABEL: "cosign-v3"},
                      annotations={sc.KYVERNO_RECORD: json.dumps({IMAGE: "pass"})})
