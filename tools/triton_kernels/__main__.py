@@ -5,6 +5,7 @@ compile and report import Triton (run them with the Triton venv's python); inspe
   report   --target cuda:90 --cache-dir DIR   the same compile, summed up: hits, misses, seconds (JSON)
   inspect  DIR                                 each kernel's files, metadata facts and group state (JSON)
   relocate SOURCE DESTINATION                  copy a cache and re-point its group files at DESTINATION
+  overlay  SOURCE DESTINATION                  only the group files into DESTINATION, pointing at SOURCE's files
 """
 
 import argparse
@@ -45,7 +46,8 @@ def _inspect(args):
 
 def _relocate(args):
     started = time.perf_counter()
-    copied = relocate.relocate(args.source, args.destination)
+    work = relocate.overlay if args.command == "overlay" else relocate.relocate
+    copied = work(args.source, args.destination)
     copied["seconds"] = round(time.perf_counter() - started, 4)
     return copied
 
@@ -59,9 +61,10 @@ def main(argv=None):
         command.add_argument("--cache-dir", required=True)
         command.add_argument("--only", action="append", help="a kernel label; repeat for several")
     commands.add_parser("inspect").add_argument("cache_dir")
-    command = commands.add_parser("relocate")
-    command.add_argument("source")
-    command.add_argument("destination")
+    for name in ("relocate", "overlay"):
+        command = commands.add_parser(name)
+        command.add_argument("source")
+        command.add_argument("destination")
     args = parser.parse_args(argv)
     if args.command in ("compile", "report"):
         result = _compile(args)

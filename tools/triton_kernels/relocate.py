@@ -64,3 +64,35 @@ def rewrite_in_place(cache_dir):
             os.replace(temporary, path)
             rewritten += 1
     return rewritten
+
+
+def overlay(source, destination):
+    """Group files only: `destination` (writable, must not exist) gets one directory per kernel of `source` holding
+    just its group files, re-pointed at `source`'s files where they are. Triton, given `destination` as its cache,
+    finds every kernel (its groups resolve) and reads them from `source`, which may stay read-only; a kernel the
+    cache lacks is compiled into `destination`. Nothing but the group files is copied.
+
+    Returns {"groups", "bytes"}: the group files written and their size.
+    """
+    source, destination = os.path.abspath(source), os.path.abspath(destination)
+    if os.path.exists(destination):
+        raise FileExistsError(destination)
+    written = {"groups": 0, "bytes": 0}
+    os.makedirs(destination)
+    for entry in sorted(os.listdir(source)):
+        source_dir = os.path.join(source, entry)
+        if os.path.islink(source_dir) or not os.path.isdir(source_dir):
+            continue
+        groups = [name for name in sorted(os.listdir(source_dir)) if layout.is_group_file(name)]
+        if not groups:
+            continue
+        os.mkdir(os.path.join(destination, entry))
+        for name in groups:
+            with open(os.path.join(source_dir, name)) as handle:
+                children = layout.rewrite_group(layout.parse_group(handle.read()), source_dir)
+            text = layout.group_text(children)
+            with open(os.path.join(destination, entry, name), "w") as handle:
+                handle.write(text)
+            written["groups"] += 1
+            written["bytes"] += len(text.encode())
+    return written

@@ -113,3 +113,29 @@ def test_relocating_onto_an_existing_directory_is_refused(compiled, tmp_path):
     (tmp_path / "there").mkdir()
     with pytest.raises(FileExistsError):
         relocate.relocate(compiled[0], tmp_path / "there")
+
+
+def test_an_overlay_of_group_files_hits_reading_the_read_only_cache(compiled, moved, tmp_path):
+    os.chmod(moved, 0o555)  # the mounted cache; its kernel directories stay as they are
+    local = tmp_path / "pod-groups"
+    compiled_dir = compiled[0]
+    hidden = compiled_dir.with_name("hidden-3")
+    os.rename(compiled_dir, hidden)
+    try:
+        written = relocate.overlay(moved, local)
+        assert written["groups"] == len(KERNELS)
+        kernels = scan.scan(local)
+        assert {k["state"] for k in kernels} == {layout.FOREIGN}  # on purpose: the files are the mount's
+        assert all(list(k["files"].values()) == ["group"] for k in kernels)
+        before = sorted(os.path.join(base, name) for base, _dirs, files in os.walk(moved) for name in files)
+        # One kernel the cache lacks: its group taken out of the overlay, it is compiled into the writable place.
+        lacking = next(k for k in kernels if k["name"] == "row_softmax")
+        shutil.rmtree(local / lacking["hash_dir"])
+        result = compile_in(local)
+        assert {k["label"]: k["hit"] for k in result["kernels"]} == {"vector_add": True, "row_softmax": False}
+        assert sorted(os.path.join(base, name) for base, _dirs, files in os.walk(moved) for name in files) == before
+        recompiled = {k["name"]: k for k in scan.scan(local)}["row_softmax"]
+        assert recompiled["state"] == layout.RESOLVES and "binary:cubin" in recompiled["files"].values()
+    finally:
+        os.rename(hidden, compiled_dir)
+        os.chmod(moved, 0o755)
