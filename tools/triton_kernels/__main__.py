@@ -3,6 +3,7 @@
 compile and report import Triton (run them with the Triton venv's python); inspect and relocate do not.
   compile  --target cuda:90 --cache-dir DIR   compile the kernel set into DIR; per kernel: hit/miss and seconds
   report   --target cuda:90 --cache-dir DIR   the same compile, summed up: hits, misses, seconds (JSON)
+  predict  --target cuda:90 --cache-dir DIR   per kernel, whether a compile would hit and why not, writing nothing
   inspect  DIR                                 each kernel's files, metadata facts and group state (JSON)
   relocate SOURCE DESTINATION                  copy a cache and re-point its group files at DESTINATION
   overlay  SOURCE DESTINATION                  only the group files into DESTINATION, pointing at SOURCE's files
@@ -35,6 +36,18 @@ def _compile(args):
             "compile_seconds": round(sum(k["seconds"] for k in kernels), 4)}
 
 
+def _predict(args):
+    from . import compile_run
+
+    backend, arch, warp_size = parse_target(args.target)
+    kernels = compile_run.predict_all(backend, arch, warp_size, os.path.abspath(args.cache_dir),
+                                      only=set(args.only or ()))
+    hits = sum(1 for k in kernels if k["hit"])
+    return {"target": {"backend": backend, "arch": arch, "warp_size": warp_size},
+            "cache_dir": os.path.abspath(args.cache_dir), "triton_version": compile_run.triton_version(),
+            "kernels": kernels, "hits": hits, "misses": len(kernels) - hits}
+
+
 def _inspect(args):
     kernels = scan.scan(args.cache_dir)
     facts = [k["facts"] for k in kernels if k["facts"]]
@@ -55,7 +68,7 @@ def _relocate(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tools.triton_kernels", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("compile", "report"):
+    for name in ("compile", "report", "predict"):
         command = commands.add_parser(name)
         command.add_argument("--target", required=True, help="cuda:90, hip:gfx90a, optionally :<warp size>")
         command.add_argument("--cache-dir", required=True)
@@ -72,6 +85,8 @@ def main(argv=None):
             for kernel in result["kernels"]:
                 print("%-28s %-4s %8.3f s" % (kernel["label"], "hit" if kernel["hit"] else "MISS", kernel["seconds"]),
                       file=sys.stderr)
+    elif args.command == "predict":
+        result = _predict(args)
     elif args.command == "inspect":
         result = _inspect(args)
     else:

@@ -21,8 +21,8 @@ KERNELS = ("vector_add", "row_softmax")
 pytestmark = pytest.mark.skipif(not os.path.exists(TRITON_PY), reason="no Triton venv at %s" % TRITON_PY)
 
 
-def compile_in(cache_dir):
-    argv = [TRITON_PY, "-m", "tools.triton_kernels", "compile", "--target", "cuda:90", "--cache-dir", str(cache_dir)]
+def compile_in(cache_dir, command="compile"):
+    argv = [TRITON_PY, "-m", "tools.triton_kernels", command, "--target", "cuda:90", "--cache-dir", str(cache_dir)]
     for label in KERNELS:
         argv += ["--only", label]
     env = {key: value for key, value in os.environ.items() if not key.startswith("TRITON_")}
@@ -50,6 +50,9 @@ def test_a_first_compile_misses_every_kernel_and_a_second_hits_every_one(compile
     cache_dir, first = compiled
     assert [k["label"] for k in first["kernels"]] == list(KERNELS)
     assert first["misses"] == len(KERNELS) and first["triton_version"] == "3.9.0"
+    predicted = compile_in(cache_dir, "predict")
+    assert predicted["hits"] == len(KERNELS) and {k["state"] for k in predicted["kernels"]} == {layout.RESOLVES}
+    assert [k["hash"] for k in predicted["kernels"]] == [k["hash"] for k in first["kernels"]]
     again = compile_in(cache_dir)
     assert again["hits"] == len(KERNELS)
     assert [k["hash"] for k in again["kernels"]] == [k["hash"] for k in first["kernels"]]
@@ -78,6 +81,10 @@ def test_a_copy_elsewhere_reads_the_compiled_paths_and_a_moved_one_misses_everyt
     os.rename(compiled_dir, hidden)  # the compiled path gone, as in a pod that mounts the cache elsewhere
     try:
         assert {k["state"] for k in scan.scan(alone)} == {layout.DANGLING}
+        predicted = compile_in(alone, "predict")
+        assert predicted["misses"] == len(KERNELS)
+        assert {k["state"] for k in predicted["kernels"]} == {layout.DANGLING}
+        assert all("moved" in k["reason"] for k in predicted["kernels"])
         result = compile_in(alone)
         assert result["misses"] == len(KERNELS)
     finally:
@@ -131,6 +138,9 @@ def test_an_overlay_of_group_files_hits_reading_the_read_only_cache(compiled, mo
         # One kernel the cache lacks: its group taken out of the overlay, it is compiled into the writable place.
         lacking = next(k for k in kernels if k["name"] == "row_softmax")
         shutil.rmtree(local / lacking["hash_dir"])
+        predicted = compile_in(local, "predict")
+        assert {k["label"]: k["state"] for k in predicted["kernels"]} == {"vector_add": layout.FOREIGN,
+                                                                          "row_softmax": None}
         result = compile_in(local)
         assert {k["label"]: k["hit"] for k in result["kernels"]} == {"vector_add": True, "row_softmax": False}
         assert sorted(os.path.join(base, name) for base, _dirs, files in os.walk(moved) for name in files) == before
