@@ -76,6 +76,7 @@ def median_of(runs, key):
 
 def bench_target(work, target):
     slug = target.replace(":", "-")
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     colds, warms = [], []
     for repeat in range(REPEATS):
         compiled = os.path.join(work, "%s-%d" % (slug, repeat))
@@ -122,6 +123,7 @@ def bench_target(work, target):
     canonical_run = brief(compile_in(compiled, target))
 
     return {
+        "load_average_at_start": load_at_start,
         "kernels": len(per_kernel), "kernel_labels": [k["label"] for k in per_kernel],
         "cache_files": files, "cache_bytes": size, "targets": layout.summary_targets(facts),
         "triton_versions": layout.triton_versions(facts),
@@ -148,6 +150,7 @@ def bench_target(work, target):
 
 def scaled_relocation(work, compiled, times):
     """Copy+rewrite of `times` copies of the compiled cache's kernel directories: the cost at a model's size."""
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     big = os.path.join(work, "scaled")
     os.makedirs(big)
     for index in range(times):
@@ -172,7 +175,8 @@ def scaled_relocation(work, compiled, times):
         shutil.rmtree(groups_only)
     shutil.rmtree(big)
     seconds = statistics.median(copies)
-    return {"kernels": sum(resolved.values()), "files": files, "bytes": size, "group_states": resolved,
+    return {"load_average_at_start": load_at_start,
+            "kernels": sum(resolved.values()), "files": files, "bytes": size, "group_states": resolved,
             "groups_rewritten": copied["groups"], "copy_and_rewrite_ms": round(seconds * 1000, 1),
             "copy_and_rewrite_runs_ms": [round(x * 1000, 1) for x in copies],
             "mb_per_second": round(size / 1e6 / seconds, 1),
