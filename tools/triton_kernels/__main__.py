@@ -1,8 +1,8 @@
-"""CLI: python -m tools.triton_kernels {compile,report,inspect,relocate} (from the checkout's root).
+"""CLI: python -m tools.triton_kernels {compile,report,predict,inspect,relocate,overlay} (from the checkout's root).
 
-compile and report import Triton (run them with the Triton venv's python); inspect and relocate do not.
+compile, report and predict import Triton (run them with the Triton venv's python); the others do not.
   compile  --target cuda:90 --cache-dir DIR   compile the kernel set into DIR; per kernel: hit/miss and seconds
-  report   --target cuda:90 --cache-dir DIR   the same compile, summed up: hits, misses, seconds (JSON)
+  report   --target cuda:90 --cache-dir DIR   the same, with one line per kernel on stderr
   predict  --target cuda:90 --cache-dir DIR   per kernel, whether a compile would hit and why not, writing nothing
   inspect  DIR                                 each kernel's files, metadata facts and group state (JSON)
   relocate SOURCE DESTINATION                  copy a cache and re-point its group files at DESTINATION
