@@ -1,8 +1,9 @@
 """Real Triton caches: cold and warm compile per target, the miss a moved cache causes, and the cost of the fixes.
 
 Each compile runs `python -m tools.triton_kernels compile` in a fresh process of the Triton venv ($GKM_TRITON_PY,
-default .venv-triton beside the checkout), as a pod's warm-up would: the process start and Triton's import are
-reported apart from the kernels' compile seconds. No GPU is used: Triton compiles ahead of time for the target.
+default the checkout's .venv-triton: make venv-triton), as a pod's warm-up would: the process start and Triton's
+import are reported apart from the kernels' compile seconds. No GPU is used: Triton compiles ahead of time for the
+target.
 
 Per target (cuda:90, hip:gfx90a):
   cold      an empty cache; median of $GKM_BENCH_REPEATS (default 3) fresh caches
@@ -33,8 +34,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tools.triton_kernels import layout, relocate, scan  # noqa: E402
+from tools.triton_kernels.venv import HINT, triton_python  # noqa: E402
 
-TRITON_PY = os.environ.get("GKM_TRITON_PY", os.path.join(os.path.dirname(ROOT), ".venv-triton", "bin", "python"))
+TRITON_PY = triton_python()
 REPEATS = int(os.environ.get("GKM_BENCH_REPEATS", "3"))
 TARGETS = ("cuda:90", "hip:gfx90a")
 RESULT = os.path.join(ROOT, "bench", "results", "triton_kernels.json")
@@ -185,6 +187,8 @@ def scaled_relocation(work, compiled, times):
 
 
 def main():
+    if TRITON_PY is None:
+        sys.exit("no Triton venv: " + HINT)
     load_before = os.getloadavg()
     work = tempfile.mkdtemp(prefix="gkm-triton-bench-")
     try:

@@ -1,5 +1,6 @@
-"""Real Triton kernel caches for GKM's tests and benchmarks (issue 32 groundwork).
+"""Real Triton kernel caches for GKM's tests, samples and benchmarks (issue 32).
 
-Modules that import Triton (`kernels`, `compile_run`) run under the Triton venv (`/work/.venv-triton`); `layout`,
-`targets` and `relocate` are plain Python and run anywhere, so the unit tests can read a cache without Triton.
+Modules that import Triton (`kernels`, `compile_run`) run under the Triton venv (`make venv-triton`, `venv.py`);
+`layout`, `targets`, `scan`, `relocate`, `store` and `image` are plain Python and run anywhere, so the tests and
+the image builder read a cache without Triton (`store` runs the venv's python in a subprocess to compile).
 """

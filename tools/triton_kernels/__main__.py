@@ -32,7 +32,8 @@ def _compile(args):
     hits = sum(1 for k in kernels if k["hit"])
     return {"target": {"backend": backend, "arch": arch, "warp_size": warp_size},
             "cache_dir": os.environ["TRITON_CACHE_DIR"], "triton_version": compile_run.triton_version(),
-            "import_seconds": round(imported, 4), "kernels": kernels, "hits": hits, "misses": len(kernels) - hits,
+            "triton_key": compile_run.triton_key_digest(), "import_seconds": round(imported, 4),
+            "kernels": kernels, "hits": hits, "misses": len(kernels) - hits,
             "compile_seconds": round(sum(k["seconds"] for k in kernels), 4)}
 
 

@@ -50,6 +50,14 @@ def triton_version():
     return triton.__version__
 
 
+def triton_key_digest():
+    """sha256 of `triton_key()` (Triton's version and the hash of its compiler sources and libtriton), which enters
+    every kernel's key: two installs with one version number but other files miss each other's caches."""
+    from triton.runtime.cache import triton_key
+
+    return hashlib.sha256(triton_key().encode("utf-8")).hexdigest()
+
+
 # Why a kernel would be compiled, by its group's state (layout): None when Triton would hit.
 MISS_REASONS = {
     None: "no group file for this kernel's key: not in the cache (another Triton build, option, variable or source)",

@@ -1,8 +1,8 @@
 """A real Triton cache (tools/triton_kernels): compiled once by the pinned Triton in its own venv, then read,
 moved, copied and relocated; Triton itself says hit or miss. Skipped when the Triton venv is not there.
 
-The venv is $GKM_TRITON_PY's, else `.venv-triton` beside the checkout (python3.11 -m venv, pip install
-triton==3.9.0). Two small kernels for cuda:90 keep the compile near a second; no GPU is needed.
+The venv is $GKM_TRITON_PY's, else the checkout's `.venv-triton` (make venv-triton). Two small kernels for
+cuda:90 keep the compile near a second; no GPU is needed.
 """
 
 import json
@@ -14,11 +14,12 @@ import pytest
 
 from tests.helpers.paths import ROOT
 from tools.triton_kernels import layout, relocate, scan
+from tools.triton_kernels.venv import HINT, triton_python
 
-TRITON_PY = os.environ.get("GKM_TRITON_PY", os.path.join(os.path.dirname(ROOT), ".venv-triton", "bin", "python"))
+TRITON_PY = triton_python()
 KERNELS = ("vector_add", "row_softmax")
 
-pytestmark = pytest.mark.skipif(not os.path.exists(TRITON_PY), reason="no Triton venv at %s" % TRITON_PY)
+pytestmark = pytest.mark.skipif(TRITON_PY is None, reason="no Triton venv: " + HINT)
 
 
 def compile_in(cache_dir, command="compile"):
