@@ -50,7 +50,7 @@ junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-setup: sim-setup cli-tools kyverno ansible-operator venv-triton ## Everything the tests and benchmarks need
+setup: sim-setup cli-tools kyverno ansible-operator ## Everything the tests and benchmarks need
 
 # The oras and cosign CLIs take about ten minutes to build and only tests and benchmarks use them: the demo and
 # the simulated cluster stop here.
