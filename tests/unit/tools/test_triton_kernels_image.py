@@ -10,6 +10,7 @@ import io
 import json
 import os
 import subprocess
+import threading
 
 import pytest
 
@@ -136,3 +137,22 @@ def test_two_seeds_make_two_different_real_caches_of_one_target():
     assert {e.name for e in one} != {e.name for e in two}
     with pytest.raises(ValueError, match="has 6 kernels"):
         ki.cache_entries(ki.CacheSpec(compiled=True, backend="hip", kernels=7))
+
+
+@needs_triton
+def test_concurrent_builders_compile_a_target_once(tmp_path):
+    """Two builders (threads with their own lock file handles, as xdist workers or lanes have) asking at once for a
+    target missing from the store: one compiles it, the other waits and reuses it."""
+    results = []
+
+    def build():
+        results.append(store.compiled_cache("cuda:90", root=str(tmp_path)))
+
+    builders = [threading.Thread(target=build) for _ in range(2)]
+    for builder in builders:
+        builder.start()
+    for builder in builders:
+        builder.join(timeout=600)
+    assert len(results) == 2 and results[0][0] == results[1][0]
+    assert sorted(info["reused"] for _directory, info in results) == [False, True]
+    assert len(scan.scan(os.path.join(results[0][0], "cache"))) == 6
