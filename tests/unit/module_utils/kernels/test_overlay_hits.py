@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
@@ -38,14 +39,16 @@ def _triton(command, cache_dir, target):
     return json.loads(run.stdout)
 
 
-def _mounted(spec, tmp_path):
+def _mounted(spec, tmp_path, rewrite_groups=True):
     """The image extracted by the collection's extractor into a node's slot directory (its groups rewritten to
-    that place, as the extraction Job does), then moved to where a pod mounts it and made read-only: the slot's path
-    no longer exists, as it does not inside a pod. Returns (the mount, the image's entries)."""
+    that place, as the extraction Job does for the PVC modes; or kept as the image has them, naming the image's
+    recorded root, as an image volume shows them), then moved to where a pod mounts it and made read-only: the
+    slot's path no longer exists, as it does not inside a pod. Returns (the mount, the image's entries)."""
     entries, labels = ki.cache_entries(spec)
     blob, _diff_id = ki.layer_bytes(entries)
     slot = tmp_path / "node" / "slots" / "cache-0123"
-    archive.extract_layer(io.BytesIO(blob).read, ki.sha256_digest(blob), len(blob), str(slot), rewrite_groups=True,
+    archive.extract_layer(io.BytesIO(blob).read, ki.sha256_digest(blob), len(blob), str(slot),
+                          rewrite_groups=rewrite_groups,
                           declared_bytes=int(labels["cache.%s.image/cache-size-bytes" % spec.kind]))
     mount = tmp_path / "pod" / "mnt" / "kernel-cache"
     mount.parent.mkdir(parents=True)
@@ -84,10 +87,11 @@ def _overlay(mount, into):
     return result, time.perf_counter() - started
 
 
-@pytest.mark.parametrize("backend", ["cuda", "hip"])
+@pytest.mark.parametrize(("backend", "rewrite_groups"), [("cuda", True), ("hip", True), ("cuda", False)],
+                         ids=["cuda-pvc", "hip-pvc", "cuda-image-volume"])
 def test_a_mounted_cache_hits_in_full_through_the_overlay_and_misses_in_full_without(tmp_path, writable_afterwards,
-                                                                                      backend):
-    mount, _entries = _mounted(ki.CacheSpec(compiled=True, backend=backend, kernels=6), tmp_path)
+                                                                                      backend, rewrite_groups):
+    mount, _entries = _mounted(ki.CacheSpec(compiled=True, backend=backend, kernels=6), tmp_path, rewrite_groups)
     before = _fingerprint(mount)
 
     plain = _triton("predict", mount / "io.triton.cache", TARGET[backend])
@@ -123,3 +127,70 @@ def test_a_kernel_the_cache_lacks_is_compiled_into_the_overlay_as_one_miss_and_t
 
     again = _triton("compile", into, "cuda:90")
     assert again["hits"] == 6 and again["misses"] == 0
+
+
+def _mount_namespace_works():
+    try:
+        run = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", "mount -t tmpfs t /mnt"],
+                             capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return run.returncode == 0
+
+
+POD_SCRIPT = r"""
+set -eu
+mkdir -p "$POD/kernels" "$POD/triton"
+mount --bind "$SLOT" "$POD/kernels"
+mount -o remount,bind,ro "$POD/kernels"
+mount -t tmpfs node "$NODE"
+if touch "$POD/kernels/probe" 2>/dev/null; then echo "the mount is writable" >&2; exit 9; fi
+"$PY" -I -c "$RUN_OVERLAY" "$COLLECTIONS" "$POD/kernels" "$POD/triton" > "$OUT/overlay.json"
+"$TRITON_PY" -m tools.triton_kernels compile --target cuda:90 --cache-dir "$POD/triton" > "$OUT/through.json"
+set +e
+"$TRITON_PY" -m tools.triton_kernels compile --target cuda:90 --cache-dir "$POD/kernels/io.triton.cache" \
+    > "$OUT/plain.json" 2> "$OUT/plain.err"
+echo $? > "$OUT/plain.rc"
+ls "$POD/triton" > "$OUT/triton.ls"
+"""
+# The init container's command, in a Python that sees only the collection (the tools image's PYTHONPATH).
+RUN_OVERLAY = ("import sys; sys.path.insert(0, sys.argv[1]); "
+               "from ansible_collections.gkm.cluster.plugins.module_utils.kernels import overlay_main; "
+               "sys.exit(overlay_main.main(sys.argv[2:]))")
+
+
+@pytest.mark.skipif(not _mount_namespace_works(), reason="needs unshare -m with mount rights (root here)")
+def test_as_a_pod_sees_it_a_truly_read_only_mount_and_the_nodes_path_gone(tmp_path, writable_afterwards):
+    """In a private mount namespace: the node's slot bind-mounted read-only where the pod mounts it and the slot's
+    own path hidden, as in a pod. The init container's command writes the overlay; Triton through it hits the 5
+    kernels of the cache and compiles the sixth into the overlay; Triton given the read-only mount itself, as a
+    plain mount with TRITON_CACHE_DIR set to it would, fails on its first compile (EROFS)."""
+    entries, labels = ki.cache_entries(ki.CacheSpec(compiled=True, backend="cuda", kernels=5, seed=1))
+    blob, _diff_id = ki.layer_bytes(entries)
+    node, pod, out = tmp_path / "node", tmp_path / "pod", tmp_path / "out"
+    slot = node / "slots" / "cache-0123"
+    archive.extract_layer(io.BytesIO(blob).read, ki.sha256_digest(blob), len(blob), str(slot), rewrite_groups=True,
+                          declared_bytes=int(labels["cache.triton.image/cache-size-bytes"]))
+    before = _fingerprint(slot)
+    out.mkdir()
+    collections = overlay.__file__
+    for _level in range(7):
+        collections = os.path.dirname(collections)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TRITON_")}
+    env.update(POD=str(pod), SLOT=str(slot), NODE=str(node), OUT=str(out), PY=sys.executable, TRITON_PY=TRITON_PY,
+               COLLECTIONS=collections, RUN_OVERLAY=RUN_OVERLAY)
+    run = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", POD_SCRIPT], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    written = json.loads((out / "overlay.json").read_text())
+    assert written["kernels"] == 5 and written["skipped"] == [] and written["source"] == str(
+        pod / "kernels" / "io.triton.cache")
+    through = json.loads((out / "through.json").read_text())
+    assert through["hits"] == 5 and through["misses"] == 1, through["kernels"]
+    missed = layout.hash_directory_name(next(k for k in through["kernels"] if not k["hit"])["hash"])
+    assert missed in (out / "triton.ls").read_text().split()
+    # The plain mount: every group dangles, and Triton's first compile cannot write its result: the workload fails.
+    assert int((out / "plain.rc").read_text()) != 0
+    assert "Read-only file system" in (out / "plain.err").read_text()
+    assert _fingerprint(slot) == before
