@@ -129,7 +129,8 @@ def write_overlay(source, destination):
     written_dirs = []
     for entry in sorted(os.listdir(source)):
         kernel_dir = os.path.join(source, entry)
-        if not _is_dir(kernel_dir):
+        # Triton's key directories are base32 names, never hidden ones: a hidden entry could only collide with MARKER.
+        if entry.startswith(".") or not _is_dir(kernel_dir):
             continue
         overlays = []
         for name in sorted(os.listdir(kernel_dir)):

@@ -96,12 +96,14 @@ def test_a_group_triton_would_miss_is_left_out_so_triton_compiles_it_into_the_ov
     (linked / "matmul.llir").unlink()
     os.symlink("/etc/hostname", str(linked / "matmul.llir"))
     os.symlink(str(mount / "GOOD"), str(mount / "ALIAS"))
+    _kernel(mount, overlay.MARKER)  # a hostile cache's directory named as the marker: not a kernel, not fatal
     result = overlay.write_overlay(str(mount), str(tmp_path / "triton"))
     assert result["kernels"] == 1 and sorted(os.listdir(tmp_path / "triton")) == [overlay.MARKER, "GOOD"]
     reasons = {s["hash_dir"]: s["reason"] for s in result["skipped"]}
     assert reasons["GONE"] == overlay.MISSING_FILE and reasons["LINK"] == overlay.MISSING_FILE
     assert reasons["BAD"].startswith(overlay.NOT_TRITONS) and "not under its own name" in reasons["EVIL"]
-    assert "ALIAS" not in reasons
+    assert "ALIAS" not in reasons and overlay.MARKER not in reasons
+    assert json.loads((tmp_path / "triton" / overlay.MARKER).read_text())["hash_dirs"] == ["GOOD"]
 
 
 def test_run_again_into_the_same_emptydir_it_rewrites_the_same_files_and_sees_what_the_pod_compiled(tmp_path):
