@@ -89,8 +89,8 @@ def _overlay(mount, into):
 
 @pytest.mark.parametrize(("backend", "rewrite_groups"), [("cuda", True), ("hip", True), ("cuda", False)],
                          ids=["cuda-pvc", "hip-pvc", "cuda-image-volume"])
-def test_a_mounted_cache_hits_in_full_through_the_overlay_and_misses_in_full_without(tmp_path, writable_afterwards,
-                                                                                      backend, rewrite_groups):
+def test_a_mounted_cache_hits_in_full_through_the_overlay_and_not_at_all_without(
+        tmp_path, writable_afterwards, backend, rewrite_groups):
     mount, _entries = _mounted(ki.CacheSpec(compiled=True, backend=backend, kernels=6), tmp_path, rewrite_groups)
     before = _fingerprint(mount)
 
@@ -106,8 +106,8 @@ def test_a_mounted_cache_hits_in_full_through_the_overlay_and_misses_in_full_wit
     assert _fingerprint(mount) == before
 
 
-def test_a_kernel_the_cache_lacks_is_compiled_into_the_overlay_as_one_miss_and_then_hits(tmp_path,
-                                                                                          writable_afterwards):
+def test_a_kernel_the_cache_lacks_is_compiled_into_the_overlay_as_one_miss_and_then_hits(
+        tmp_path, writable_afterwards):
     mount, entries = _mounted(ki.CacheSpec(compiled=True, backend="cuda", kernels=5, seed=1), tmp_path)
     in_image = {e.name.split("/")[1] for e in entries if e.name.startswith("io.triton.cache/") and "/" in e.name[16:]}
     before = _fingerprint(mount)
