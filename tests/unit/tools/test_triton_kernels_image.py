@@ -148,7 +148,7 @@ def test_concurrent_builders_compile_a_target_once(tmp_path):
     def build():
         results.append(store.compiled_cache("cuda:90", root=str(tmp_path)))
 
-    builders = [threading.Thread(target=build) for _ in range(2)]
+    builders = [threading.Thread(target=build) for _index in range(2)]
     for builder in builders:
         builder.start()
     for builder in builders:

@@ -25,8 +25,9 @@ CACHE_MOUNT = {"name": "gkm-cache-vector-add", "mountPath": "/kernels", "readOnl
 TRITON_ENV = {"name": "TRITON_CACHE_DIR", "value": OVERLAY_PATH}
 
 
-def _given(spec, annotations=ANNOTATIONS, mode="imageVolume", variable="TRITON_CACHE_DIR"):
+def _given(spec, annotations=None, mode="imageVolume", variable="TRITON_CACHE_DIR"):
     """The pod after the cache's mount and the overlay, and the overlay's own operations."""
+    annotations = ANNOTATIONS if annotations is None else annotations
     if mode == "imageVolume":
         steering_view = view([cache("vector-add", mountMode="imageVolume")])
     else:
