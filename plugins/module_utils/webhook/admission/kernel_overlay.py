@@ -10,8 +10,10 @@ cache through the overlay's group files and compiles a kernel the cache lacks in
 
 The operations follow those of cache_mount.mount_operations(spec, use) in the same patch: they append to the pod's
 volumes and to each such container's volumeMounts, which those operations made sure exist.
-A container that already sets the variable keeps its value when it points outside the cache's mount (and gets no
-overlay); a value at or below the mount path, the plain mount's way that misses, is replaced.
+A container that mounts the cache itself at another path than the annotation's is left as written (the groups would
+name a path it does not see). A container that already sets the variable keeps its value when it points outside the
+cache's mount (and gets no overlay); a value at or below the mount path, the plain mount's way that misses, is
+replaced.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -96,6 +98,11 @@ def overlay_operations(spec, use, variable, tools_image):
         if use.containers is not None and container.get("name") not in use.containers:
             continue
         mounts = [m for m in _list(container.get("volumeMounts")) or () if isinstance(m, dict)]
+        if any(m.get("name") == volume_name(use.name) and posixpath.normpath(m.get("mountPath") or "/")
+               != posixpath.normpath(use.mount_path) for m in mounts):
+            # The pod mounts the cache itself at another path (mount_operations keeps that): the overlay's groups
+            # name the annotated path, which this container does not see, so it is left as written.
+            continue
         taken = [m.get("name") for m in mounts if _below(m.get("mountPath") or "/", OVERLAY_PATH)]
         if taken:
             raise MountError("container %s mounts volume %s at or below %s, where the cache's kernel overlay goes: "

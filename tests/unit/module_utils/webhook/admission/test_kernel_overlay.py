@@ -83,6 +83,16 @@ def test_a_variable_set_to_the_plain_mount_is_replaced_and_one_set_elsewhere_is_
     assert operations == [] and "initContainers" not in pod and len(pod["volumes"]) == 1
 
 
+def test_a_container_that_mounts_the_cache_itself_elsewhere_is_left_as_written():
+    spec = pod_spec(containers=("main", "sidecar"))
+    spec["containers"][1]["volumeMounts"] = [{"name": "gkm-cache-vector-add", "mountPath": "/other", "readOnly": True}]
+    pod, _operations = _given(spec)
+    assert pod["containers"][0]["env"] == [TRITON_ENV]
+    assert "env" not in pod["containers"][1]
+    assert pod["containers"][1]["volumeMounts"] == [{"name": "gkm-cache-vector-add", "mountPath": "/other",
+                                                     "readOnly": True}]
+
+
 def test_the_variable_the_image_names_is_the_one_set():
     labels = dict(TRITON_LABELS, **{"io.kserve.km/cache-root-env": "MY_TRITON_CACHE=/tmp/triton"})
     variable, why = plan.overlay_plan(labels)
