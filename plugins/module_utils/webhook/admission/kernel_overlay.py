@@ -33,8 +33,9 @@ OVERLAY_PATH = "/var/run/gkm/kernels"
 ENTRY_POINT = "ansible_collections.gkm.cluster.plugins.module_utils.kernels.overlay_main"
 TERMINATION_LOG = "/dev/termination-log"
 INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
+# Pod Security `restricted` holds for the init container whatever the pod's own securityContext says.
 INIT_SECURITY = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                 "capabilities": {"drop": ["ALL"]}}
+                 "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def overlay_name(cache):
@@ -59,6 +60,8 @@ def init_container(cache, mount_path, tools_image):
     return {
         "name": name,
         "image": tools_image,
+        "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "command": ["python3", "-m", ENTRY_POINT, mount_path, OVERLAY_PATH, "--termination-log", TERMINATION_LOG],
         "volumeMounts": [{"name": volume_name(cache), "mountPath": mount_path, "readOnly": True},
                          {"name": name, "mountPath": OVERLAY_PATH}],

@@ -50,7 +50,10 @@ def test_each_container_given_the_cache_gets_the_overlay_as_triton_cache_dir_and
     assert init["name"] == "gkm-kernels-vector-add" and init["image"] == TOOLS
     # The cache at the path the workload sees it at: the group files the init container writes name that path.
     assert init["volumeMounts"] == [CACHE_MOUNT, OVERLAY_MOUNT]
-    assert init["securityContext"]["runAsNonRoot"] is True and init["securityContext"]["readOnlyRootFilesystem"]
+    # Pod Security restricted, whatever the pod's own securityContext.
+    assert init["securityContext"] == {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                                       "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
     python, flag, module, *arguments = init["command"]
     assert (python, flag, module) == ("python3", "-m", overlay_main.__name__)
     parsed = overlay_main.build_parser().parse_args(arguments)
