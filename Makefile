@@ -44,7 +44,7 @@ matrix_env = PATH=$(abspath $(1))/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTI
 junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
-        kyverno ansible-operator test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
+        kyverno ansible-operator venv-triton test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
         bench-extract bench-distribute bench-scale bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-pause
 
 help: ## List the targets
@@ -54,7 +54,7 @@ setup: sim-setup cli-tools kyverno ansible-operator ## Everything the tests and 
 
 # The oras and cosign CLIs take about ten minutes to build and only tests and benchmarks use them: the demo and
 # the simulated cluster stop here.
-sim-setup: venv debian-packages binaries containerd collection-link ## What the simulated cluster and the demo need
+sim-setup: venv debian-packages binaries containerd collection-link venv-triton ## What the simulated cluster and the demo need
 
 venv: $(VENV)/.installed ## Python virtualenv with the pinned requirements
 $(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt
@@ -91,6 +91,12 @@ $(VENV_LOWEST)/.installed: requirements/lowest.txt
 venv-highest: venv $(VENV_HIGHEST)/.installed ## Virtualenv with the newest ansible-core and kubernetes client releases
 $(VENV_HIGHEST)/.installed: requirements/highest.txt
 	$(call matrix_venv,$(VENV_HIGHEST),$(PYTHON_HIGHEST),requirements/highest.txt)
+
+# Triton (requirements/triton.txt) in a venv of its own, shared by every checkout of the machine: tools/triton-venv.sh
+# builds it under ~/.cache/gkm-cluster (keyed by the pin, the script and the interpreter) and .venv-triton links it.
+# The compiled kernel caches (tools/triton_kernels/store.py) run its python; GKM_TRITON_PY names another one.
+venv-triton: ## Build or reuse the pinned Triton venv (real kernel caches; about 1 GB, cached under ~/.cache/gkm-cluster)
+	@ln -sfn "$$(PYTHON=$(PYTHON) tools/triton-venv.sh)" .venv-triton
 
 debian-packages: ## Install missing Debian packages (root only; otherwise says what to install)
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \

@@ -5,6 +5,12 @@ The images follow design-notes section 1: one gzip tar layer holding `io.<kind>.
 Pushing uses plain HTTP calls to the registry's v2 API, independent of oras, so tests of the
 oras-based code do not check oras against itself.
 
+Two builders fill the layer. `CacheSpec(compiled=True)` takes real kernels compiled by the pinned Triton for the
+spec's target (tools/triton_kernels/store.py keeps them by input hash, so a target compiles once per machine), with
+the labels and manifest.json derived from their metadata (tools/triton_kernels/image.py): the images that stand for
+a real cache. The synthetic builder (`triton_cache_files`) makes files shaped like Triton's, of any count and size,
+for the hostile, broken, large and edge cases.
+
 Broken and hostile variants are built on purpose (see HOSTILE_VARIANTS) to test the extractor's
 refusals. Signatures in cosign's v2 and v3 layouts are made by `sign_cosign_v2` / `sign_cosign_v3`,
 an independent implementation of the formats, or by the real cosign CLI through `cosign_cli_sign`.
@@ -138,7 +144,11 @@ def triton_cache_files(
 
 @dataclass
 class CacheSpec:
-    """What to put in an image. kind is 'triton' or 'vllm' (vLLM's Triton-format layout)."""
+    """What to put in an image. kind is 'triton' or 'vllm' (vLLM's Triton-format layout).
+
+    compiled: real kernels of the spec's target (at most the kernel set's six; `seed` chooses which, and
+    `kernel_bytes` does not apply); otherwise synthetic ones.
+    """
 
     kind: str = "triton"
     backend: str = "cuda"
@@ -148,6 +158,7 @@ class CacheSpec:
     kernel_bytes: int = 20_000
     seed: int = 0
     extra_entries: list = field(default_factory=list)
+    compiled: bool = False
 
     def targets(self):
         arch = self.arch or ("90" if self.backend == "cuda" else "gfx90a")
@@ -155,14 +166,32 @@ class CacheSpec:
         return [{"backend": self.backend, "arch": arch, "warp_size": warp}]
 
 
+def compiled_cache_files(spec):
+    """({path in the layer: bytes}, manifest entries, labels) of real kernels compiled for `spec`'s target."""
+    from tools.triton_kernels import image, store
+
+    target = spec.targets()[0]
+    directory, info = store.compiled_cache("%s:%s:%d" % (target["backend"], target["arch"], target["warp_size"]))
+    files, facts, debug = image.cache_content(os.path.join(directory, "cache"), spec.kernels, spec.seed)
+    if len(facts) != spec.kernels:
+        raise ValueError("the compiled kernel set has %d kernels for %s, the spec asks for %d"
+                         % (len(facts), target, spec.kernels))
+    files = {"io.%s.cache/%s" % (spec.kind, path): data for path, data in files.items()}
+    return files, image.manifest_entries(facts, debug), image.labels(spec.kind, facts, 0, info["build"])
+
+
 def cache_entries(spec):
     """Tar entries and config labels for a cache described by `spec`."""
     kind = spec.kind
     target = spec.targets()[0]
-    files, manifest = triton_cache_files(
-        backend=target["backend"], arch=target["arch"], warp_size=target["warp_size"], kernels=spec.kernels,
-        kernel_bytes=spec.kernel_bytes, seed=spec.seed, cache_prefix="io.%s.cache" % kind,
-    )
+    if spec.compiled:
+        files, manifest, labels = compiled_cache_files(spec)
+    else:
+        files, manifest = triton_cache_files(
+            backend=target["backend"], arch=target["arch"], warp_size=target["warp_size"], kernels=spec.kernels,
+            kernel_bytes=spec.kernel_bytes, seed=spec.seed, cache_prefix="io.%s.cache" % kind,
+        )
+        labels = {"cache.%s.image/summary" % kind: json.dumps({"targets": spec.targets()})}
     if kind == "vllm":
         # vLLM's torch.compile cache keeps its Triton kernels below a per-model hash directory.
         files = {p.replace("io.vllm.cache/", "io.vllm.cache/torch_compile_cache/8c1f0a2b/rank_0_0/triton/", 1): d
@@ -175,12 +204,11 @@ def cache_entries(spec):
     entries.append(Entry("io.%s.manifest/manifest.json" % kind, json.dumps(manifest_doc, indent=2).encode()))
     entries.extend(spec.extra_entries)
     size = sum(len(e.data) for e in entries if e.type == tarfile.REGTYPE)
-    labels = {
+    labels.update({
         "cache.%s.image/entry-count" % kind: str(len(manifest)),
         "cache.%s.image/cache-size-bytes" % kind: str(size),
-        "cache.%s.image/summary" % kind: json.dumps({"targets": spec.targets()}),
         "org.opencontainers.image.title": "%s-kernel-cache" % kind,
-    }
+    })
     if kind == "vllm":
         labels["cache.vllm.image/format"] = "triton"
     return entries, labels

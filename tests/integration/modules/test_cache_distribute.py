@@ -23,9 +23,10 @@ EXTRACT_IMAGE = "gkm-cluster-tools:test"
 
 @pytest.fixture(scope="module")
 def images(registry):
-    v1 = kcache_images.build_image(registry.host, "dist/vector-add", "v1", kcache_images.CacheSpec(backend="hip"))
+    v1 = kcache_images.build_image(registry.host, "dist/vector-add", "v1",
+                                   kcache_images.CacheSpec(backend="hip", compiled=True))
     v2 = kcache_images.build_image(registry.host, "dist/vector-add", "v2",
-                                   kcache_images.CacheSpec(backend="hip", seed=7))
+                                   kcache_images.CacheSpec(backend="hip", seed=7, compiled=True))
     return v1, v2
 
 

@@ -18,6 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.extract import pull as
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import tree
 from tests.helpers import kcache_images as ki
 from tests.helpers.paths import ROOT
+from tools.triton_kernels.venv import triton_python
 
 pytestmark = pytest.mark.registry
 
@@ -54,16 +55,16 @@ def _registry_storage():
 @pytest.fixture
 def extracted(registry, tmp_path):
     """dest already holding a good HIP cache: (image, dest, snapshot)."""
-    image = ki.build_image(registry.host, _repo("base"), "v1", ki.CacheSpec(backend="hip", kernels=2))
+    image = ki.build_image(registry.host, _repo("base"), "v1", ki.CacheSpec(backend="hip", kernels=2, compiled=True))
     dest = tmp_path / "caches" / "base"
     _pull(image.ref, dest)
     return image, dest, _snapshot(dest)
 
 
 @pytest.mark.parametrize(("spec", "manifest_format", "gpu"), [
-    (ki.CacheSpec(backend="cuda", kernels=3), "oci", H100),
-    (ki.CacheSpec(backend="hip", kernels=3), "docker", HIP),
-    (ki.CacheSpec(kind="vllm", backend="cuda", kernels=2), "oci", H100),
+    (ki.CacheSpec(backend="cuda", kernels=3, compiled=True), "oci", H100),
+    (ki.CacheSpec(backend="hip", kernels=3, compiled=True), "docker", HIP),
+    (ki.CacheSpec(kind="vllm", backend="cuda", kernels=2, compiled=True), "oci", H100),
 ])
 def test_cache_images_extract_with_rewritten_group_files(registry, tmp_path, spec, manifest_format, gpu):
     image = ki.build_image(registry.host, _repo(spec.kind), "v1", spec, manifest_format=manifest_format)
@@ -82,6 +83,13 @@ def test_cache_images_extract_with_rewritten_group_files(registry, tmp_path, spe
             assert child.startswith(str(group.parent) + "/") and os.path.isfile(child)
     binaries = ".cubin" if spec.backend == "cuda" else ".hsaco"
     assert len(list(dest.rglob("*" + binaries))) == spec.kernels
+    # The kernels are real: Triton, given the pulled cache where the extractor put it, finds every one of them.
+    triton_dir = groups[0].parent.parent
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TRITON_")}
+    predict = subprocess.run([triton_python(), "-m", "tools.triton_kernels", "predict", "--target",
+                              "%s:%s" % (spec.backend, spec.targets()[0]["arch"]), "--cache-dir", str(triton_dir)],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=True)
+    assert json.loads(predict.stdout)["hits"] == spec.kernels
 
 
 @pytest.mark.parametrize("variant", ki.HOSTILE_VARIANTS)
@@ -140,7 +148,8 @@ def test_rerun_is_a_no_op_until_the_tree_or_tag_changes(registry, extracted):
     next(dest.rglob("*.hsaco")).unlink()
     assert _pull(image.ref, dest)["changed"] is True
     assert _snapshot(dest).keys() == before.keys()
-    newer = ki.build_image(registry.host, image.repository, "v1", ki.CacheSpec(backend="hip", kernels=3, seed=4))
+    newer = ki.build_image(registry.host, image.repository, "v1",
+                           ki.CacheSpec(backend="hip", kernels=3, seed=4, compiled=True))
     moved = _pull(image.ref, dest)
     assert (moved["changed"], moved["previous_digest"], moved["digest"]) == (True, image.digest, newer.digest)
     assert moved["diff"] == {"before": "digest: %s\n" % image.digest, "after": "digest: %s\n" % newer.digest}
@@ -148,7 +157,8 @@ def test_rerun_is_a_no_op_until_the_tree_or_tag_changes(registry, extracted):
 
 def test_check_mode_reports_and_writes_nothing(registry, extracted, tmp_path):
     image, dest, before = extracted
-    newer = ki.build_image(registry.host, image.repository, "v2", ki.CacheSpec(backend="hip", kernels=1, seed=8))
+    newer = ki.build_image(registry.host, image.repository, "v2",
+                           ki.CacheSpec(backend="hip", kernels=1, seed=8, compiled=True))
     result = cache_pull.ensure_cache({"image": newer.ref, "dest": str(dest), "plain_http": True}, check_mode=True)
     assert result["changed"] is True and result["digest"] == newer.digest
     assert _snapshot(dest) == before
@@ -159,7 +169,7 @@ def test_check_mode_reports_and_writes_nothing(registry, extracted, tmp_path):
 
 
 def test_incompatible_gpu_fails_or_skips_without_writing(registry, tmp_path):
-    image = ki.build_image(registry.host, _repo("compat"), "v1", ki.CacheSpec(backend="hip"))
+    image = ki.build_image(registry.host, _repo("compat"), "v1", ki.CacheSpec(backend="hip", compiled=True))
     dest = tmp_path / "c"
     with pytest.raises(cache_pull.CachePullError, match="no GPU matches"):
         _pull(image.ref, dest, gpus=[H100])
@@ -222,7 +232,8 @@ def test_real_cosign_signature_verifies_and_a_wrong_key_is_refused(registry, tmp
 def test_independent_signature_format_and_unsigned_image(registry, tmp_path, fmt):
     key = new_private_key()
     image = ki.build_image(registry.host, _repo("ind-" + fmt), "v1", ki.CacheSpec(kernels=1))
-    unsigned = ki.build_image(registry.host, image.repository, "unsigned", ki.CacheSpec(kernels=1, seed=3))
+    unsigned = ki.build_image(registry.host, image.repository, "unsigned",
+                              ki.CacheSpec(kernels=1, seed=3, compiled=True))
     (ki.sign_cosign_v3 if fmt == "v3" else ki.sign_cosign_v2)(image, key)
     result = _pull(image.ref, tmp_path / "c", verify="cosign", public_key=public_key_to_pem(key),
                    signature_format=fmt)
@@ -285,7 +296,7 @@ def _playbook(tmp_path, task, *flags):
 
 
 def test_module_check_diff_apply_and_idempotence_through_ansible_playbook(registry, tmp_path):
-    image = ki.build_image(registry.host, _repo("module"), "v1", ki.CacheSpec(backend="hip", kernels=2))
+    image = ki.build_image(registry.host, _repo("module"), "v1", ki.CacheSpec(backend="hip", kernels=2, compiled=True))
     task = {"image": image.ref, "dest": str(tmp_path / "cache"), "registry_plain_http": True,
             "gpus": [{"backend": "hip", "arch": "gfx90a", "warp_size": 64}]}
     checked = _playbook(tmp_path, task, "--check", "--diff")
@@ -301,8 +312,8 @@ def test_module_check_diff_apply_and_idempotence_through_ansible_playbook(regist
 @pytest.mark.matrix
 @pytest.mark.cluster
 def test_gpus_from_node_labels_reads_the_simulated_node(registry, sim, tmp_path):
-    hip = ki.build_image(registry.host, _repo("node"), "hip", ki.CacheSpec(backend="hip", kernels=1))
-    cuda = ki.build_image(registry.host, hip.repository, "cuda", ki.CacheSpec(backend="cuda", kernels=1))
+    hip = ki.build_image(registry.host, _repo("node"), "hip", ki.CacheSpec(backend="hip", kernels=1, compiled=True))
+    cuda = ki.build_image(registry.host, hip.repository, "cuda", ki.CacheSpec(backend="cuda", kernels=1, compiled=True))
     proc = _cli("--image", hip.ref, "--dest", str(tmp_path / "h"), "--plain-http", "--kubeconfig", sim.kubeconfig,
                 "--gpus-from-node-labels", "gkm-gpu-worker-1")
     out, err = proc.communicate(timeout=120)
@@ -317,7 +328,8 @@ def test_gpus_from_node_labels_reads_the_simulated_node(registry, sim, tmp_path)
 @pytest.mark.matrix
 @pytest.mark.cluster
 def test_module_reads_node_labels_with_kubernetes_core_auth(registry, sim, tmp_path):
-    image = ki.build_image(registry.host, _repo("module-node"), "v1", ki.CacheSpec(backend="hip", kernels=1))
+    image = ki.build_image(registry.host, _repo("module-node"), "v1",
+                           ki.CacheSpec(backend="hip", kernels=1, compiled=True))
     task = {"image": image.ref, "dest": str(tmp_path / "cache"), "registry_plain_http": True,
             "gpus_from_node_labels": "gkm-gpu-worker-2", "kubeconfig": sim.kubeconfig}
     result = _playbook(tmp_path, task)

@@ -22,7 +22,8 @@ SECRET_SELECTOR = "gkm.io/cache=%s"
 
 @pytest.fixture(scope="module")
 def image(registry):
-    return kcache_images.build_image(registry.host, "jobs/vector-add", "v1", kcache_images.CacheSpec(backend="hip"))
+    return kcache_images.build_image(registry.host, "jobs/vector-add", "v1",
+                                     kcache_images.CacheSpec(backend="hip", compiled=True))
 
 
 def distribute(sim, name, namespace, image_ref, **args):

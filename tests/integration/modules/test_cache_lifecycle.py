@@ -20,7 +20,7 @@ OURS = "app.kubernetes.io/managed-by=gkm.cluster"
 
 @pytest.fixture(scope="module")
 def image(registry):
-    spec = kcache_images.CacheSpec(backend="hip")
+    spec = kcache_images.CacheSpec(backend="hip", compiled=True)
     return kcache_images.build_image(registry.host, "lifecycle/vector-add", "v1", spec)
 
 

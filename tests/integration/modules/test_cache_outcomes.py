@@ -24,7 +24,8 @@ GPU_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 @pytest.fixture(scope="module")
 def image(registry):
-    return kcache_images.build_image(registry.host, "outcomes/vector-add", "v1", kcache_images.CacheSpec(backend="hip"))
+    return kcache_images.build_image(registry.host, "outcomes/vector-add", "v1",
+                                     kcache_images.CacheSpec(backend="hip", compiled=True))
 
 
 def one_node_template(**spec):

@@ -19,10 +19,10 @@ NODE = "gkm-gpu-worker-1"
 
 @pytest.fixture(scope="module")
 def images(registry):
-    spec = kcache_images.CacheSpec(backend="hip")
+    spec = kcache_images.CacheSpec(backend="hip", compiled=True)
     return (kcache_images.build_image(registry.host, "reconcile/vector-add", "v1", spec),
             kcache_images.build_image(registry.host, "reconcile/vector-add", "v2",
-                                      kcache_images.CacheSpec(backend="hip", seed=3)))
+                                      kcache_images.CacheSpec(backend="hip", seed=3, compiled=True)))
 
 
 def manifest(name, namespace, image):

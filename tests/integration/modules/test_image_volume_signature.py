@@ -68,9 +68,10 @@ def live_status(crds, namespace, name):
 def test_a_signed_digest_is_recorded_and_a_refused_one_is_not(sim, crds, registry, namespace, create, keys):
     trusted, other, public_key = keys
     repository = "iv-signature/%s" % uuid.uuid4().hex[:6]
-    good = kcache_images.build_image(registry.host, repository, "v1", kcache_images.CacheSpec(backend="hip", seed=5))
+    good = kcache_images.build_image(registry.host, repository, "v1",
+                                     kcache_images.CacheSpec(backend="hip", seed=5, compiled=True))
     foreign = kcache_images.build_image(registry.host, repository, "v2",
-                                        kcache_images.CacheSpec(backend="hip", seed=6))
+                                        kcache_images.CacheSpec(backend="hip", seed=6, compiled=True))
     kcache_images.sign_cosign_v2(good, trusted)
     kcache_images.sign_cosign_v2(foreign, other)
     name = "signed"
@@ -112,7 +113,7 @@ def test_an_unsigned_image_is_recorded_without_a_check_and_refused_with_one(
         sim, crds, registry, namespace, create, keys):
     public_key = keys[2]
     unsigned = kcache_images.build_image(registry.host, "iv-signature/%s" % uuid.uuid4().hex[:6], "v1",
-                                         kcache_images.CacheSpec(backend="hip", seed=7))
+                                         kcache_images.CacheSpec(backend="hip", seed=7, compiled=True))
     name = "unsigned"
     create(name, unsigned.ref)
 

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 @pytest.fixture(scope="module")
 def images(registry):
     return [kcache_images.build_image(registry.host, "serving/vector-add", tag,
-                                      kcache_images.CacheSpec(backend="hip", seed=seed))
+                                      kcache_images.CacheSpec(backend="hip", seed=seed, compiled=True))
             for tag, seed in (("v1", 1), ("v2", 2))]
 
 

@@ -40,7 +40,7 @@ EXTRACTED = "gkm.io/extracted-digest"
 @pytest.fixture(scope="module")
 def images(registry):
     return [kcache_images.build_image(
-        registry.host, "upgrades/vector-add", tag, kcache_images.CacheSpec(backend="hip", seed=seed))
+        registry.host, "upgrades/vector-add", tag, kcache_images.CacheSpec(backend="hip", seed=seed, compiled=True))
         for tag, seed in (("v1", 21), ("v2", 22))]
 
 

@@ -44,7 +44,7 @@ def unique(prefix):
 
 @pytest.fixture(scope="module")
 def image(registry, real_nodes):
-    spec = kcache_images.CacheSpec(backend="hip", kernels=3, seed=11)
+    spec = kcache_images.CacheSpec(backend="hip", kernels=3, seed=11, compiled=True)
     return kcache_images.build_image(registry.host, "real/vector-add", "v1", spec), spec
 
 
@@ -329,7 +329,7 @@ def test_the_jobs_verify_a_labelled_cache_s_signature_with_the_key(sim, crds, re
     public_key = trusted.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     pushed = kcache_images.build_image(registry.host, "real/signed", unique("v"),
-                                       kcache_images.CacheSpec(backend="hip", kernels=2, seed=17))
+                                       kcache_images.CacheSpec(backend="hip", kernels=2, seed=17, compiled=True))
     kcache_images.sign_cosign_v3(pushed, trusted)
     kcache_images.sign_cosign_v2(pushed, other)
     signed, refused = unique("signed"), unique("refused")
@@ -471,7 +471,7 @@ def test_a_real_node_leaving_is_pruned_and_its_disk_named(sim, kube, tools_image
 
 
 def test_api_server_restarted_during_a_deploy_then_a_rerun_converges(sim, kube, tools_image, registry, job_namespace):
-    spec = kcache_images.CacheSpec(backend="hip", kernels=5, seed=31)
+    spec = kcache_images.CacheSpec(backend="hip", kernels=5, seed=31, compiled=True)
     pushed = kcache_images.build_image(registry.host, "real/api-restart", "v1", spec)
     args = dict(name=unique("apirst"), namespace=job_namespace, image=pushed.ref)
     try:

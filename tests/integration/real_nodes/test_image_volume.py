@@ -29,7 +29,7 @@ def _finished_pod(core, namespace, name, timeout=120):
 def test_a_pod_reads_a_kernel_file_from_an_image_volume_on_a_real_node(kube, registry, real_nodes, tools_image,
                                                                        namespace):
     image = kcache_images.build_image(registry.host, "real/image-volume-%s" % uuid.uuid4().hex[:6], "v1",
-                                      kcache_images.CacheSpec(kernels=2, seed=23))
+                                      kcache_images.CacheSpec(kernels=2, seed=23, compiled=True))
     expected = layer_files(registry.host, image.repository, image.digest)
     kernel = sorted(path for path in expected if path.endswith(".cubin"))[0]
     node = real_nodes[0]["name"]

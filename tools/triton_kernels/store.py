@@ -1,0 +1,97 @@
+"""Compiled Triton caches kept by the hash of what made them, so a test run compiles a target once per machine.
+
+`compiled_cache("hip:gfx90a")` returns a directory holding Triton's own cache of the kernel set for that target
+(`cache/`, as `TRITON_CACHE_DIR` left it) and `build.json` (what the compile reported: Triton's version, the
+digest of its `triton_key()`, each kernel's hash and seconds). The key hashes the inputs of a compile: the sources
+of this package that decide what is compiled and how (kernels, compile_run, targets, the CLI), the pin in
+requirements/triton.txt, the target, and the Triton venv's python (its real path, so $GKM_TRITON_PY pointing at
+another install compiles apart). The store is ${XDG_CACHE_HOME:-~/.cache}/gkm-cluster/triton-caches/.
+
+The compile runs the Triton venv's python in a fresh process with Triton's cache-invalidating variables removed
+(set, they would enter every key), under a lock, so pytest-xdist workers and parallel lanes compile once. Nothing
+here imports Triton.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+
+from .targets import parse_target, target_name
+from .venv import HINT, ROOT, triton_python
+
+# The files whose content decides the compiled bytes (the layout readers do not).
+INPUTS = ("tools/triton_kernels/kernels.py", "tools/triton_kernels/compile_run.py",
+          "tools/triton_kernels/targets.py", "tools/triton_kernels/__main__.py", "requirements/triton.txt")
+
+
+class StoreError(RuntimeError):
+    """No Triton venv, or the compile failed."""
+
+
+def store_root():
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gkm-cluster",
+                        "triton-caches")
+
+
+def inputs_key(target, python):
+    """12 hex digits of sha256 over the INPUTS' bytes, the target's canonical name and the python's real path."""
+    digest = hashlib.sha256()
+    for relative in INPUTS:
+        digest.update(relative.encode() + b"\0")
+        with open(os.path.join(ROOT, relative), "rb") as handle:
+            digest.update(handle.read())
+    digest.update(b"\0" + target.encode() + b"\0" + os.path.realpath(python).encode())
+    return digest.hexdigest()[:12]
+
+
+def entry_name(target, python):
+    """The store directory's name: the target readable (cuda-90, hip-gfx90a), then the inputs key."""
+    return "%s_%s" % (target.replace(":", "-"), inputs_key(target, python))
+
+
+def _compile(python, target, cache_dir):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TRITON_")}
+    return subprocess.run([python, "-m", "tools.triton_kernels", "compile", "--target", target,
+                           "--cache-dir", cache_dir], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1800, check=False)
+
+
+def compiled_cache(target, python=None, root=None):
+    """The store directory for `target` (compiling it first when absent) and whether it was reused.
+
+    Returns (directory, {"reused": bool, "seconds": wall time of this call, "build": build.json's content}).
+    """
+    python = python or triton_python()
+    if python is None:
+        raise StoreError("no Triton venv: " + HINT)
+    target = target_name(*parse_target(target))
+    root = root or store_root()
+    directory = os.path.join(root, entry_name(target, python))
+    started = time.perf_counter()
+    os.makedirs(root, exist_ok=True)
+    with open(directory + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        reused = os.path.exists(os.path.join(directory, "build.json"))
+        if not reused:
+            # The cache is compiled where it stays: its group files name this path. build.json comes last, so a
+            # compile cut short is started again from nothing.
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(directory)
+            os.makedirs(directory)
+            run = _compile(python, target, os.path.join(directory, "cache"))
+            if run.returncode != 0:
+                raise StoreError("compiling %s failed: %s" % (target, run.stderr[-2000:]))
+            report = json.loads(run.stdout)
+            build = {key: report[key] for key in ("target", "triton_version", "triton_key", "kernels",
+                                                  "compile_seconds", "import_seconds")}
+            with open(os.path.join(directory, "build.json.tmp"), "w") as handle:
+                json.dump(build, handle, indent=2, sort_keys=True)
+            os.replace(os.path.join(directory, "build.json.tmp"), os.path.join(directory, "build.json"))
+        with open(os.path.join(directory, "build.json")) as handle:
+            build = json.load(handle)
+    return directory, {"reused": reused, "seconds": round(time.perf_counter() - started, 4), "build": build}
