@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import threading
+import time
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
     cache_selector,
@@ -96,6 +97,11 @@ class FactsSource:
     def gather(self, calls, what):
         raise NotImplementedError
 
+    def pause(self, seconds):
+        """Wait before reading again (a poll of apply/wait.py): at most `seconds`, less when the source knows the
+        cluster changed. Returns True when it saw a change, False when it only waited."""
+        raise NotImplementedError
+
     def cache_objects(self, kind, selector):
         """Objects of one of OBJECT_KINDS carrying the cache's labels (cache_selector), cluster-wide."""
         raise NotImplementedError
@@ -140,6 +146,10 @@ class ListSource(FactsSource):
 
     def gather(self, calls, what):
         return self.kube.map_all(lambda call: call(), calls, what, DistributeError)
+
+    def pause(self, seconds):
+        time.sleep(seconds)
+        return False
 
     def cache_objects(self, kind, selector):
         return [_strip(obj) for obj in self.kube.items(kind, label_selector=selector)]
@@ -191,13 +201,16 @@ class ClusterIndex:
     the controller starts no reconcile for it. managedFields is dropped from everything.
 
     Reads and writes hold one lock: watch events arrive on the controller's event loop while a reconcile reads from
-    a worker thread.
+    a worker thread. `version` counts the changes; wait_for_change(since, timeout) lets a reconcile that polls (a
+    Job to complete, a PVC to bind) wake at the change instead of at the end of its poll interval.
     """
 
     def __init__(self, watched_images=None):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
         self._objects = {kind: {} for kind in INDEXED_KINDS}
         self.watched_images = watched_images
+        self.version = 0
 
     def _trim(self, kind, obj):
         if kind == "Node":
@@ -219,15 +232,24 @@ class ClusterIndex:
         if kind not in self._objects:
             raise ValueError("the index holds no %r objects" % kind)
         key = _key(obj)
+        trimmed = None if event_type == "DELETED" else self._trim(kind, obj)
         with self._lock:
             held = self._objects[kind]
-            if event_type == "DELETED":
-                return held.pop(key, None) is not None
-            trimmed = self._trim(kind, obj)
-            if held.get(key) == trimmed:
+            if trimmed is None:
+                if held.pop(key, None) is None:
+                    return False
+            elif held.get(key) == trimmed:
                 return False
-            held[key] = trimmed
+            else:
+                held[key] = trimmed
+            self.version += 1
+            self._changed.notify_all()
             return True
+
+    def wait_for_change(self, since, timeout):
+        """Block until `version` passes `since` or `timeout` seconds pass; True when it changed."""
+        with self._lock:
+            return self._changed.wait_for(lambda: self.version > since, timeout)
 
     def _all(self, kind, namespace=None):
         with self._lock:
@@ -261,8 +283,16 @@ class IndexSource(FactsSource):
 
     def __init__(self, index):
         self.index = index
+        self._seen = index.version
+
+    def pause(self, seconds):
+        """Wait for a change the index has not shown this source yet, at most `seconds`."""
+        changed = self.index.wait_for_change(self._seen, seconds)
+        self._seen = self.index.version
+        return changed
 
     def gather(self, calls, what):
+        self._seen = self.index.version
         try:
             return [call() for call in calls]
         except (KeyError, ValueError) as error:

@@ -3,6 +3,8 @@ send) or an in-memory index fed by watch events (IndexSource, what the controlle
 answering with no request and ignoring a Node's heartbeat."""
 
 import copy
+import threading
+import time
 
 import pytest
 
@@ -261,3 +263,45 @@ def test_a_failed_read_is_a_distribute_error_naming_the_read():
 
     with pytest.raises(DistributeError, match="reading the cluster from the index"):
         source.assemble_facts(Broken(indexed(cluster())), serving_spec())
+
+
+def test_a_poll_on_the_index_wakes_at_the_change_not_at_the_end_of_its_interval():
+    pvc = obj("PersistentVolumeClaim", "vector-add-abc-w1", "team-a", cache_labels(), status={"phase": "Pending"})
+    index = indexed([pvc])
+    reader = source.IndexSource(index)
+    reader.gather([], "reading")
+    bound = copy.deepcopy(pvc)
+    bound["status"]["phase"] = "Bound"
+    timer = threading.Timer(0.05, index.apply, ("MODIFIED", bound))
+    started = time.monotonic()
+    timer.start()
+    try:
+        assert reader.pause(30) is True
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 10
+
+
+def test_a_poll_on_the_index_that_sees_no_change_waits_its_interval_and_says_so():
+    index = indexed(cluster())
+    reader = source.IndexSource(index)
+    reader.gather([], "reading")
+    assert index.apply("MODIFIED", heartbeat_fields(default_nodes()[0], beat=7)) is False  # a heartbeat
+    assert reader.pause(0.01) is False
+
+
+def test_a_change_between_the_read_and_the_poll_is_not_missed():
+    pvc = obj("PersistentVolumeClaim", "vector-add-abc-w1", "team-a", cache_labels())
+    index = indexed([pvc])
+    reader = source.IndexSource(index)
+    reader.gather([], "reading")
+    index.apply("DELETED", pvc)
+    assert reader.pause(30) is True  # at once: the change came after the facts were read
+    assert reader.pause(0.01) is False
+
+
+def test_a_poll_through_lists_sleeps_its_interval(monkeypatch):
+    slept = []
+    monkeypatch.setattr(source.time, "sleep", slept.append)
+    assert source.ListSource(FakeApi([])).pause(1.0) is False
+    assert slept == [1.0]
