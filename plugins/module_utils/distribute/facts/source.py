@@ -23,7 +23,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
     managed_selector,
     pinned_reference,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS, GROUP, VERSION
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KINDS,
+    GROUP,
+    NODE_LABEL,
+    VERSION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
     OBJECT_KINDS,
@@ -367,3 +372,22 @@ def assemble_facts(source, spec):
     rivals, named_claims = source_conflicts(source, spec) if present else ([], [])
     return ClusterFacts(nodes, namespace_names, objects, source_pods(source, spec.namespaces, objects, namespace_names),
                         _storage_class(spec, classes) if present else None, rivals, named_claims)
+
+
+# ------------------------------------------------------------------ a node's share of the facts
+
+
+def node_of(obj):
+    """The node an object of a cache belongs to (its gkm.io/node label), None for a namespace-level one (a serving
+    PVC and its PV, the registry Secret)."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(NODE_LABEL)
+
+
+def narrow_to_node(facts, node_name):
+    """The facts a node event's reconcile plans with: that Node alone (none when it is gone), the cache's objects on
+    that node, and the namespace-level objects as they are. Only the plan's actions on that node's objects may be
+    written from such a plan (a plan that sees one node would judge the namespace-level objects by it alone)."""
+    objects = {kind: [obj for obj in listed if node_of(obj) in (None, node_name)]
+               for kind, listed in facts.objects.items()}
+    return ClusterFacts([node for node in facts.nodes if node["metadata"]["name"] == node_name], facts.namespaces,
+                        objects, facts.pods, facts.storage_class, facts.rivals, facts.named_claims)
