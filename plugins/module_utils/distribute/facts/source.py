@@ -251,6 +251,22 @@ class ClusterIndex:
             self._changed.notify_all()
             return True
 
+    def relisted(self, kind, objects):
+        """Take a fresh listing of a kind as the whole truth (a watch restarted after 410 Gone lists again, and an
+        object deleted meanwhile gets no DELETED event): objects not in it are dropped. True when anything changed."""
+        fresh = {}
+        for obj in objects:
+            if obj.get("kind") != kind:
+                raise ValueError("a listing of %s holds a %r" % (kind, obj.get("kind")))
+            fresh[_key(obj)] = self._trim(kind, obj)
+        with self._lock:
+            if self._objects[kind] == fresh:
+                return False
+            self._objects[kind] = fresh
+            self.version += 1
+            self._changed.notify_all()
+            return True
+
     def wait_for_change(self, since, timeout):
         """Block until `version` passes `since` or `timeout` seconds pass; True when it changed."""
         with self._lock:

@@ -305,3 +305,15 @@ def test_a_poll_through_lists_sleeps_its_interval(monkeypatch):
     monkeypatch.setattr(source.time, "sleep", slept.append)
     assert source.ListSource(FakeApi([])).pause(1.0) is False
     assert slept == [1.0]
+
+
+def test_a_relisting_drops_what_was_deleted_while_the_watch_was_down():
+    kept = obj("PersistentVolumeClaim", "vector-add-abc-w1", "team-a", cache_labels())
+    gone = obj("PersistentVolumeClaim", "vector-add-abc-w2", "team-a", cache_labels())
+    index = indexed([kept, gone, obj("Namespace", "team-a")])
+    assert index.relisted("PersistentVolumeClaim", [copy.deepcopy(kept)]) is True
+    assert [pvc["metadata"]["name"] for pvc in index.select("PersistentVolumeClaim")] == ["vector-add-abc-w1"]
+    assert index.relisted("PersistentVolumeClaim", [copy.deepcopy(kept)]) is False
+    assert index.count("Namespace") == 1  # other kinds are left alone
+    with pytest.raises(ValueError, match="Namespace"):
+        index.relisted("PersistentVolumeClaim", [obj("Namespace", "x")])
