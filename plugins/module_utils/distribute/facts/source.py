@@ -26,6 +26,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KINDS,
     GROUP,
+    NODE_KINDS,
     NODE_LABEL,
     VERSION,
 )
@@ -38,6 +39,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.clust
     _storage_class,
     node_facts,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.node_objects import list_node_objects
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import spec_claims
 
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -137,6 +139,11 @@ class FactsSource:
         """Cache resources of a kind (GKMCache or ClusterGKMCache) with that name, each with its kind set."""
         raise NotImplementedError
 
+    def node_objects(self, cache_kind, namespace):
+        """The collection's per-node objects of a cache kind (in the cache's namespace for a GKMCache): what
+        status/node_writer.py compares its writes with."""
+        raise NotImplementedError
+
 
 def _strip(obj):
     obj["metadata"].pop("managedFields", None)
@@ -184,11 +191,15 @@ class ListSource(FactsSource):
                                          what="list %s" % path)
         return [dict(item, kind=kind) for item in ((data or {}).get("items") or []) if status == 200]
 
+    def node_objects(self, cache_kind, namespace):
+        return list_node_objects(self.kube, cache_kind, namespace)
+
 
 # ------------------------------------------------------------------ the in-memory copy a controller keeps
 
 
-INDEXED_KINDS = (*OBJECT_KINDS, "Node", "Namespace", "StorageClass", "Pod", *sorted(CACHE_KINDS))
+INDEXED_KINDS = (*OBJECT_KINDS, "Node", "Namespace", "StorageClass", "Pod", *sorted(CACHE_KINDS),
+                 *sorted(kind for kind, _plural, _namespaced in NODE_KINDS.values()))
 
 
 def _key(obj):
@@ -344,6 +355,10 @@ class IndexSource(FactsSource):
 
     def cache_resources_named(self, kind, name):
         return [dict(item, kind=kind) for item in self.index.select(kind, field_selector="metadata.name=%s" % name)]
+
+    def node_objects(self, cache_kind, namespace):
+        node_kind, _plural, namespaced = NODE_KINDS[cache_kind]
+        return self.index.select(node_kind, namespace if namespaced else None, label_selector=managed_selector())
 
 
 # ------------------------------------------------------------------ the facts stage over a source

@@ -25,6 +25,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs impo
 from tests.helpers.distribute import DIGEST_A, NO_PROVISIONER_CLASS, default_nodes, make_spec
 
 PLURALS = {"gkmcaches": "GKMCache", "clustergkmcaches": "ClusterGKMCache"}
+NODE_PLURALS = {"gkmcachenodes": "GKMCacheNode", "clustergkmcachenodes": "ClusterGKMCacheNode"}
 
 
 class FakeApi:
@@ -62,6 +63,12 @@ class FakeApi:
         self.requests.append(("LIST", path, None, None, dict(query or {}).get("fieldSelector")))
         kind = PLURALS[path.rsplit("/", 1)[-1]]
         return 200, {"items": self._select(kind, field_selector=dict(query or {}).get("fieldSelector"))}
+
+    def list_pages(self, path, label_selector=None):
+        self.requests.append(("LIST", path, None, label_selector, None))
+        plural = path.rsplit("/", 1)[-1]
+        namespace = path.split("/namespaces/", 1)[1].split("/", 1)[0] if "/namespaces/" in path else None
+        return self._select(NODE_PLURALS[plural], namespace, label_selector)
 
     def map_all(self, function, items, what, error=Exception):
         results = []
@@ -317,3 +324,21 @@ def test_a_relisting_drops_what_was_deleted_while_the_watch_was_down():
     assert index.count("Namespace") == 1  # other kinds are left alone
     with pytest.raises(ValueError, match="Namespace"):
         index.relisted("PersistentVolumeClaim", [obj("Namespace", "x")])
+
+
+def test_the_per_node_objects_read_from_lists_or_the_index_are_the_same():
+    managed = {MANAGED_BY_LABEL: MANAGER}
+    status = {"caches": {"vector-add": {"digest": DIGEST_A}}}
+    objects = [obj("GKMCacheNode", "w1", "team-a", managed, status=status),
+               obj("GKMCacheNode", "w1", "team-b", managed, status=status),
+               obj("GKMCacheNode", "w2", "team-a", {}, status=status),  # not the collection's
+               obj("ClusterGKMCacheNode", "w1", None, managed, status=status)]
+    api = FakeApi(objects)
+    index = indexed(objects)
+    for cache_kind, namespace, expected in [("GKMCache", "team-a", [("team-a", "w1")]),
+                                            ("ClusterGKMCache", None, [(None, "w1")])]:
+        listed = source.ListSource(api).node_objects(cache_kind, namespace)
+        held = source.IndexSource(index).node_objects(cache_kind, namespace)
+        assert listed == held
+        assert [(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in held] == expected
+    assert len(api.requests) == 2
