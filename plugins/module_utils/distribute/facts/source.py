@@ -229,6 +229,10 @@ class ClusterIndex:
         self.version = 0
 
     def _trim(self, kind, obj):
+        """What the index holds of an event's object: its own copy, never sharing a dict with the event's body."""
+        return _copy(self._trimmed(kind, obj))
+
+    def _trimmed(self, kind, obj):
         if kind == "Node":
             trimmed = node_facts(obj)
             names = sorted({name for image in (obj.get("status") or {}).get("images") or []

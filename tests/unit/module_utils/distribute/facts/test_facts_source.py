@@ -237,6 +237,12 @@ def test_the_index_drops_managed_fields_and_hands_out_copies():
     held["metadata"]["labels"]["edited"] = "by a reconcile"
     assert "edited" not in index.select("PersistentVolumeClaim")[0]["metadata"]["labels"]
     assert pvc["metadata"]["managedFields"] == [{"manager": "kubectl"}]  # the event's body is left as it came
+    pvc["metadata"]["labels"]["edited"] = "by whoever holds the event's body"
+    node = heartbeat_fields(default_nodes()[0])
+    index.apply("ADDED", node)
+    node["metadata"]["labels"]["edited"] = "later"
+    assert "edited" not in index.select("PersistentVolumeClaim")[0]["metadata"]["labels"]
+    assert "edited" not in index.select("Node")[0]["metadata"]["labels"]
 
 
 def test_the_index_refuses_a_kind_it_does_not_hold():
