@@ -3,6 +3,7 @@ spec and the cluster facts the planner reads, the applied objects as the API ser
 upgrade waves, per-node states and objects, and cache results for the resource's status."""
 
 import copy
+from types import SimpleNamespace
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
@@ -14,6 +15,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.clust
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.upgrade_policy import parse_upgrade_policy
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pipeline import Distribution
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, rollout, upgrade_waves
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import JOB_NAME_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import SlotState
@@ -202,17 +204,24 @@ class NodeObjectServer:
 
 # ---------------------------------------------------------------- cache results for the resource's status
 
-EXTRACTED_RESULT = {
-    "cache": {"digest": "sha256:abc"},
-    "status": {
-        "phase": "Extracted",
-        "counts": {"nodes": 3, "node_in_use": 1, "node_not_in_use": 2, "node_error": 0, "pod_running": 1,
-                   "pod_outdated": 0},
-        "entries": [{"namespace": "a", "node": "n1", "pvc": "p", "job": "j", "digest": "sha256:abc",
-                     "phase": "Extracted", "mounted_by": ["pod-1"]}],
-        "unschedulable": [],
-    },
+EXTRACTED_STATUS = {
+    "phase": "Extracted",
+    "counts": {"nodes": 3, "node_in_use": 1, "node_not_in_use": 2, "node_error": 0, "pod_running": 1,
+               "pod_outdated": 0},
+    "entries": [{"namespace": "a", "node": "n1", "pvc": "p", "job": "j", "digest": "sha256:abc",
+                 "phase": "Extracted", "mounted_by": ["pod-1"]}],
+    "unschedulable": [],
 }
+
+
+def distribution(status, digest="sha256:abc", targets=None, excluded=None, rollout=None):
+    """A pipeline Distribution around a status (status_of's shape): the spec's digest and targets, the plan's
+    excluded nodes and rollout (its to_dict), as the resource's status reads them."""
+    spec = SimpleNamespace(digest=digest, targets=targets)
+    plan = SimpleNamespace(eligibility=SimpleNamespace(excluded=excluded or {}),
+                           rollout=None if rollout is None else SimpleNamespace(to_dict=lambda: rollout))
+    return Distribution(spec, plan, status, result=None)
+
 
 _LARGE_CLUSTER_DIGEST = "sha256:" + "d" * 64
 _LARGE_CLUSTER_NAMESPACES = ("inference-prod", "inference-staging", "training-batch")

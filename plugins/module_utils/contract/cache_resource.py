@@ -15,6 +15,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KINDS,
@@ -27,6 +29,23 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 )
 
 NAMESPACED, CLUSTER = "namespaced", "cluster"
+
+# Each spec field a cache's owner writes, under the name the collection gives it: the CacheResource attribute and
+# the distribution option of the same meaning. read_cache reads the spec by this table, and resource_terms turns a
+# message about an option back into the field its owner wrote, so the two directions cannot drift apart.
+SPEC_FIELDS = (
+    ("image", "image"),
+    ("access_modes", "accessModes"),
+    ("storage_class_name", "storageClassName"),
+    ("pod_template", "podTemplate"),
+    ("upgrade_policy", "upgradePolicy"),
+    ("mount_mode", "mountMode"),
+    ("workload_namespaces", "workloadNamespaces"),
+)
+_FIELD = dict(SPEC_FIELDS)
+# Option names that differ from their field, standing as words of their own (not inside a longer dotted name).
+_RENAMED_OPTION = re.compile(r"(?<![\w.])(%s)(?!\w)" % "|".join(
+    re.escape(option) for option, field in SPEC_FIELDS if option != field))
 
 
 class CacheResource:
@@ -65,28 +84,37 @@ def read_cache(obj, default_mount_mode=PVC, kind=None):
     where = "%s %s" % (cache.kind, cache.name)
     if cache.kind not in CACHE_KINDS:
         cache.problems.append("kind must be one of %s, got %r" % (", ".join(sorted(CACHE_KINDS)), cache.kind))
-    cache.image = spec.get("image") if isinstance(spec.get("image"), str) and spec.get("image") else None
+    image = spec.get(_FIELD["image"])
+    cache.image = image if isinstance(image, str) and image else None
     if cache.image is None:
-        cache.problems.append("%s: spec.image is required" % where)
+        cache.problems.append("%s: spec.%s is required" % (where, _FIELD["image"]))
     cache.pinned_digest = _digest(cache.image.rpartition("@")[2]) if cache.image and "@" in cache.image else None
-    cache.access_modes = _strings(spec.get("accessModes")) or [READ_WRITE_ONCE]
-    cache.storage_class_name = spec.get("storageClassName") or None
-    cache.pod_template = spec.get("podTemplate") if isinstance(spec.get("podTemplate"), dict) else None
-    cache.upgrade_policy = spec.get("upgradePolicy")
-    cache.mount_mode = spec.get("mountMode") or default_mount_mode or PVC
+    cache.access_modes = _strings(spec.get(_FIELD["access_modes"])) or [READ_WRITE_ONCE]
+    cache.storage_class_name = spec.get(_FIELD["storage_class_name"]) or None
+    pod_template = spec.get(_FIELD["pod_template"])
+    cache.pod_template = pod_template if isinstance(pod_template, dict) else None
+    cache.upgrade_policy = spec.get(_FIELD["upgrade_policy"])
+    cache.mount_mode = spec.get(_FIELD["mount_mode"]) or default_mount_mode or PVC
     if cache.mount_mode not in MOUNT_MODES:
-        cache.problems.append("%s: spec.mountMode must be one of %s, got %r" % (
-            where, ", ".join(MOUNT_MODES), cache.mount_mode))
+        cache.problems.append("%s: spec.%s must be one of %s, got %r" % (
+            where, _FIELD["mount_mode"], ", ".join(MOUNT_MODES), cache.mount_mode))
         cache.mount_mode = PVC
-    cache.workload_namespaces = _strings(spec.get("workloadNamespaces")) if cache.kind == CLUSTER_CACHE_KIND else []
+    workload_namespaces = _strings(spec.get(_FIELD["workload_namespaces"]))
+    cache.workload_namespaces = workload_namespaces if cache.kind == CLUSTER_CACHE_KIND else []
     if cache.kind == CLUSTER_CACHE_KIND and not cache.workload_namespaces:
-        cache.problems.append("ClusterGKMCache %s: spec.workloadNamespaces must list at least one namespace"
-                              % cache.name)
+        cache.problems.append("ClusterGKMCache %s: spec.%s must list at least one namespace"
+                              % (cache.name, _FIELD["workload_namespaces"]))
     cache.signature_format = _mapping(metadata.get("labels")).get(SIGNATURE_FORMAT_LABEL) or None
     cache.digest = _digest(status.get("resolvedDigest"))
     cache.status_targets = [t for t in status.get("targets") or () if isinstance(t, dict)] \
         if isinstance(status.get("targets"), list) else []
     return cache
+
+
+def resource_terms(message):
+    """The message with the collection's option names replaced by the spec fields they come from (pod_template ->
+    spec.podTemplate): what a refusal or a problem says in a cache resource's status."""
+    return _RENAMED_OPTION.sub(lambda match: "spec." + _FIELD[match.group(1)], message)
 
 
 def _mapping(value):

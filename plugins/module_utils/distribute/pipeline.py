@@ -5,8 +5,9 @@
 `distribute` resolves the image to a digest (inputs/image.py), reads the cluster (facts/cluster.py), plans
 (plan/rollout.py: the planner, and again with a rolling upgrade's holds), has the API server validate every object
 it would write (apply/dry_run.py), writes the plan (apply/writes.py; a server-side dry run in check mode), waits for
-the extraction Jobs when asked (apply/wait.py), and returns the status it publishes on the per-node objects and
-node labels (status/) with the plan and the request counts. Only this module knows the order.
+the extraction Jobs when asked (apply/wait.py), and publishes the status on the per-node objects and node labels
+(status/). `run` returns what the stages made (a cache resource's status is built from it); `distribute` returns the
+module result. Only this module knows the order.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -37,8 +38,23 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.cach
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_writer import sync_for_spec
 
 
+class Distribution:
+    """One reconcile as its stages left it: the spec (inputs), the plan with its rollout, the status (status_of),
+    and the module's result made of them."""
+
+    __slots__ = ("plan", "result", "spec", "status")
+
+    def __init__(self, spec, plan, status, result):
+        self.spec, self.plan, self.status, self.result = spec, plan, status, result
+
+
 def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
-    """Reconcile one cache; returns the module result. Raises DistributeError with a partial result.
+    """Reconcile one cache; returns the module result. Raises DistributeError with a partial result."""
+    return run(kube, params, check_mode, want_diff, timings).result
+
+
+def run(kube, params, check_mode=False, want_diff=False, timings=None):
+    """Reconcile one cache; returns its Distribution. Raises DistributeError with a partial result.
 
     timings (common/timings.py), when given, also gets the caller's own phases; the result's `timings` has them all.
     """
@@ -125,4 +141,4 @@ def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
         if params.get("wait") and not check_mode and plan.rollout.moving():
             result["warnings"] = [*result["warnings"], "%s: still moving when this run's wait ended (wait_timeout "
                                   "%ss); the next run goes on from here" % (plan.rollout.message, wait_timeout)]
-    return result
+    return Distribution(spec, plan, status, result)

@@ -11,6 +11,7 @@ import datetime
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
 from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     IMAGE_VOLUME,
 )
@@ -19,9 +20,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors impo
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import image_signature, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pipeline import (
-    distribute,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pipeline import distribute, run
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.ownership import resource_owner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import outcome, signature_check
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
@@ -73,7 +72,7 @@ def _refused(kube, error, kind, name, namespace, path, current, found):
 
     The message names the resource's own fields.
     """
-    message = outcome.resource_message(str(error))
+    message = resource_terms(str(error))
     desired = outcome.error_status(outcome.failure_reason(error), message, _now(),
                                    [crd_name for _name, crd_name in COUNT_NAMES])
     if isinstance(error, image_signature.SignatureRefused):
@@ -124,14 +123,14 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     # The digest pods mount now: an imageVolume cache whose new digest's signature is refused keeps it if it verifies.
     params[image_signature.RECORDED_DIGEST_PARAM] = current.get("resolvedDigest") or None
     try:
-        result = distribute(kube, params, check_mode, want_diff, timings)
+        distribution = run(kube, params, check_mode, want_diff, timings)
     except GkmError as error:
         raise _refused(kube, error, kind, name, namespace, path, current, found) from error
-    status = summary_status(result, _now())
-    cache = result["cache"]
+    spec, result = distribution.spec, distribution.result
+    status = summary_status(distribution, _now())
     signature = signature_check.signature_condition(
-        declared, _now(), result["status"]["entries"], bool(cache["signature_check"]),
-        cache["digest"] if cache["mount_mode"] == IMAGE_VOLUME else None)
+        declared, _now(), distribution.status["entries"], spec.verification is not None,
+        spec.digest if spec.mount_mode == IMAGE_VOLUME else None)
     if signature:
         status["conditions"].append(signature)
         if signature["status"] == "False":

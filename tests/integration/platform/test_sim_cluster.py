@@ -429,3 +429,29 @@ def test_up_restarts_a_killed_kubelet_and_the_node_keeps_its_gpus(kube, sim, rea
                 and status.capacity[resource] == "2" == status.allocatable[resource])
 
     wait_until("%s Ready with its GPUs" % node, ready_with_gpus, timeout=60)
+
+
+def _webhook_up(mode):
+    """sim.py webhook-up with a default mount mode: whether it changed anything, and the server's process record."""
+    shown = subprocess.run([sys.executable, SIM_SCRIPT, "webhook-up", "--default-mount-mode", mode], check=True,
+                           capture_output=True, text=True, timeout=90).stdout
+    return json.loads(shown)["changed"], sim_control.load_state()["processes"]["webhook"]
+
+
+def test_webhook_up_replaces_a_server_started_with_another_default_mount_mode(sim):
+    """The gkm role runs webhook-up on every deploy: a changed caches_mount_mode must reach the running server."""
+    before = sim_control.load_state()["processes"].get("webhook")
+    was_running = sim_control.is_running(before)
+    try:
+        _webhook_up("PVC")
+        changed, pvc_server = _webhook_up("PVC")
+        assert not changed
+        changed, image_volume_server = _webhook_up("imageVolume")
+        assert changed and image_volume_server["pid"] != pvc_server["pid"]
+        assert image_volume_server["argv"][-2:] == ["--default-mount-mode", "imageVolume"]
+        assert not sim_control.is_running(pvc_server)
+    finally:
+        if was_running:
+            _webhook_up(before["argv"][-1])
+        else:
+            subprocess.run([sys.executable, SIM_SCRIPT, "webhook-down"], check=True, capture_output=True, timeout=60)

@@ -15,6 +15,7 @@ from simcluster.state_dir import (
     load_state,
     port,
     start_process,
+    stop_process,
     stop_recorded,
     wait_for,
     write_file,
@@ -47,18 +48,21 @@ def up(dry_run, default_mount_mode):
     with open(paths["ca.crt"]) as handle:
         ca_bundle = handle.read()
     listen = "127.0.0.1:%d" % port(state, "webhook")
+    argv = [sys.executable, "-m", SERVER_MODULE, "--cert-file", paths["tls.crt"], "--key-file", paths["tls.key"],
+            "--listen", listen, "--kubeconfig", KUBECONFIG, "--default-mount-mode", default_mount_mode]
     running = is_recorded_running(state, "webhook")
+    # A server started with other options (another default mount mode) is replaced, not reused as it is.
+    current = running and state["processes"]["webhook"].get("argv") == argv
     if not dry_run:
-        if not running:
+        if running and not current:
+            stop_process("webhook", state["processes"].pop("webhook"))
+        if not current:
             environment = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".cache", "collections"))
-            argv = [sys.executable, "-m", SERVER_MODULE, "--cert-file", paths["tls.crt"],
-                    "--key-file", paths["tls.key"], "--listen", listen, "--kubeconfig", KUBECONFIG,
-                    "--default-mount-mode", default_mount_mode]
             start_process(state, "webhook", argv, environment)
         context = ssl.create_default_context(cafile=paths["ca.crt"])
         wait_for("the webhook server", lambda: api.http_ok("https://%s/readyz" % listen, context), 30, ["webhook"],
                  state)
-    print(json.dumps({"changed": not running, "url": "https://%s/mutate" % listen, "ca_bundle": ca_bundle}))
+    print(json.dumps({"changed": not current, "url": "https://%s/mutate" % listen, "ca_bundle": ca_bundle}))
 
 
 def down():

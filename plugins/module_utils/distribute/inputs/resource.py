@@ -1,9 +1,9 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""GKMCache and ClusterGKMCache custom resources: spec to distribution options, status back.
+"""GKMCache and ClusterGKMCache custom resources: their API path, and their spec as distribution options.
 
 Pure functions: the cache_reconcile module reads a resource, turns its spec into cache_distribute
-options with `distribute_params`, and writes `summary_status` of the result to its status subresource.
+options with `distribute_params`; reconcile.py writes its status (status/resource_status.py).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -13,7 +13,11 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import CLUSTER, read_cache
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import (
+    CLUSTER,
+    SPEC_FIELDS,
+    read_cache,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KINDS,
     GROUP,
@@ -53,17 +57,13 @@ def distribute_params(resource, defaults):
     if cache.problems:
         raise ResourceError(cache.problems[0])
     params = copy.deepcopy(defaults)
+    params.update({attribute: copy.deepcopy(getattr(cache, attribute)) for attribute, _field in SPEC_FIELDS})
     params.update(
         name=cache.name,
-        image=cache.image,
-        access_modes=list(cache.access_modes),
-        storage_class_name=cache.storage_class_name,
-        pod_template=copy.deepcopy(cache.pod_template),
         upgrade_policy=upgrade_policy(resource) if cache.upgrade_policy is not None else None,
-        mount_mode=cache.mount_mode,
         scope=cache.scope,
         namespace=cache.namespace,
-        workload_namespaces=list(cache.workload_namespaces) if cache.scope == CLUSTER else None,
+        workload_namespaces=params["workload_namespaces"] if cache.scope == CLUSTER else None,
     )
     return params
 

@@ -17,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     ERROR,
@@ -35,7 +36,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.schedu
     format_taint,
     untolerated_taints,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import (
     GPUSpecError,
     gpus_compatible,
@@ -135,7 +135,7 @@ def _message(entry):
     text = entry.get("message") or ""
     if fixes:
         text += " (fix: %s)" % (fixes if isinstance(fixes, str) else ", ".join(fixes))
-    return resource_message(text)[:MAX_MESSAGE]
+    return resource_terms(text)[:MAX_MESSAGE]
 
 
 def _condition(entry, running):
@@ -211,7 +211,7 @@ def node_cache_states(spec, eligibility, entries, nodes, pods, upgrade_states=No
         code = exclusion_code(reasons)
         state = states.state(name, spec.digest)
         state.update(state=INCOMPATIBLE if code == INCOMPATIBLE else EXCLUDED, reason=code,
-                     message=resource_message("; ".join(reasons))[:MAX_MESSAGE])
+                     message=resource_terms("; ".join(reasons))[:MAX_MESSAGE])
         taints = [format_taint(taint) for taint in untolerated_taints(node, tolerations)]
         if taints:
             state["untoleratedTaints"] = taints

@@ -4,14 +4,13 @@
 
 Every GkmError raised while one cache is reconciled becomes that resource's status: phase Error, a
 Ready=False condition and GKM's matching condition type, the message in the resource's own field names
-(spec.podTemplate, not the module's pod_template), and the counts zeroed so nothing stale remains.
+(spec.podTemplate, not the module's pod_template: contract.cache_resource.resource_terms), and the counts zeroed
+so nothing stale remains.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
-
-import re
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     ERROR,
@@ -20,22 +19,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 DEFAULT_REASON = "ReconcileFailed"
 # GKM's condition type for a workload namespace that does not exist; every other refusal is its Error type.
 NO_NAMESPACE = "NoNamespace"
-
-# Module option -> the resource field a user of GKMCache / ClusterGKMCache wrote.
-_RESOURCE_FIELDS = (
-    ("pod_template", "spec.podTemplate"),
-    ("storage_class_name", "spec.storageClassName"),
-    ("access_modes", "spec.accessModes"),
-    ("workload_namespaces", "spec.workloadNamespaces"),
-    ("mount_mode", "spec.mountMode"),
-)
-_FIELD_PATTERN = re.compile(r"(?<![\w.])(%s)(?![\w])" % "|".join(re.escape(old) for old, _new in _RESOURCE_FIELDS))
-
-
-def resource_message(message):
-    """The message with the module's option names replaced by the resource fields they come from."""
-    fields = dict(_RESOURCE_FIELDS)
-    return _FIELD_PATTERN.sub(lambda match: fields[match.group(1)], message)
 
 
 def failure_reason(error):

@@ -1,8 +1,8 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A GKMCache's or ClusterGKMCache's status subresource from a reconcile's result, pure: phase, digest, GPU targets,
-GKM's counts, the Ready and Upgraded conditions, and a bounded summary (the per-node state is in the per-node
-objects); and whether a new status says anything the old one did not."""
+"""A GKMCache's or ClusterGKMCache's status subresource from what a reconcile's stages made (not from the module's
+result), pure: phase, digest, GPU targets, GKM's counts, the Ready and Upgraded conditions, and a bounded summary
+(the per-node state is in the per-node objects); and whether a new status says anything the old one did not."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -10,10 +10,10 @@ __metaclass__ = type
 
 import copy
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import RESOLVED
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import image_volume
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import summary as status_summary
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.upgrade_status import (
     upgrade_condition,
     upgrade_status,
@@ -42,22 +42,22 @@ _TIMESTAMP_FIELDS = ("lastReconcileTime",)
 MAX_CONDITION_MESSAGE = 1024
 
 
-def summary_status(result, now):
-    """The status subresource for a distribution result (now: an RFC 3339 timestamp), whose size does not grow
-    with the cluster: counts, the worst problems, one line per exclusion reason and a rolling upgrade's counts
-    (upgrade_status.py); the per-node state belongs to the per-node objects (node_objects.py) and labels."""
-    body = _status_head(result, now)
+def summary_status(distribution, now):
+    """The status subresource of a reconcile (a pipeline Distribution; now: an RFC 3339 timestamp), whose size does
+    not grow with the cluster: counts, the worst problems, one line per exclusion reason and a rolling upgrade's
+    counts (upgrade_status.py); the per-node state belongs to the per-node objects (node_objects.py) and labels."""
+    status, spec, plan = distribution.status, distribution.spec, distribution.plan
+    body = _status_head(status, spec, now)
     for condition in body["conditions"]:
         condition["message"] = condition["message"][:MAX_CONDITION_MESSAGE]
-    status = result["status"]
     incompatible = [entry["node"] for entry in status.get("entries") or [] if entry["phase"] == "Incompatible"]
-    body.update(status_summary.bounded_fields(status, result.get("excluded_nodes") or {}, incompatible))
+    body.update(status_summary.bounded_fields(status, plan.eligibility.excluded or {}, incompatible))
     if status.get("image_volume"):
         # An imageVolume cache: the nodes that pulled the image and the pods mounting it, bounded as problems are.
         body["imageVolume"] = image_volume.resource_status(status["image_volume"])
-    if result.get("rollout"):
+    if plan.rollout is not None:
         # A cache with spec.upgradePolicy: where its rolling upgrade stands (counts; the nodes' labels say who).
-        body["upgrade"] = upgrade_status(result["rollout"])
+        body["upgrade"] = upgrade_status(plan.rollout.to_dict())
         body["conditions"].append(upgrade_condition(body["upgrade"], now))
     return body
 
@@ -77,9 +77,8 @@ def image_volume_report(status):
     }
 
 
-def _status_head(result, now):
+def _status_head(status, spec, now):
     """Phase, digest, time, the Ready condition and GKM's counts."""
-    status = result["status"]
     counts = status.get("counts") or {}
     phase = status.get("phase") or "Pending"
     unschedulable = status.get("unschedulable") or []
@@ -91,15 +90,15 @@ def _status_head(result, now):
         "type": "Ready",
         "status": "True" if phase in READY_PHASES else "False",
         "reason": phase,
-        "message": resource_message(message),
+        "message": resource_terms(message),
         "lastTransitionTime": now,
     }]
     body = {
         "phase": phase,
-        "resolvedDigest": result["cache"].get("digest") or "",
+        "resolvedDigest": spec.digest or "",
         # The image's GPU targets: the steering webhook keeps pods to nodes whose GPU labels fit one of them.
         "targets": [{"backend": t["backend"], "arch": t["arch"], "warpSize": int(t["warp_size"])}
-                    for t in result["cache"].get("targets") or []],
+                    for t in spec.targets or []],
         "lastReconcileTime": now,
         "conditions": conditions,
     }

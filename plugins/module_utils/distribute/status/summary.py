@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     ERROR,
     OUTDATED,
@@ -19,7 +20,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import KEPT_UNTIL_REPLACED
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import exclusion_code
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.outcome import resource_message
 
 MAX_PROBLEMS = 10
 MAX_EXAMPLE_NODES = 3
@@ -40,10 +40,10 @@ def _is_problem(entry):
 def _problem(entry):
     problem = {"namespace": entry.get("namespace") or "", "node": entry.get("node") or "", "phase": entry["phase"],
                "reason": entry.get("reason") or entry["phase"],
-               "message": resource_message(entry.get("message") or "")[:MAX_MESSAGE]}
+               "message": resource_terms(entry.get("message") or "")[:MAX_MESSAGE]}
     fixes = entry.get("fix") or []
     if fixes:
-        problem["fix"] = [resource_message(fix) for fix in ([fixes] if isinstance(fixes, str) else fixes)]
+        problem["fix"] = [resource_terms(fix) for fix in ([fixes] if isinstance(fixes, str) else fixes)]
     for key in ("pvc", "job"):
         if entry.get(key):
             problem[key] = entry[key]
@@ -79,7 +79,7 @@ def excluded_reasons(excluded, resource_fields=True):
     lines = {}
     for node in sorted(excluded):
         message = "; ".join(excluded[node])
-        message = (resource_message(message) if resource_fields else message)[:MAX_MESSAGE]
+        message = (resource_terms(message) if resource_fields else message)[:MAX_MESSAGE]
         key = (exclusion_code(excluded[node]), message)
         line = lines.get(key)
         if line is None:

@@ -6,7 +6,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.reso
     status_differs,
     summary_status,
 )
-from tests.helpers.distribute import EXTRACTED_RESULT
+from tests.helpers.distribute import EXTRACTED_STATUS, distribution
 
 DEFAULTS = {"extract_image": "tools:1", "create_pvs": "auto", "wait": True}
 
@@ -52,7 +52,7 @@ def test_paths():
 
 
 def test_status_uses_gkm_names_and_ready_condition():
-    status = summary_status(EXTRACTED_RESULT, "2026-11-23T09:00:00Z")
+    status = summary_status(distribution(EXTRACTED_STATUS), "2026-11-23T09:00:00Z")
     assert (status["phase"], status["nodeCnt"], status["nodeInUseCnt"], status["nodeNotInUseCnt"]) == (
         "Extracted", 3, 1, 2)
     assert status["resolvedDigest"] == "sha256:abc"
@@ -61,9 +61,9 @@ def test_status_uses_gkm_names_and_ready_condition():
 
 
 def test_unschedulable_jobs_explain_the_fix():
-    result = {"cache": {"digest": "d"}, "status": dict(EXTRACTED_RESULT["status"], phase="Pending", unschedulable=[
-        {"message": "3 node(s) had untolerated taint {gpu: true}", "fix": "pod_template.spec.tolerations"}])}
-    condition = summary_status(result, "t")["conditions"][0]
+    status = dict(EXTRACTED_STATUS, phase="Pending", unschedulable=[
+        {"message": "3 node(s) had untolerated taint {gpu: true}", "fix": "pod_template.spec.tolerations"}])
+    condition = summary_status(distribution(status, "d"), "t")["conditions"][0]
     assert condition["status"] == "False"
     # The fix names the field the resource's author wrote, not the module option.
     assert "untolerated taint {gpu: true}" in condition["message"]
@@ -71,10 +71,10 @@ def test_unschedulable_jobs_explain_the_fix():
 
 
 def test_timestamps_alone_do_not_make_a_write():
-    first = summary_status(EXTRACTED_RESULT, "2026-11-23T09:00:00Z")
-    second = summary_status(EXTRACTED_RESULT, "2026-11-23T10:00:00Z")
+    first = summary_status(distribution(EXTRACTED_STATUS), "2026-11-23T09:00:00Z")
+    second = summary_status(distribution(EXTRACTED_STATUS), "2026-11-23T10:00:00Z")
     assert not status_differs(first, second)
-    changed = summary_status(dict(EXTRACTED_RESULT, cache={"digest": "sha256:new"}), "2026-11-23T10:00:00Z")
+    changed = summary_status(distribution(EXTRACTED_STATUS, "sha256:new"), "2026-11-23T10:00:00Z")
     assert status_differs(first, changed)
     kept = carry_transition_times(first, changed)
     assert kept["conditions"][0]["lastTransitionTime"] == "2026-11-23T09:00:00Z"

@@ -11,6 +11,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
     summary_status,
 )
+from tests.helpers.distribute import distribution
 
 TOOLS = "registry.local/gkm/tools:1"
 JOB = "job-n1"
@@ -102,5 +103,5 @@ def test_entries_and_the_resource_status_carry_the_reason():
     entry = result["entries"][0]
     assert (entry["phase"], entry["reason"]) == ("Error", "ToolsImageNotPullable")
     assert result["phase"] == "Error" and result["counts"]["node_error"] == 1 and result["unschedulable"] == []
-    crd_status = summary_status({"status": result, "cache": {"digest": "sha256:x"}}, "now")
+    crd_status = summary_status(distribution(result, "sha256:x"), "now")
     assert crd_status["problems"][0]["reason"] == "ToolsImageNotPullable"

@@ -3,6 +3,7 @@
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply import dry_run
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import (
     DistributeError,
@@ -14,7 +15,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.reso
     COUNT_NAMES,
     summary_status,
 )
-from tests.helpers.distribute import facts, make_spec
+from tests.helpers.distribute import distribution, facts, make_spec
 
 COUNTS = [crd_name for _name, crd_name in COUNT_NAMES]
 
@@ -28,8 +29,8 @@ def test_error_status_replaces_every_field_of_the_last_run():
     assert (gkm["type"], gkm["status"]) == ("Error", "True")
     assert ready["message"] == gkm["message"] == "image x: tag v9 not found"
     # Computed against an Extracted status, the merge patch of it leaves nothing of that status behind.
-    extracted = summary_status({"cache": {"digest": "sha256:a"}, "status": {
-        "phase": "Extracted", "counts": {"nodes": 3}, "entries": [{"node": "n", "phase": "Extracted"}]}}, "t")
+    extracted_status = {"phase": "Extracted", "counts": {"nodes": 3}, "entries": [{"node": "n", "phase": "Extracted"}]}
+    extracted = summary_status(distribution(extracted_status, "sha256:a"), "t")
     assert set(extracted) <= set(status)
 
 
@@ -45,7 +46,7 @@ def test_a_missing_namespace_is_gkms_no_namespace_condition():
     ("image pod_templates and x.pod_template stay", "image pod_templates and x.pod_template stay"),
 ])
 def test_messages_name_the_resource_fields(message, expected):
-    assert outcome.resource_message(message) == expected
+    assert resource_terms(message) == expected
 
 
 def test_the_reason_comes_from_the_error_or_its_result():
@@ -80,11 +81,11 @@ def test_valid_tolerations_pass():
 
 
 def test_an_unplaced_cache_is_pending_with_the_reason_and_the_fix():
-    result = {"cache": {"digest": "sha256:a"}, "status": {
+    status = {
         "phase": "Pending", "counts": {}, "entries": [],
         "unplaced": "no node is eligible for the cache yet: w-1, w-2: untolerated taint gpu=true:NoSchedule "
-                    "(add a toleration to pod_template.spec.tolerations)"}}
-    ready = summary_status(result, "t")["conditions"][0]
+                    "(add a toleration to pod_template.spec.tolerations)"}
+    ready = summary_status(distribution(status, "sha256:a"), "t")["conditions"][0]
     assert (ready["status"], ready["reason"]) == ("False", "Pending")
     assert ready["message"] == ("Pending: no node is eligible for the cache yet: w-1, w-2: untolerated taint "
                                 "gpu=true:NoSchedule (add a toleration to spec.podTemplate.spec.tolerations)")
@@ -97,7 +98,7 @@ def test_server_messages_name_the_pod_template_fields_for_jobs_only():
         'Job.batch "j" is invalid: [pod_template.spec.tolerations[0].operator: Invalid value, '
         'pod_template.metadata.labels: Invalid value: "x!"]')
     assert dry_run.user_fields("PersistentVolumeClaim", "spec.template.spec.x") == "spec.template.spec.x"
-    assert outcome.resource_message(dry_run.user_fields("Job", "spec.template.spec.priorityClassName: x")) == (
+    assert resource_terms(dry_run.user_fields("Job", "spec.template.spec.priorityClassName: x")) == (
         "spec.podTemplate.spec.priorityClassName: x")
 
 

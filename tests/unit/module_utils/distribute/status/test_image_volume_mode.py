@@ -22,7 +22,18 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.reso
     image_volume_report,
     summary_status,
 )
-from tests.helpers.distribute import DIGEST_A, DIGEST_B, WORKERS, as_live, default_nodes, facts, make_spec, pod, verbs
+from tests.helpers.distribute import (
+    DIGEST_A,
+    DIGEST_B,
+    WORKERS,
+    as_live,
+    default_nodes,
+    distribution,
+    facts,
+    make_spec,
+    pod,
+    verbs,
+)
 
 REFERENCE = "registry.local/caches/vector-add@" + DIGEST_A
 
@@ -86,8 +97,7 @@ def test_the_resource_maps_mount_mode_and_its_status_is_ready_with_the_reference
     assert cache_cr.distribute_params(unset, {"mount_mode": "imageVolume"})["mount_mode"] == "imageVolume"
     spec = image_volume_spec()
     status = image_volume.cache_status(spec, planner.plan(spec, facts()).eligibility, [], default_nodes())
-    result = {"cache": {"digest": DIGEST_A, "targets": spec.targets}, "status": status}
-    body = summary_status(result, "t")
+    body = summary_status(distribution(status, DIGEST_A, spec.targets), "t")
     ready = body["conditions"][0]
     assert (body["phase"], ready["status"], ready["reason"]) == ("Resolved", "True", "Resolved")
     assert REFERENCE in ready["message"] and "3 node(s)" in ready["message"]
@@ -149,7 +159,7 @@ def test_pods_on_the_pinned_and_an_older_digest_and_nodes_with_the_image_are_cou
         ("app-1", w1, "Running", DIGEST_A), ("app-2", w1, "Running", DIGEST_A), ("starting", "", "Pending", DIGEST_A),
         ("old-1", w2, "Running", DIGEST_B)]
     assert status["phase"] == RESOLVED
-    message = summary_status({"cache": {"digest": DIGEST_A}, "status": status}, "t")["conditions"][0][
+    message = summary_status(distribution(status, DIGEST_A), "t")["conditions"][0][
         "message"]
     assert message.endswith("2 node(s) pulled it, 2 running pod(s) mount it, 1 an older digest")
 
@@ -184,7 +194,7 @@ def test_the_lists_are_bounded_without_node_details_and_in_the_resource_status_b
     assert [p["name"] for p in short["pods"]] == ["app-%03d" % index for index in range(image_volume.MAX_LISTED)]
     assert (short["pulled_node_count"], short["pod_count"]) == (25, 30)
     assert len(status["image_volume"]["pods"]) == 30  # the full result is left as it was
-    resource = summary_status(result, "t")["imageVolume"]
+    resource = summary_status(distribution(status, DIGEST_A), "t")["imageVolume"]
     assert (resource["pulledNodeCnt"], resource["podCnt"]) == (25, 30)
     assert (len(resource["pulledNodes"]), len(resource["pods"])) == (image_volume.MAX_LISTED, image_volume.MAX_LISTED)
 

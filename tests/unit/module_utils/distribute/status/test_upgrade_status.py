@@ -7,7 +7,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status impo
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
     summary_status,
 )
-from tests.helpers.distribute import DIGEST_B, EXTRACTED_RESULT, fleet
+from tests.helpers.distribute import DIGEST_B, EXTRACTED_STATUS, distribution, fleet
 from tests.helpers.distribute import upgrade as plan_upgrade
 
 
@@ -42,8 +42,8 @@ def test_paused_and_complete():
 
 
 def test_the_resource_status_has_the_upgrade_only_with_a_policy():
-    assert "upgrade" not in summary_status(EXTRACTED_RESULT, "t")
+    assert "upgrade" not in summary_status(distribution(EXTRACTED_STATUS), "t")
     rollout = plan_upgrade(fleet(3), {"maxUnavailable": 1}).to_dict()
-    status = summary_status(dict(EXTRACTED_RESULT, rollout=dict(rollout, labels=[])), "t")
+    status = summary_status(distribution(EXTRACTED_STATUS, rollout=rollout), "t")
     assert status["upgrade"]["counts"] == {"pending": 2, "upgrading": 1, "upgraded": 0, "failed": 0, "rolledBack": 0}
     assert [c["type"] for c in status["conditions"]] == ["Ready", "Upgraded"]

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, label_value, short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KIND,
@@ -12,7 +13,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     EXTRACTED_DIGEST_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import serving
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.outcome import resource_message
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.claims import (
     ALLOWED,
     DENIED,
@@ -379,7 +379,7 @@ def _node_objects(cache_kind, namespace, cache, reasons):
     from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_status import exclusion_code
 
     states = {node: {DIGEST_A: {"state": "Excluded", "reason": exclusion_code(why),
-                                "message": resource_message("; ".join(why))}} for node, why in reasons.items()}
+                                "message": resource_terms("; ".join(why))}} for node, why in reasons.items()}
     objects = {}
     for write in plan_node_objects(cache_kind, namespace, cache, states, [], [], "now"):
         obj = objects.setdefault(write.name, {"metadata": {"name": write.name, "namespace": namespace}})
