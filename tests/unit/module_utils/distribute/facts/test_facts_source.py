@@ -1,6 +1,7 @@
-"""The facts seam (facts/source.py): the same ClusterFacts whether the reads are LISTs (ListSource, what the modules
-send) or an in-memory index fed by watch events (IndexSource, what the controller of issue 33 reads), and the index
-answering with no request and ignoring a Node's heartbeat."""
+"""The facts seam (facts/source.py, facts/index.py, facts/cluster.py assemble_facts): the same ClusterFacts whether
+the reads are LISTs (ListSource, what the modules send) or an in-memory index fed by watch events (IndexSource, what
+the controller of issue 33 reads); the LISTs are exactly the ones the modules sent before the seam; the index answers
+with no request and ignores a Node's heartbeat."""
 
 import copy
 import threading
@@ -16,9 +17,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGER,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts import cluster as facts_cluster
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts import index as facts_index
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts import source
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
     DEFAULT_STORAGE_CLASS_ANNOTATION,
+    assemble_facts,
     gather_facts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
@@ -41,15 +45,15 @@ class FakeApi:
         for obj in self.objects:
             if obj["kind"] != kind or (namespace and obj["metadata"].get("namespace") != namespace):
                 continue
-            if label_selector and not source.labels_match(obj, label_selector):
+            if label_selector and not facts_index.labels_match(obj, label_selector):
                 continue
-            if field_selector and not source.fields_match(obj, field_selector):
+            if field_selector and not facts_index.fields_match(obj, field_selector):
                 continue
             found.append(copy.deepcopy(obj))
         return found
 
     def items(self, kind, namespace=None, label_selector=None, field_selector=None, metadata_only=False):
-        self.requests.append(("LIST", kind, namespace, label_selector, field_selector))
+        self.requests.append(("LIST", kind, namespace, label_selector, field_selector, metadata_only))
         for obj in self._select(kind, namespace, label_selector, field_selector):
             if metadata_only:
                 obj = {"kind": kind, "metadata": obj["metadata"]}
@@ -60,12 +64,12 @@ class FakeApi:
 
     def request(self, method, path, query=None, what=None):
         assert method == "GET"
-        self.requests.append(("LIST", path, None, None, dict(query or {}).get("fieldSelector")))
+        self.requests.append(("LIST", path, None, None, dict(query or {}).get("fieldSelector"), False))
         kind = PLURALS[path.rsplit("/", 1)[-1]]
         return 200, {"items": self._select(kind, field_selector=dict(query or {}).get("fieldSelector"))}
 
     def list_pages(self, path, label_selector=None):
-        self.requests.append(("LIST", path, None, label_selector, None))
+        self.requests.append(("LIST", path, None, label_selector, None, False))
         plural = path.rsplit("/", 1)[-1]
         namespace = path.split("/namespaces/", 1)[1].split("/", 1)[0] if "/namespaces/" in path else None
         return self._select(NODE_PLURALS[plural], namespace, label_selector)
@@ -144,7 +148,7 @@ def serving_spec(**params):
 
 
 def indexed(objects, **index_args):
-    index = source.ClusterIndex(**index_args)
+    index = facts_index.ClusterIndex(**index_args)
     for item in objects:
         index.apply(None, copy.deepcopy(item))
     return index
@@ -156,28 +160,53 @@ def as_dict(facts):
             "rivals": facts.rivals, "named_claims": facts.named_claims}
 
 
-@pytest.mark.parametrize("spec", [
-    serving_spec(),
-    serving_spec(mount_mode=cache_spec.IMAGE_VOLUME),
-    make_spec(),
-    make_spec(state="absent"),
-], ids=["serving-pvc", "image-volume", "per-node-only", "absent"])
-def test_list_source_index_source_and_gather_facts_give_the_same_facts(spec):
+CACHE_OBJECTS = "app.kubernetes.io/managed-by=gkm.cluster,gkm.io/cache=vector-add,gkm.io/cache-namespace=team-a"
+# The LISTs gather_facts sent for this cluster before it read through a facts source (recorded then), so wiring the
+# seam in changed no request a module sends.
+OWN_OBJECTS = [("LIST", kind, None, CACHE_OBJECTS, None, False)
+               for kind in ("PersistentVolumeClaim", "PersistentVolume", "Job", "Secret")]
+CLUSTER_WIDE = [("LIST", "Node", None, None, None, False), ("LIST", "Namespace", None, None, None, True),
+                ("LIST", "StorageClass", None, None, None, False)]
+RIVALS = [("LIST", "PersistentVolumeClaim", None, None, "metadata.name=vector-add", False),
+          ("LIST", "/apis/gkm.io/v1alpha1/clustergkmcaches", None, None, "metadata.name=vector-add", False),
+          ("LIST", "/apis/gkm.io/v1alpha1/gkmcaches", None, None, "metadata.name=vector-add", False)]
+UNFINISHED = [("LIST", "Pod", "team-a", None, "status.phase!=Succeeded,status.phase!=Failed", False)]
+FAILED = [("LIST", "Pod", "team-a", "app.kubernetes.io/managed-by=gkm.cluster", "status.phase=Failed", False)]
+SPECS = {
+    "serving-pvc": (serving_spec(), OWN_OBJECTS + CLUSTER_WIDE + RIVALS + UNFINISHED + FAILED),
+    "image-volume": (serving_spec(mount_mode=cache_spec.IMAGE_VOLUME),
+                     OWN_OBJECTS + CLUSTER_WIDE + RIVALS + UNFINISHED + FAILED),
+    "per-node-only": (make_spec(), OWN_OBJECTS + CLUSTER_WIDE + UNFINISHED + FAILED),
+    "absent": (make_spec(state="absent"), OWN_OBJECTS + FAILED),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_list_source_and_index_source_give_the_same_facts_and_the_lists_are_the_modules_own(name):
+    spec, requests = SPECS[name]
     api = FakeApi(cluster())
     expected = as_dict(gather_facts(api, spec))
-    listed_requests = list(api.requests)
+    assert api.requests == requests  # the same LISTs, in the same order, as before the seam
 
     api.requests.clear()
-    assert as_dict(source.assemble_facts(source.ListSource(api), spec)) == expected
-    assert api.requests == listed_requests  # the same LISTs, in the same order
+    assert as_dict(assemble_facts(source.ListSource(api), spec)) == expected
+    assert api.requests == requests
 
     api.requests.clear()
-    assert as_dict(source.assemble_facts(source.IndexSource(indexed(cluster())), spec)) == expected
+    assert as_dict(assemble_facts(facts_index.IndexSource(indexed(cluster())), spec)) == expected
     assert api.requests == []
 
 
+def test_cache_info_lists_the_pods_it_reports_as_the_reconcile_does():
+    api = FakeApi(cluster())
+    objects = {"Job": [obj("Job", "vector-add-abc-w1", "team-a", cache_labels(), status={"failed": 1})]}
+    pods = facts_cluster.list_pods(api, {"team-a"}, objects)
+    assert sorted(pod["metadata"]["name"] for pod in pods) == ["extract-1", "workload"]
+    assert api.requests == UNFINISHED + FAILED
+
+
 def test_the_facts_read_only_this_caches_objects_and_the_pods_that_matter():
-    facts = source.assemble_facts(source.IndexSource(indexed(cluster())), serving_spec())
+    facts = assemble_facts(facts_index.IndexSource(indexed(cluster())), serving_spec())
     names = {kind: sorted(o["metadata"]["name"] for o in objects) for kind, objects in facts.objects.items()}
     assert names == {"PersistentVolumeClaim": ["vector-add", "vector-add-abc-w1"],
                      "PersistentVolume": ["gkm-vector-add-abc-w1"], "Job": ["vector-add-abc-w1"],
@@ -192,11 +221,11 @@ def test_the_facts_read_only_this_caches_objects_and_the_pods_that_matter():
 
 def test_an_image_volume_cache_sees_whether_each_node_pulled_its_image():
     spec = serving_spec(mount_mode=cache_spec.IMAGE_VOLUME)
-    facts = source.assemble_facts(source.IndexSource(indexed(cluster())), spec)
+    facts = assemble_facts(facts_index.IndexSource(indexed(cluster())), spec)
     assert all(node["status"]["images"] == [{"names": ["registry.local/caches/vector-add@" + DIGEST_A]}]
                for node in facts.nodes)
     watched_elsewhere = indexed(cluster(), watched_images={"registry.local/elsewhere@" + DIGEST_A})
-    facts = source.assemble_facts(source.IndexSource(watched_elsewhere), spec)
+    facts = assemble_facts(facts_index.IndexSource(watched_elsewhere), spec)
     assert all("images" not in node["status"] for node in facts.nodes)
 
 
@@ -225,7 +254,7 @@ def test_an_objects_status_change_is_a_change_and_deletion_removes_it():
     assert index.apply("MODIFIED", bound) is True
     assert index.select("PersistentVolumeClaim")[0]["status"] == {"phase": "Bound"}
     assert index.apply("DELETED", bound) is True
-    assert source.assemble_facts(source.IndexSource(index), make_spec()).objects["PersistentVolumeClaim"] == []
+    assert assemble_facts(facts_index.IndexSource(index), make_spec()).objects["PersistentVolumeClaim"] == []
 
 
 def test_the_index_drops_managed_fields_and_hands_out_copies():
@@ -247,7 +276,7 @@ def test_the_index_drops_managed_fields_and_hands_out_copies():
 
 def test_the_index_refuses_a_kind_it_does_not_hold():
     with pytest.raises(ValueError, match="ConfigMap"):
-        source.ClusterIndex().apply("ADDED", obj("ConfigMap", "x", "team-a"))
+        facts_index.ClusterIndex().apply("ADDED", obj("ConfigMap", "x", "team-a"))
 
 
 @pytest.mark.parametrize("selector, labels, expected", [
@@ -258,30 +287,30 @@ def test_the_index_refuses_a_kind_it_does_not_hold():
     ("a==b", {"a": "b"}, True),
 ])
 def test_label_selectors_match_as_the_api_server_reads_them(selector, labels, expected):
-    assert source.labels_match({"metadata": {"labels": labels}}, selector) is expected
+    assert facts_index.labels_match({"metadata": {"labels": labels}}, selector) is expected
 
 
 def test_field_selectors_and_unknown_selector_forms():
     pod = {"metadata": {"name": "p"}, "status": {"phase": "Running"}}
-    assert source.fields_match(pod, "status.phase!=Succeeded,status.phase!=Failed")
-    assert not source.fields_match(pod, "metadata.name=q")
+    assert facts_index.fields_match(pod, "status.phase!=Succeeded,status.phase!=Failed")
+    assert not facts_index.fields_match(pod, "metadata.name=q")
     with pytest.raises(ValueError, match="key=value"):
-        source.labels_match(pod, "app in (a,b)")
+        facts_index.labels_match(pod, "app in (a,b)")
 
 
 def test_a_failed_read_is_a_distribute_error_naming_the_read():
-    class Broken(source.IndexSource):
+    class Broken(facts_index.IndexSource):
         def storage_classes(self):
             raise KeyError("storage classes not indexed yet")
 
     with pytest.raises(DistributeError, match="reading the cluster from the index"):
-        source.assemble_facts(Broken(indexed(cluster())), serving_spec())
+        assemble_facts(Broken(indexed(cluster())), serving_spec())
 
 
 def test_a_poll_on_the_index_wakes_at_the_change_not_at_the_end_of_its_interval():
     pvc = obj("PersistentVolumeClaim", "vector-add-abc-w1", "team-a", cache_labels(), status={"phase": "Pending"})
     index = indexed([pvc])
-    reader = source.IndexSource(index)
+    reader = facts_index.IndexSource(index)
     reader.gather([], "reading")
     bound = copy.deepcopy(pvc)
     bound["status"]["phase"] = "Bound"
@@ -297,7 +326,7 @@ def test_a_poll_on_the_index_wakes_at_the_change_not_at_the_end_of_its_interval(
 
 def test_a_poll_on_the_index_that_sees_no_change_waits_its_interval_and_says_so():
     index = indexed(cluster())
-    reader = source.IndexSource(index)
+    reader = facts_index.IndexSource(index)
     reader.gather([], "reading")
     assert index.apply("MODIFIED", heartbeat_fields(default_nodes()[0], beat=7)) is False  # a heartbeat
     assert reader.pause(0.01) is False
@@ -306,7 +335,7 @@ def test_a_poll_on_the_index_that_sees_no_change_waits_its_interval_and_says_so(
 def test_a_change_between_the_read_and_the_poll_is_not_missed():
     pvc = obj("PersistentVolumeClaim", "vector-add-abc-w1", "team-a", cache_labels())
     index = indexed([pvc])
-    reader = source.IndexSource(index)
+    reader = facts_index.IndexSource(index)
     reader.gather([], "reading")
     index.apply("DELETED", pvc)
     assert reader.pause(30) is True  # at once: the change came after the facts were read
@@ -344,7 +373,7 @@ def test_the_per_node_objects_read_from_lists_or_the_index_are_the_same():
     for cache_kind, namespace, expected in [("GKMCache", "team-a", [("team-a", "w1")]),
                                             ("ClusterGKMCache", None, [(None, "w1")])]:
         listed = source.ListSource(api).node_objects(cache_kind, namespace)
-        held = source.IndexSource(index).node_objects(cache_kind, namespace)
+        held = facts_index.IndexSource(index).node_objects(cache_kind, namespace)
         assert listed == held
         assert [(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in held] == expected
     assert len(api.requests) == 2

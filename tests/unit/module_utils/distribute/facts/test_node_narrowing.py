@@ -1,4 +1,4 @@
-"""A node event's reconcile (issue 33) plans with the facts narrowed to that node (facts/source.py narrow_to_node)
+"""A node event's reconcile (issue 33) plans with the facts narrowed to that node (facts/cluster.py narrow_to_node)
 and writes only the actions on that node's objects: for a node that joins, is tainted away or is deleted, those
 actions are exactly the ones the whole cache's plan has for that node, and the namespace-level objects a narrowed
 plan would misjudge are never among them."""
@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.source import narrow_to_node, node_of
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import narrow_to_node, node_of
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
 from tests.helpers.distribute import as_live, default_nodes, facts, make_spec
 
