@@ -104,14 +104,15 @@ def register(registry, controller):
         resource = {"group": group, "version": version, "plural": plural, "registry": registry}
 
         # An index handler returning None keeps nothing in kopf's own store; it is here for the readiness gate.
+        # kopf hands every index to every handler as a keyword argument named by its id: a Python identifier.
         def index_handler(body, _kind=kind, **_):
             controller.indexed(_kind, body)
 
         def event_handler(event, _kind=kind, **_):
             controller.watched(_kind, event)
 
-        kopf.index(id="index-%s" % plural, **resource)(index_handler)
-        kopf.on.event(id="event-%s" % plural, **resource)(event_handler)
+        kopf.index(id="gkm_index_%s" % plural, **resource)(index_handler)
+        kopf.on.event(id="gkm_event_%s" % plural, **resource)(event_handler)
 
     for kind, (plural, _namespaced) in sorted(CACHE_KINDS.items()):
         resource = {"group": GROUP, "version": VERSION, "plural": plural, "registry": registry}
