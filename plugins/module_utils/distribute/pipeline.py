@@ -111,7 +111,7 @@ def run(kube, params, check_mode=False, want_diff=False, timings=None, source=No
             status = status_of(spec, plan, facts)
         with timings.phase("node_objects"):
             node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff,
-                                         rollout.upgrade_states(plan.rollout))
+                                         rollout.upgrade_states(plan.rollout), source)
         with timings.phase("node_labels"):
             readiness_labels = node_labels.label_nodes(kube, spec, status["entries"], facts.nodes)
             label_wave(plan.rollout, facts.nodes)
