@@ -1,6 +1,6 @@
-"""One cache's reconcile in the controller: the modules' own reconcile (distribute/reconcile.py), reading its facts
-from the index (IndexSource: no LIST, and its waits woken by watch events) and writing through a GuardedKube (no
-write for a cache being deleted, except the finalizer's), one at a time per cache.
+"""One cache's reconcile in the controller: the modules' own reconcile (distribute/reconcile.py), reading the resource
+from kopf's body and its facts from the index (IndexSource: no LIST, and its waits woken by watch events), and writing
+through a GuardedKube (no write for a cache being deleted, except the finalizer's), one at a time per cache.
 
 The cache handlers, the node reconciles and the resync of one cache take its lock, so a node event's reconcile
 never runs beside, or after, that cache's finalizer in this process (docs/controller-design.md, section 5).
@@ -51,6 +51,8 @@ class Reconciler:
         guard = DeletionGuard(kind, name, namespace, body=body, index=self.index, finalizing=finalizing)
         kube = GuardedKube(self.api_client, guard)
         options = dict(self.options, state="absent" if finalizing else "present")
+        resource = _definition(body)
         with self.locks.of(kind, namespace, name):
-            return self.run(kube, kind, name, namespace, options,
-                            definition=None if finalizing else _definition(body), source=IndexSource(self.index))
+            # kopf's body is the live resource (its uid, creation time and status): no GET (row 1 of the reads).
+            return self.run(kube, kind, name, namespace, options, definition=None if finalizing else resource,
+                            source=IndexSource(self.index), live=resource)

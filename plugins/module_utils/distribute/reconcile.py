@@ -91,7 +91,7 @@ def _refused(kube, error, kind, name, namespace, path, current, found):
 
 
 def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=False, definition=None,
-              source=None):
+              source=None, live=None):
     """Distribute the resource (or, with options state=absent, remove its objects) and update its status.
 
     options are the distribution options a resource cannot set (cache_args.DISTRIBUTION_ARG_SPEC).
@@ -99,14 +99,16 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     so a check-mode run plans what is declared before it is applied. The status is written only to a
     resource that exists. A refusal (any GkmError while distributing) is written to the status as phase
     Error and raised again as a GkmError whose result carries the partial result and that status.
-    source: where the pipeline reads its facts (facts/source.py; default LISTs through kube).
+    source: where the pipeline reads its facts (facts/source.py; default LISTs through kube). live: the resource as
+    the caller already holds it (a controller's watch event), read instead of a GET.
     """
     if definition is not None:
         _check_definition(definition, kind, name, namespace)
     path = cache_cr.resource_path(kind, name, namespace)
     timings = Timings()
     with timings.phase("resource"):
-        status_code, resource = kube.request("GET", path, what="%s %s" % (kind, name))
+        status_code, resource = (200, live) if live is not None else kube.request("GET", path, what="%s %s" % (
+            kind, name))
     if options.get("state") == "absent":
         result = distribute(kube, _absent_params(kind, name, namespace, options), check_mode, want_diff, timings,
                             source)

@@ -23,12 +23,14 @@ class Recorder:
         self.calls, self.hold, self.running, self.overlap = [], hold, 0, False
         self._lock = threading.Lock()
 
-    def __call__(self, kube, kind, name, namespace, options, definition=None, source=None):
+    def __call__(self, kube, kind, name, namespace, options, definition=None, source=None, live=None):
+        assert live is not None  # the body, never a GET
         with self._lock:
             self.running += 1
             self.overlap = self.overlap or self.running > 1
         time.sleep(self.hold)
         self.calls.append((kube, kind, name, namespace, options, definition, source))
+        self.live = live
         with self._lock:
             self.running -= 1
         return {"changed": False}
