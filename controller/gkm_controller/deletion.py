@@ -69,12 +69,15 @@ class DeletionGuard:
 
 
 class GuardedKube(Kube):
-    """common/kube.py's Kube whose every write is first checked by a DeletionGuard (reads pass as they are)."""
+    """common/kube.py's Kube whose every request is first shown to its guards (the cache's DeletionGuard, then any
+    other: lease.LeaseDeadline); a guard raises to refuse a write, and reads pass as they are."""
 
-    def __init__(self, api_client, guard, **kwargs):
+    def __init__(self, api_client, guard, *others, **kwargs):
         super().__init__(api_client, **kwargs)
         self.guard = guard
+        self.guards = (guard, *others)
 
     def request(self, method, path, *args, **kwargs):
-        self.guard.check(method, kwargs.get("what") or path)
+        for guard in self.guards:
+            guard.check(method, kwargs.get("what") or path)
         return super().request(method, path, *args, **kwargs)

@@ -37,19 +37,21 @@ class Reconciler:
 
     api_client: the controller's configured ApiClient; index: the ClusterIndex; options: the distribution options a
     resource cannot set (the modules' DISTRIBUTION_ARG_SPEC: extraction image, host path root, wait, ...), as today's
-    operator passes them. run: the reconcile to call (distribute/reconcile.py's by default).
+    operator passes them. lease: a lease.LeaseDeadline every write is also checked against (None: no check, for
+    tests and a single replica). run: the reconcile to call (distribute/reconcile.py's by default).
     """
 
-    def __init__(self, api_client, index, options, locks=None, run=cache_reconcile.reconcile):
+    def __init__(self, api_client, index, options, locks=None, lease=None, run=cache_reconcile.reconcile):
         self.api_client, self.index, self.options = api_client, index, dict(options)
         self.locks = locks or CacheLocks()
+        self.lease = lease
         self.run = run
 
     def __call__(self, kind, body, finalizing):
         metadata = body["metadata"]
         name, namespace = metadata["name"], metadata.get("namespace")
         guard = DeletionGuard(kind, name, namespace, body=body, index=self.index, finalizing=finalizing)
-        kube = GuardedKube(self.api_client, guard)
+        kube = GuardedKube(self.api_client, guard, *([self.lease] if self.lease else []))
         options = dict(self.options, state="absent" if finalizing else "present")
         resource = _definition(body)
         with self.locks.of(kind, namespace, name):
