@@ -138,20 +138,27 @@ class ClusterIndex:
             return True
 
     def relisted(self, kind, objects):
-        """Take a fresh listing of a kind as the whole truth (a watch restarted after 410 Gone lists again, and an
-        object deleted meanwhile gets no DELETED event): objects not in it are dropped. True when anything changed."""
+        """Take a complete fresh listing of a kind as the whole truth, returning a Relisting.
+
+        A watch restarted after 410 Gone lists again, and an object deleted while it was down gets no DELETED event:
+        what the index held of the kind and the listing lacks is dropped and reported as vanished, so the caller can
+        re-plan the caches those objects belonged to. Objects of other kinds are left alone. Nothing changes, and
+        `version` does not move, when the listing holds what the index held (a relist of an idle cluster).
+        """
         fresh = {}
         for obj in objects:
             if obj.get("kind") != kind:
                 raise ValueError("a listing of %s holds a %r" % (kind, obj.get("kind")))
             fresh[_key(obj)] = self._trim(kind, obj)
         with self._lock:
-            if self._objects[kind] == fresh:
-                return False
+            held = self._objects[kind]
+            if held == fresh:
+                return Relisting(kind, False, [])
+            vanished = [_copy(dict(obj, kind=kind)) for key, obj in sorted(held.items()) if key not in fresh]
             self._objects[kind] = fresh
             self.version += 1
             self._changed.notify_all()
-            return True
+            return Relisting(kind, True, vanished)
 
     def wait_for_change(self, since, timeout):
         """Block until `version` passes `since` or `timeout` seconds pass; True when it changed."""
@@ -173,6 +180,20 @@ class ClusterIndex:
     def count(self, kind):
         with self._lock:
             return len(self._objects[kind])
+
+
+class Relisting:
+    """What ClusterIndex.relisted did to one kind: `changed` (what is held differs from before: added, modified or
+    vanished objects) and `vanished` (copies of the objects held before and absent from the listing, kind set; in
+    (namespace, name) order)."""
+
+    __slots__ = ("changed", "kind", "vanished")
+
+    def __init__(self, kind, changed, vanished):
+        self.kind, self.changed, self.vanished = kind, changed, vanished
+
+    def __repr__(self):
+        return "Relisting(%s, changed=%s, vanished=%d)" % (self.kind, self.changed, len(self.vanished))
 
 
 def _copy(obj):

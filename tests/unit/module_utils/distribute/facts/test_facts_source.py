@@ -353,9 +353,14 @@ def test_a_relisting_drops_what_was_deleted_while_the_watch_was_down():
     kept = obj("PersistentVolumeClaim", "vector-add-abc-w1", "team-a", cache_labels())
     gone = obj("PersistentVolumeClaim", "vector-add-abc-w2", "team-a", cache_labels())
     index = indexed([kept, gone, obj("Namespace", "team-a")])
-    assert index.relisted("PersistentVolumeClaim", [copy.deepcopy(kept)]) is True
+    before = index.version
+    relisting = index.relisted("PersistentVolumeClaim", [copy.deepcopy(kept)])
+    assert relisting.changed is True and index.version == before + 1
+    assert [(pvc["kind"], pvc["metadata"]["name"]) for pvc in relisting.vanished] == [
+        ("PersistentVolumeClaim", "vector-add-abc-w2")]
     assert [pvc["metadata"]["name"] for pvc in index.select("PersistentVolumeClaim")] == ["vector-add-abc-w1"]
-    assert index.relisted("PersistentVolumeClaim", [copy.deepcopy(kept)]) is False
+    again = index.relisted("PersistentVolumeClaim", [copy.deepcopy(kept)])
+    assert (again.changed, again.vanished, index.version) == (False, [], before + 1)  # an idle relist wakes nothing
     assert index.count("Namespace") == 1  # other kinds are left alone
     with pytest.raises(ValueError, match="Namespace"):
         index.relisted("PersistentVolumeClaim", [obj("Namespace", "x")])
