@@ -34,8 +34,9 @@ bootstrap="$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py"
 [ -f "$bootstrap" ] || install -D -m 0644 "$root/tools/ci/get_pip_offline.py" "$bootstrap"
 
 cd "$root"
-# What the collection ships is what is checked: galaxy.yml's build_ignore paths (bench/, tools/, ...) stay out.
-git ls-files -co --exclude-standard -z | grep -zvE '^(\.ci|bench|tools|requirements)/|^(Makefile|pyproject\.toml)$' \
+# What the collection ships is what is checked: galaxy.yml's build_ignore paths (bench/, controller/, tools/, ...)
+# stay out.
+git ls-files -co --exclude-standard -z | grep -zvE '^(\.ci|bench|controller|tools|requirements)/|^(Makefile|pyproject\.toml)$' \
   | xargs -0 cp --parents -t "$tree"
 # Our modules use kubernetes.core's doc fragment and client; ansible-test finds it beside the collection. The
 # venv's own copy (the matrix venvs link .venv's in), at the site-packages its interpreter names.

@@ -53,6 +53,9 @@ EXTRACTION_FAILURE_ANNOTATION = DOMAIN + "/extraction-failure"
 # ------------------------------------------------------------------ labels on cache resources
 SIGNATURE_FORMAT_LABEL = DOMAIN + "/signature-format"
 DECLARED_LABEL = DOMAIN + "/declared-by"
+# The finalizer on cache resources: today's operator (roles/gkm/files/operator/watches.yaml) and the controller
+# (controller/gkm_controller) keep the same one, so either finalizes what the other started.
+CACHE_FINALIZER = DOMAIN + "/cache-cleanup"
 
 # ------------------------------------------------------------------ labels on nodes
 GPU_BACKEND_LABEL = DOMAIN + "/gpu-backend"

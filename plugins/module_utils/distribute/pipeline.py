@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One reconcile of a distributed cache, stage by stage: inputs, facts, plan, apply, status.
 
-`distribute` resolves the image to a digest (inputs/image.py), reads the cluster (facts/cluster.py), plans
+`distribute` resolves the image to a digest (inputs/image.py), reads the cluster (facts/cluster.py, through a facts
+source: LISTs unless the caller passes another), plans
 (plan/rollout.py: the planner, and again with a rolling upgrade's holds), has the API server validate every object
 it would write (apply/dry_run.py), writes the plan (apply/writes.py; a server-side dry run in check mode), waits for
 the extraction Jobs when asked (apply/wait.py), and publishes the status on the per-node objects and node labels
@@ -28,7 +29,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.wait 
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.writes import execute
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import gather_facts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import assemble_facts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.source import ListSource
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import verification
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.image import build_spec
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import rollout
@@ -48,23 +50,26 @@ class Distribution:
         self.spec, self.plan, self.status, self.result = spec, plan, status, result
 
 
-def distribute(kube, params, check_mode=False, want_diff=False, timings=None):
+def distribute(kube, params, check_mode=False, want_diff=False, timings=None, source=None):
     """Reconcile one cache; returns the module result. Raises DistributeError with a partial result."""
-    return run(kube, params, check_mode, want_diff, timings).result
+    return run(kube, params, check_mode, want_diff, timings, source).result
 
 
-def run(kube, params, check_mode=False, want_diff=False, timings=None):
+def run(kube, params, check_mode=False, want_diff=False, timings=None, source=None):
     """Reconcile one cache; returns its Distribution. Raises DistributeError with a partial result.
 
     timings (common/timings.py), when given, also gets the caller's own phases; the result's `timings` has them all.
+    source (facts/source.py) is where every read of the facts comes from and how the wait pauses between polls:
+    by default LISTs through this run's kube (what the modules send); a controller passes its index's source.
     """
     started = time.monotonic()
     timings = timings or Timings()
+    source = source or ListSource(kube)
     with timings.phase("resolve"):
         spec = build_spec(params)
     try:
         with timings.phase("read"):
-            facts = gather_facts(kube, spec)
+            facts = assemble_facts(source, spec)
         with timings.phase("plan"):
             plan = rollout.plan_cache(spec, facts)
         result = {"plan": plan.to_result()}
@@ -92,21 +97,21 @@ def run(kube, params, check_mode=False, want_diff=False, timings=None):
                                   errors=errors, writes=kube.writes, reason="WriteFailed", **result)
         if kube.writes and not check_mode:
             with timings.phase("read"):
-                facts = gather_facts(kube, spec)
+                facts = assemble_facts(source, spec)
 
         def label_wave(waves, nodes):
             upgrade_labels.extend(node_labels.label_upgrade_states(kube, spec, waves, nodes))
 
         if params.get("wait") and spec.state == "present" and not check_mode:
             with timings.phase("wait"):
-                facts, plan = wait_for_extraction(kube, spec, facts, plan, started + wait_timeout, scrub, evictions,
-                                                  status_of, label_wave)
-                facts = serving_bound(kube, spec, facts, plan, started + wait_timeout)
+                facts, plan = wait_for_extraction(kube, source, spec, facts, plan, started + wait_timeout, scrub,
+                                                  evictions, status_of, label_wave)
+                facts = serving_bound(kube, source, spec, facts, plan, started + wait_timeout)
         with timings.phase("status"):
             status = status_of(spec, plan, facts)
         with timings.phase("node_objects"):
             node_objects = sync_for_spec(kube, spec, plan.eligibility, status, facts, check_mode, want_diff,
-                                         rollout.upgrade_states(plan.rollout))
+                                         rollout.upgrade_states(plan.rollout), source)
         with timings.phase("node_labels"):
             readiness_labels = node_labels.label_nodes(kube, spec, status["entries"], facts.nodes)
             label_wave(plan.rollout, facts.nodes)

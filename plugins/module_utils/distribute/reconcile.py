@@ -90,7 +90,8 @@ def _refused(kube, error, kind, name, namespace, path, current, found):
     return refusal
 
 
-def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=False, definition=None):
+def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=False, definition=None,
+              source=None, live=None):
     """Distribute the resource (or, with options state=absent, remove its objects) and update its status.
 
     options are the distribution options a resource cannot set (cache_args.DISTRIBUTION_ARG_SPEC).
@@ -98,15 +99,19 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     so a check-mode run plans what is declared before it is applied. The status is written only to a
     resource that exists. A refusal (any GkmError while distributing) is written to the status as phase
     Error and raised again as a GkmError whose result carries the partial result and that status.
+    source: where the pipeline reads its facts (facts/source.py; default LISTs through kube). live: the resource as
+    the caller already holds it (a controller's watch event), read instead of a GET.
     """
     if definition is not None:
         _check_definition(definition, kind, name, namespace)
     path = cache_cr.resource_path(kind, name, namespace)
     timings = Timings()
     with timings.phase("resource"):
-        status_code, resource = kube.request("GET", path, what="%s %s" % (kind, name))
+        status_code, resource = (200, live) if live is not None else kube.request("GET", path, what="%s %s" % (
+            kind, name))
     if options.get("state") == "absent":
-        result = distribute(kube, _absent_params(kind, name, namespace, options), check_mode, want_diff, timings)
+        result = distribute(kube, _absent_params(kind, name, namespace, options), check_mode, want_diff, timings,
+                            source)
         result["resource"] = {"kind": kind, "name": name, "namespace": namespace, "found": status_code != 404}
         return result
     if status_code == 404 and definition is None:
@@ -123,7 +128,7 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     # The digest pods mount now: an imageVolume cache whose new digest's signature is refused keeps it if it verifies.
     params[image_signature.RECORDED_DIGEST_PARAM] = current.get("resolvedDigest") or None
     try:
-        distribution = run(kube, params, check_mode, want_diff, timings)
+        distribution = run(kube, params, check_mode, want_diff, timings, source)
     except GkmError as error:
         raise _refused(kube, error, kind, name, namespace, path, current, found) from error
     spec, result = distribution.spec, distribution.result

@@ -157,11 +157,18 @@ def test_per_node_objects_say_why_and_a_rerun_writes_nothing(sim, kube, crds, re
     assert objects_listing(crds, name) == {}
 
 
-def test_a_write_that_meets_another_caches_change_is_read_and_planned_again(kube, crds, monkeypatch):
+def test_a_write_that_meets_another_caches_change_is_read_and_planned_again(kube, crds):
     """Two caches share a node's object: a write planned from a read that another cache's write overtook gets 409
     from the API server, and only that node is read again and written again, keeping both caches."""
     from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.source import ListSource
     from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_writer
+
+    class Stale(ListSource):
+        """The first cache's next run read the objects before the second cache wrote."""
+
+        def node_objects(self, cache_kind, namespace):
+            return stale
 
     raw = Kube(kube)
     nodes = [raw.get("Node", name) for name in WORKERS[:2]]
@@ -174,17 +181,14 @@ def test_a_write_that_meets_another_caches_change_is_read_and_planned_again(kube
         node_writer.sync_node_objects(raw, "ClusterGKMCache", None, first, states("Pending"), nodes)
         stale = list_node_objects(raw, "ClusterGKMCache", None)
         node_writer.sync_node_objects(raw, "ClusterGKMCache", None, second, states("Extracted"), nodes)
-        # The first cache's next run read before the second cache wrote.
-        monkeypatch.setattr(node_writer, "list_node_objects", lambda *args: stale)
-        result = node_writer.sync_node_objects(raw, "ClusterGKMCache", None, first, states("Extracted"), nodes)
+        result = node_writer.sync_node_objects(raw, "ClusterGKMCache", None, first, states("Extracted"), nodes,
+                                               source=Stale(raw))
         assert (result["conflicts"], result["patched"]) == (2, 2), result
-        monkeypatch.undo()
         for cache in (first, second):
             assert {node: set(digests) for node, digests in objects_listing(crds, cache).items()} == {
                 name: {"sha256:" + "a" * 64} for name in WORKERS[:2]}
             assert {d["sha256:" + "a" * 64]["state"] for d in objects_listing(crds, cache).values()} == {"Extracted"}
     finally:
-        monkeypatch.undo()
         for cache in (first, second):
             node_writer.sync_node_objects(raw, "ClusterGKMCache", None, cache, {}, nodes)
     assert objects_listing(crds, first) == objects_listing(crds, second) == {}

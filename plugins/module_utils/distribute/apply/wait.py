@@ -19,7 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.writes import BIND_POLL_SECONDS, execute
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import gather_facts
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import assemble_facts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.rollout import plan_cache
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.serving import SERVING
@@ -31,34 +31,37 @@ UNSCHEDULABLE_GRACE_SECONDS = 5.0
 CLEANUP_MIN_SECONDS = 60
 
 
-def wait_for_extraction(kube, spec, facts, plan, deadline, scrub, evictions, status_of, on_wave):
+def wait_for_extraction(kube, source, spec, facts, plan, deadline, scrub, evictions, status_of, on_wave):
     """(facts, plan) once every current slot is Extracted or Error, having recorded finished extractions on the PVCs
     and released what they replace. That plan starts a rolling upgrade's next wave: wait for it too, until no wave
     moves (complete, paused, stopped, or only failed nodes left) or the deadline, which ends a moving rollout's wait
     without failing (see _poll). A node whose named workloads still run on its previous digest has their pods
     evicted (evictions, evictions.py) until none is left, and stays upgrading meanwhile.
 
-    The status stage comes after this one, so it is passed in: status_of(spec, plan, facts) is the cache's status,
-    on_wave(waves, nodes) publishes a rolling upgrade's state labels at each wave, not only at the run's end."""
+    Every read of the facts goes through source (facts/source.py), and every wait between two polls is its pause:
+    LISTs and a full interval's sleep for the modules, an index woken by the change for a controller; the writes
+    go through kube either way. The status stage comes after this one, so it is passed in: status_of(spec, plan,
+    facts) is the cache's status, on_wave(waves, nodes) publishes a rolling upgrade's state labels at each wave, not
+    only at the run's end."""
     while True:
         if plan.rollout is not None:
             on_wave(plan.rollout, facts.nodes)
-        facts, polled = _poll(kube, spec, facts, plan, deadline, status_of)
+        facts, polled = _poll(kube, source, spec, facts, plan, deadline, status_of)
         if not polled and not kube.writes and not _restarting(plan):
             return facts, plan  # nothing changed since the plan was made from these facts
         writes = kube.writes
-        facts, plan = _mark_then_release(kube, spec, facts, deadline, scrub)
+        facts, plan = _mark_then_release(kube, source, spec, facts, deadline, scrub)
         while _restarting(plan) and time.monotonic() < deadline:
             evictions.evict(plan.rollout.evictions)
-            time.sleep(WAIT_POLL_SECONDS)  # the evicted pods' controllers replace them; a refused one is asked again
-            facts, plan = _mark_then_release(kube, spec, gather_facts(kube, spec), deadline, scrub)
+            source.pause(WAIT_POLL_SECONDS)  # the evicted pods' controllers replace them; a refused one is asked again
+            facts, plan = _mark_then_release(kube, source, spec, assemble_facts(source, spec), deadline, scrub)
         waves = plan.rollout
         # A run that wrote nothing more cannot move the rollout: what is left waits for failures to be fixed.
         if waves is None or not waves.moving() or kube.writes == writes or time.monotonic() > deadline:
             return facts, plan
 
 
-def serving_bound(kube, spec, facts, plan, deadline):
+def serving_bound(kube, source, spec, facts, plan, deadline):
     """Facts once every serving PVC of the plan is Bound, so a pod naming the cache right after the run starts at once;
     past the deadline the run fails naming the ones still unbound."""
     phases = {(pvc["metadata"]["namespace"], pvc["metadata"]["name"]): (pvc.get("status") or {}).get("phase")
@@ -71,11 +74,11 @@ def serving_bound(kube, spec, facts, plan, deadline):
         if time.monotonic() > deadline:
             raise DistributeError("timed out waiting for the serving PVC(s) %s to bind" % ", ".join(
                 "%s/%s" % ref for ref in unbound), plan=plan.to_result(), writes=kube.writes)
-        time.sleep(BIND_POLL_SECONDS)
+        source.pause(BIND_POLL_SECONDS)
         found = kube.map(lambda ref: kube.get("PersistentVolumeClaim", ref[1], ref[0]), unbound)
         unbound = [ref for ref, pvc in zip(unbound, found)
                    if isinstance(pvc, Exception) or ((pvc or {}).get("status") or {}).get("phase") != "Bound"]
-    return gather_facts(kube, spec)
+    return assemble_facts(source, spec)
 
 
 def _restarting(plan):
@@ -83,7 +86,7 @@ def _restarting(plan):
     return plan.rollout is not None and bool(plan.rollout.restart)
 
 
-def _poll(kube, spec, facts, plan, deadline, status_of):
+def _poll(kube, source, spec, facts, plan, deadline, status_of):
     """(facts, whether it polled) once every current slot of the plan is Extracted or Error (or unplaceable), or at
     the deadline while a rolling upgrade moves: every node that had a verified digest still serves it, and the next
     run goes on from the live slots (the operator's comes soon, roles/operator_events), so a rollout longer than one
@@ -108,13 +111,13 @@ def _poll(kube, spec, facts, plan, deadline, status_of):
                 break
             raise DistributeError("timed out waiting for extraction: %s" % _phase_counts(status),
                                   status=status, plan=plan.to_result(), writes=kube.writes)
-        time.sleep(WAIT_POLL_SECONDS)
-        facts = gather_facts(kube, spec)
+        source.pause(WAIT_POLL_SECONDS)
+        facts = assemble_facts(source, spec)
         status = status_of(spec, plan, facts)
     return facts, polled
 
 
-def _mark_then_release(kube, spec, facts, deadline, scrub):
+def _mark_then_release(kube, source, spec, facts, deadline, scrub):
     """Record finished extractions on their PVCs; when that plan keeps previous slots, plan once more: the marks,
     which the webhook already sees, release them in this run (make before break: never a moment with neither)."""
     for step in ("recording finished extractions", "releasing the previous digest's slots"):
@@ -124,7 +127,7 @@ def _mark_then_release(kube, spec, facts, deadline, scrub):
             raise DistributeError("%s failed: %s" % (step, errors[0]["error"]), errors=errors)
         if not plan.actions:
             break
-        facts = gather_facts(kube, spec)
+        facts = assemble_facts(source, spec)
         if not any(slot.outcome == planner.PREVIOUS for slot in plan.slots):
             break
     return facts, plan

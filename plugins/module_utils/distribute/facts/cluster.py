@@ -1,9 +1,11 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Every read a reconcile makes of the cluster, in one place (I/O): one paged, label-selected LIST per kind of the
-cache's objects, the Nodes trimmed to what the planner reads, the Namespaces' names, the storage classes, the rival
-cache resources and claims, and the pods of the cache's namespaces. The planner is pure: a later engine can feed it
-these same ClusterFacts from watches instead of LISTs."""
+"""The facts a reconcile plans from (ClusterFacts), assembled from a facts source: the cache's own objects by
+label, the Nodes trimmed to what the planner reads, the Namespaces' names, the storage classes, the rival cache
+resources and claims, and the pods of the cache's namespaces. One implementation of the reads whatever the source:
+gather_facts(kube, spec), what the modules run, is assemble_facts over ListSource (paged LISTs); a controller passes
+an IndexSource (facts/index.py) and reads nothing from the API server. The planner is pure and sees the same
+ClusterFacts either way."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,11 +13,12 @@ __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import (
     cache_selector,
-    managed_selector,
     pinned_reference,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS, GROUP, VERSION
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS, NODE_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.source import ListSource
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import OBJECT_KINDS
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import spec_claims
 
 
@@ -40,29 +43,7 @@ class ClusterFacts:
         self.storage_class = storage_class
 
 
-OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job", "Secret")
-
-
 DEFAULT_STORAGE_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
-
-
-def has_pulled(node, reference):
-    """True when the node's kubelet reports the image among those it pulled: one of status.images[].names (the
-    kubelet lists at most nodeStatusMaxImages images, the largest first, and refreshes the list every 30 s)."""
-    return any(reference in (image.get("names") or []) for image in (node.get("status") or {}).get("images") or [])
-
-
-def node_facts(node, pulled_image=None):
-    """What a reconcile reads of a Node: name, labels, taints, cordon and capacity (its GPU count). A Node's
-    images, conditions and addresses are most of its size, so a large cluster's Nodes are kept without them;
-    pulled_image (an imageVolume cache's pinned reference) keeps the one image entry saying the node pulled it."""
-    metadata, spec = node["metadata"], node.get("spec") or {}
-    status = {"capacity": (node.get("status") or {}).get("capacity") or {}}
-    if pulled_image and has_pulled(node, pulled_image):
-        status["images"] = [{"names": [pulled_image]}]
-    return {"metadata": {"name": metadata["name"], "labels": metadata.get("labels") or {}},
-            "spec": {key: spec[key] for key in ("taints", "unschedulable") if key in spec},
-            "status": status}
 
 
 def job_condition(job, condition_type):
@@ -89,65 +70,40 @@ def _storage_class(spec, classes):
     return defaults[0] if defaults else None
 
 
-def _node_facts(kube, spec):
-    pulled_image = pinned_reference(spec.image, spec.digest) if spec.image_volume else None
-    return [node_facts(node, pulled_image) for node in kube.items("Node")]
-
-
-def _namespace_names(kube):
-    return {namespace["metadata"]["name"] for namespace in kube.items("Namespace", metadata_only=True)}
-
-
-def _listed(kube, kind, **query):
-    """Every object of a LIST the planner reads, without metadata.managedFields, page by page: the server's record
-    of which manager set each field is a large part of a small object, and nothing here reads it."""
-    listed = []
-    for obj in kube.items(kind, **query):
-        obj["metadata"].pop("managedFields", None)
-        listed.append(obj)
-    return listed
-
-
 def gather_facts(kube, spec):
-    """Cluster facts for the planner: one paged LIST per kind, the cache's objects by label selector, the Nodes
-    kept at what the planner reads of them, the Namespaces' names only."""
+    """Cluster facts for the planner read with LISTs (what the modules send): assemble_facts over ListSource."""
+    return assemble_facts(ListSource(kube), spec)
+
+
+def assemble_facts(source, spec):
+    """Cluster facts for the planner from a facts source: the cache's objects by label selector, then (a present
+    cache only) the Nodes kept at what the planner reads of them, the Namespaces' names and the storage classes,
+    all in one group of independent reads; then the rivals and the pods, which depend on those."""
     selector = cache_selector(spec.name, spec.cache_namespace)
     present = spec.state == "present"
-    calls = [lambda kind=kind: _listed(kube, kind, label_selector=selector) for kind in OBJECT_KINDS]
+    calls = [lambda kind=kind: source.cache_objects(kind, selector) for kind in OBJECT_KINDS]
     if present:
-        calls += [lambda: _node_facts(kube, spec), lambda: _namespace_names(kube), lambda: kube.list("StorageClass")]
-    results = kube.map_all(lambda call: call(), calls, "reading the cluster", DistributeError)
+        pulled_image = pinned_reference(spec.image, spec.digest) if spec.image_volume else None
+        calls += [lambda: source.nodes(pulled_image), source.namespace_names, source.storage_classes]
+    results = source.gather(calls, "reading the cluster")
     objects = {kind: results[index] for index, kind in enumerate(OBJECT_KINDS)}
     nodes, namespace_names, classes = results[len(OBJECT_KINDS):] if present else ([], set(), [])
-    rivals, named_claims = conflict_facts(kube, spec) if present else ([], [])
-    facts = ClusterFacts(nodes, namespace_names, objects, list_pods(kube, spec.namespaces, objects, namespace_names),
-                         _storage_class(spec, classes) if present else None, rivals, named_claims)
-    return facts
+    rivals, named_claims = _conflicts(source, spec) if present else ([], [])
+    return ClusterFacts(nodes, namespace_names, objects, pods_of(source, spec.namespaces, objects, namespace_names),
+                        _storage_class(spec, classes) if present else None, rivals, named_claims)
 
 
-def conflict_facts(kube, spec):
+def _conflicts(source, spec):
     """(cache resources of the cache's name, live PVCs of its name): what conflicts.py checks a cache that names
     a PVC after itself against (ReadOnlyMany, or a serving PVC). Resources are read for resource-backed
     caches only (a cache_distribute run is checked against the live PVCs)."""
     if not spec_claims(spec):
         return [], []
-    by_name = "metadata.name=%s" % spec.name
-    # Every kind's collection across namespaces: /apis/<group>/<version>/<plural>.
     kinds = sorted(CACHE_KINDS) if spec.owner else []
-    paths = ["/apis/%s/%s/%s" % (GROUP, VERSION, CACHE_KINDS[kind][0]) for kind in kinds]
-    calls = [lambda: kube.list("PersistentVolumeClaim", field_selector=by_name)]
-    calls += [lambda path=path: kube.request("GET", path, [("fieldSelector", by_name)], what="list %s" % path)
-              for path in paths]
-    results = kube.map_all(lambda call: call(), calls, "reading the cluster", DistributeError)
-    rivals = []
-    for kind, (status, data) in zip(kinds, results[1:]):
-        rivals += [dict(item, kind=kind) for item in ((data or {}).get("items") or []) if status == 200]
-    return rivals, results[0]
-
-
-# Finished pods neither mount a PVC nor say why an extraction is stuck; after a converge they are most
-# of a namespace's pods (one per extraction Job), so the server leaves them out.
-UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+    calls = [lambda: source.claims_named(spec.name)]
+    calls += [lambda kind=kind: source.cache_resources_named(kind, spec.name) for kind in kinds]
+    results = source.gather(calls, "reading the cluster")
+    return [item for listed in results[1:] for item in listed], results[0]
 
 
 def _failing_job_namespaces(jobs):
@@ -156,7 +112,7 @@ def _failing_job_namespaces(jobs):
             if (job.get("status") or {}).get("failed") and not job_condition(job, "Complete")}
 
 
-def list_pods(kube, namespaces, objects, existing_namespaces=None):
+def pods_of(source, namespaces, objects, existing_namespaces=None):
     """Unfinished pods of the namespaces given (a cache's workload namespaces) and of every namespace its objects are
     in (who mounts what, stuck Jobs), and the failed pods of its failing Jobs (their termination messages)."""
     namespaces = set(namespaces)
@@ -164,10 +120,31 @@ def list_pods(kube, namespaces, objects, existing_namespaces=None):
         namespaces.update(obj["metadata"]["namespace"] for obj in objects.get(kind, []))
     if existing_namespaces is not None:
         namespaces &= existing_namespaces
-    calls = [lambda ns=ns: _listed(kube, "Pod", namespace=ns, field_selector=UNFINISHED_PODS)
-             for ns in sorted(namespaces)]
-    calls += [lambda ns=ns: _listed(kube, "Pod", namespace=ns, label_selector=managed_selector(),
-                                    field_selector="status.phase=Failed")
+    calls = [lambda ns=ns: source.unfinished_pods(ns) for ns in sorted(namespaces)]
+    calls += [lambda ns=ns: source.failed_managed_pods(ns)
               for ns in sorted(_failing_job_namespaces(objects.get("Job", [])))]
-    results = kube.map_all(lambda call: call(), calls, "listing pods", DistributeError)
-    return [pod for pods in results for pod in pods]
+    return [pod for pods in source.gather(calls, "listing pods") for pod in pods]
+
+
+def list_pods(kube, namespaces, objects, existing_namespaces=None):
+    """pods_of read with LISTs (cache_info's report)."""
+    return pods_of(ListSource(kube), namespaces, objects, existing_namespaces)
+
+
+# ------------------------------------------------------------------ a node's share of the facts
+
+
+def node_of(obj):
+    """The node an object of a cache belongs to (its gkm.io/node label), None for a namespace-level one (a serving
+    PVC and its PV, the registry Secret)."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(NODE_LABEL)
+
+
+def narrow_to_node(facts, node_name):
+    """The facts a node event's reconcile plans with: that Node alone (none when it is gone), the cache's objects on
+    that node, and the namespace-level objects as they are. Only the plan's actions on that node's objects may be
+    written from such a plan (a plan that sees one node would judge the namespace-level objects by it alone)."""
+    objects = {kind: [obj for obj in listed if node_of(obj) in (None, node_name)]
+               for kind, listed in facts.objects.items()}
+    return ClusterFacts([node for node in facts.nodes if node["metadata"]["name"] == node_name], facts.namespaces,
+                        objects, facts.pods, facts.storage_class, facts.rivals, facts.named_claims)

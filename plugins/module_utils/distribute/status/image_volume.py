@@ -20,7 +20,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     RESOLVED,
     RUNNING,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import has_pulled
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import has_pulled
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import pod_user, workload_pod
 
 # The status phase of an imageVolume cache whose image is resolved: nothing is extracted, pods pull it themselves.

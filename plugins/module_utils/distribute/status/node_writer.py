@@ -22,10 +22,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     NODE_KINDS,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.node_objects import (
-    NodeObjectsError,
-    list_node_objects,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.node_objects import NodeObjectsError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.source import ListSource
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_objects import (
     CREATE,
     DELETE,
@@ -123,27 +121,30 @@ def node_objects_kind(spec):
     return None
 
 
-def sync_for_spec(kube, spec, eligibility, status, facts, check_mode=False, want_diff=False, upgrade_states=None):
+def sync_for_spec(kube, spec, eligibility, status, facts, check_mode=False, want_diff=False, upgrade_states=None,
+                  source=None):
     """sync_node_objects for one reconcile's outcome (None when the cache has no per-node objects).
 
-    upgrade_states: {node: state} of a rollout in waves (rollout.upgrade_states)."""
+    upgrade_states: {node: state} of a rollout in waves (rollout.upgrade_states); source: the run's facts source."""
     kind = node_objects_kind(spec)
     if kind is None:
         return None
     states = node_cache_states(spec, eligibility, status["entries"], facts.nodes, facts.pods, upgrade_states) if (
         spec.state == "present") else {}
     return sync_node_objects(kube, kind, spec.cache_namespace or None, spec.name, states, facts.nodes,
-                             check_mode, want_diff)
+                             check_mode, want_diff, source)
 
 
-def sync_node_objects(kube, cache_kind, namespace, cache, states, nodes, check_mode=False, want_diff=False):
+def sync_node_objects(kube, cache_kind, namespace, cache, states, nodes, check_mode=False, want_diff=False,
+                      source=None):
     """Make the per-node objects say `states` ({node: {digest: state}}; {} removes the cache everywhere).
 
     Returns {created, patched, deleted, conflicts} (planned counts in check mode) and, with want_diff and something
-    to write, `diff`.
+    to write, `diff`. The objects there are read through source (facts/source.py; default a LIST through kube),
+    the writes go through kube, and a write refused as a conflict is read again with a GET.
     """
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    existing = list_node_objects(kube, cache_kind, namespace)
+    existing = (source or ListSource(kube)).node_objects(cache_kind, namespace)
     writes = plan_node_objects(cache_kind, namespace, cache, states, nodes, existing, now)
     summary = {"created": 0, "patched": 0, "deleted": 0, "conflicts": 0}
     if want_diff and writes:

@@ -9,7 +9,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
     SPEC_HASH_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import (
     node_facts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret

@@ -10,7 +10,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     RESOLVED,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import (
     node_facts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr

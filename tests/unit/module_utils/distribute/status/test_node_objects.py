@@ -164,3 +164,23 @@ def test_the_diff_shows_the_changed_entries_of_at_most_20_nodes_without_timestam
     assert len(diff["before"]) == len(diff["after"]) == MAX_DIFF_NODES
     assert diff["before"]["gpu-00"] == before["gpu-00"] and diff["after"]["gpu-00"] == after["gpu-00"]
     assert node_diff("ClusterGKMCache", "llama", {}, existing, [])["before"] == {}
+
+
+def test_the_objects_there_are_read_through_the_facts_source_the_index_sending_nothing():
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import ClusterIndex, IndexSource
+    from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_writer import sync_node_objects
+
+    server = NodeObjectServer()
+    states = {name: state() for name in NAMES}
+    server.write(plan(server, "llm", states, T0))
+    index = ClusterIndex()
+    for obj in server.list():
+        index.apply(None, dict(obj, kind="ClusterGKMCacheNode"))
+    # kube None: in check mode nothing but the source may be asked
+    converged = sync_node_objects(None, "ClusterGKMCache", None, "llm", states, NODES, check_mode=True,
+                                  source=IndexSource(index))
+    assert converged == {"created": 0, "patched": 0, "deleted": 0, "conflicts": 0}
+    moved = dict(states, **{NAMES[0]: state("Pending")})
+    changed = sync_node_objects(None, "ClusterGKMCache", None, "llm", moved, NODES, check_mode=True,
+                                source=IndexSource(index))
+    assert changed == {"created": 0, "patched": 1, "deleted": 0, "conflicts": 0}

@@ -1,0 +1,55 @@
+"""The index fed by watch events: each event kopf delivers for a watched kind goes to the ClusterIndex once.
+
+kopf passes the raw event ({"type": ..., "object": ...}); objects of its initial listing come with type None and
+carry their kind (kopf sets it from the list's kind). What a changed object wakes is the index's business
+(ClusterIndex.version and its condition: a reconcile waiting in IndexSource.pause); what a Node event starts is
+node_filter's.
+"""
+
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_KINDS,
+    GROUP,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    NODE_KINDS,
+    VERSION,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import INDEXED_KINDS
+
+EVENT_TYPES = (None, "ADDED", "MODIFIED", "DELETED")
+# Kinds watched through a server-side label selector: only the collection's objects reach the controller (the
+# Secrets above all: no other Secret is ever held in memory). PVCs are watched whole: a cache that names a PVC
+# after itself is checked against everyone's PVCs of that name (facts/cluster.py, the rivals and named claims).
+MANAGED_ONLY = ("PersistentVolume", "Job", "Secret")
+MANAGED_SELECTOR = "%s=%s" % (MANAGED_BY_LABEL, MANAGER)
+
+
+def watched_kinds():
+    """{kind: (group, version, plural, server-side label selector or None)} of every kind the index holds."""
+    core = {"PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
+            "PersistentVolume": ("", "v1", "persistentvolumes"),
+            "Job": ("batch", "v1", "jobs"),
+            "Secret": ("", "v1", "secrets"),
+            "Node": ("", "v1", "nodes"),
+            "Namespace": ("", "v1", "namespaces"),
+            "StorageClass": ("storage.k8s.io", "v1", "storageclasses"),
+            "Pod": ("", "v1", "pods")}
+    ours = {kind: (GROUP, VERSION, plural) for kind, (plural, _namespaced) in CACHE_KINDS.items()}
+    ours.update({node_kind: (GROUP, VERSION, plural) for node_kind, plural, _namespaced in NODE_KINDS.values()})
+    kinds = dict(core, **ours)
+    assert set(kinds) == set(INDEXED_KINDS), sorted(set(kinds) ^ set(INDEXED_KINDS))
+    return {kind: (*kinds[kind], MANAGED_SELECTOR if kind in MANAGED_ONLY else None) for kind in INDEXED_KINDS}
+
+
+def feed(index, event, kind=None):
+    """Apply one raw watch event to the index; True when what the index holds changed.
+
+    kind: the watched kind, for an object that does not say its own (an event's object normally does).
+    """
+    event_type = event.get("type")
+    if event_type not in EVENT_TYPES:
+        raise ValueError("unknown watch event type %r" % event_type)
+    obj = event["object"]
+    if kind and obj.get("kind") != kind:
+        obj = dict(obj, kind=kind)
+    return index.apply(event_type, obj)

@@ -1,0 +1,60 @@
+"""One cache's reconcile in the controller: the modules' own reconcile (distribute/reconcile.py), reading the resource
+from kopf's body and its facts from the index (IndexSource: no LIST, and its waits woken by watch events), and writing
+through a GuardedKube (no write for a cache being deleted, except the finalizer's), one at a time per cache.
+
+The cache handlers, the node reconciles and the resync of one cache take its lock, so a node event's reconcile
+never runs beside, or after, that cache's finalizer in this process (docs/controller-design.md, section 5).
+"""
+
+import threading
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute import reconcile as cache_reconcile
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import IndexSource
+
+from .deletion import DeletionGuard, GuardedKube
+
+
+class CacheLocks:
+    """One lock per cache (kind, namespace, name), made on first use and kept (a few hundred bytes a cache)."""
+
+    def __init__(self):
+        self._locks = {}
+        self._lock = threading.Lock()
+
+    def of(self, kind, namespace, name):
+        key = (kind, namespace or "", name)
+        with self._lock:
+            return self._locks.setdefault(key, threading.Lock())
+
+
+def _definition(body):
+    """The resource as kopf delivered it, as plain dicts (kopf's Body is a read-only view)."""
+    return {key: value for key, value in dict(body).items()}
+
+
+class Reconciler:
+    """reconcile(kind, body, finalizing) for handlers.Controller.
+
+    api_client: the controller's configured ApiClient; index: the ClusterIndex; options: the distribution options a
+    resource cannot set (the modules' DISTRIBUTION_ARG_SPEC: extraction image, host path root, wait, ...), as today's
+    operator passes them. lease: a lease.LeaseDeadline every write is also checked against (None: no check, for
+    tests and a single replica). run: the reconcile to call (distribute/reconcile.py's by default).
+    """
+
+    def __init__(self, api_client, index, options, locks=None, lease=None, run=cache_reconcile.reconcile):
+        self.api_client, self.index, self.options = api_client, index, dict(options)
+        self.locks = locks or CacheLocks()
+        self.lease = lease
+        self.run = run
+
+    def __call__(self, kind, body, finalizing):
+        metadata = body["metadata"]
+        name, namespace = metadata["name"], metadata.get("namespace")
+        guard = DeletionGuard(kind, name, namespace, body=body, index=self.index, finalizing=finalizing)
+        kube = GuardedKube(self.api_client, guard, *([self.lease] if self.lease else []))
+        options = dict(self.options, state="absent" if finalizing else "present")
+        resource = _definition(body)
+        with self.locks.of(kind, namespace, name):
+            # kopf's body is the live resource (its uid, creation time and status): no GET (row 1 of the reads).
+            return self.run(kube, kind, name, namespace, options, definition=None if finalizing else resource,
+                            source=IndexSource(self.index), live=resource)

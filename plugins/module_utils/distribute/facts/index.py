@@ -1,0 +1,257 @@
+# Copyright: gkm.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The in-memory copy of the cluster a controller keeps current from watch events (ClusterIndex), and the facts
+stage's reads answered from it (IndexSource) with the API server's selector semantics and no request at all.
+Nothing in the modules uses it: they read through facts/source.py ListSource."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import threading
+
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS, NODE_KINDS
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.source import FactsSource
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import (
+    FINISHED_PHASES,
+    OBJECT_KINDS,
+    node_facts,
+)
+
+# ------------------------------------------------------------------ selectors, as the API server reads them
+
+
+def parse_selector(selector):
+    """[(key, operator, value)] of an equality-based selector ('a=b,c!=d'); operator is '=' or '!='.
+
+    Only the forms the facts stage sends are understood; anything else is refused rather than misread.
+    """
+    terms = []
+    for term in (selector or "").split(","):
+        term = term.strip()
+        if not term:
+            continue
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            terms.append((key.strip(), "!=", value.strip()))
+        elif "=" in term:
+            key, value = term.replace("==", "=", 1).split("=", 1)
+            terms.append((key.strip(), "=", value.strip()))
+        else:
+            raise ValueError("selector term %r is not key=value or key!=value" % term)
+    return terms
+
+
+def _field(obj, path):
+    value = obj
+    for part in path.split("."):
+        value = (value or {}).get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def _matches(terms, lookup):
+    return all((lookup(key) == value) == (operator == "=") for key, operator, value in terms)
+
+
+def labels_match(obj, selector):
+    """True when the object's labels satisfy an equality-based label selector."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return _matches(parse_selector(selector), labels.get)
+
+
+def fields_match(obj, selector):
+    """True when the object satisfies an equality-based field selector (metadata.name=x, status.phase!=y)."""
+    return _matches(parse_selector(selector), lambda path: _field(obj, path))
+
+
+# ------------------------------------------------------------------ the in-memory copy a controller keeps
+
+
+INDEXED_KINDS = (*OBJECT_KINDS, "Node", "Namespace", "StorageClass", "Pod", *sorted(CACHE_KINDS),
+                 *sorted(kind for kind, _plural, _namespaced in NODE_KINDS.values()))
+
+
+def _key(obj):
+    metadata = obj.get("metadata") or {}
+    return metadata.get("namespace") or "", metadata["name"]
+
+
+class ClusterIndex:
+    """The objects a reconcile reads, kept current from watch events, trimmed as the facts stage trims them.
+
+    apply(event_type, obj) takes one event (ADDED, MODIFIED, DELETED; kopf's initial listing passes None, read as
+    ADDED) and returns True when what the index holds changed. A Node is held as node_facts keeps it, plus the
+    digest-pinned names of the images its kubelet reports (only `watched_images` when that set is given), so a
+    heartbeat that changes only conditions, addresses or the resourceVersion changes nothing here and returns False:
+    the controller starts no reconcile for it. managedFields is dropped from everything.
+
+    Reads and writes hold one lock: watch events arrive on the controller's event loop while a reconcile reads from
+    a worker thread. `version` counts the changes; wait_for_change(since, timeout) lets a reconcile that polls (a
+    Job to complete, a PVC to bind) wake at the change instead of at the end of its poll interval.
+    """
+
+    def __init__(self, watched_images=None):
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._objects = {kind: {} for kind in INDEXED_KINDS}
+        self.watched_images = watched_images
+        self.version = 0
+
+    def _trim(self, kind, obj):
+        """What the index holds of an event's object: its own copy, never sharing a dict with the event's body."""
+        return _copy(self._trimmed(kind, obj))
+
+    def _trimmed(self, kind, obj):
+        if kind == "Node":
+            trimmed = node_facts(obj)
+            names = sorted({name for image in (obj.get("status") or {}).get("images") or []
+                            for name in image.get("names") or []
+                            if "@" in name and (self.watched_images is None or name in self.watched_images)})
+            if names:
+                trimmed["status"]["images"] = [{"names": names}]
+            return trimmed
+        if kind == "Namespace":
+            return {"metadata": {"name": obj["metadata"]["name"]}}
+        trimmed = dict(obj, metadata=dict(obj.get("metadata") or {}))
+        trimmed["metadata"].pop("managedFields", None)
+        return trimmed
+
+    def apply(self, event_type, obj):
+        kind = obj.get("kind")
+        if kind not in self._objects:
+            raise ValueError("the index holds no %r objects" % kind)
+        key = _key(obj)
+        trimmed = None if event_type == "DELETED" else self._trim(kind, obj)
+        with self._lock:
+            held = self._objects[kind]
+            if trimmed is None:
+                if held.pop(key, None) is None:
+                    return False
+            elif held.get(key) == trimmed:
+                return False
+            else:
+                held[key] = trimmed
+            self.version += 1
+            self._changed.notify_all()
+            return True
+
+    def relisted(self, kind, objects):
+        """Take a complete fresh listing of a kind as the whole truth, returning a Relisting.
+
+        A watch restarted after 410 Gone lists again, and an object deleted while it was down gets no DELETED event:
+        what the index held of the kind and the listing lacks is dropped and reported as vanished, so the caller can
+        re-plan the caches those objects belonged to. Objects of other kinds are left alone. Nothing changes, and
+        `version` does not move, when the listing holds what the index held (a relist of an idle cluster).
+        """
+        fresh = {}
+        for obj in objects:
+            if obj.get("kind") != kind:
+                raise ValueError("a listing of %s holds a %r" % (kind, obj.get("kind")))
+            fresh[_key(obj)] = self._trim(kind, obj)
+        with self._lock:
+            held = self._objects[kind]
+            if held == fresh:
+                return Relisting(kind, False, [])
+            vanished = [_copy(dict(obj, kind=kind)) for key, obj in sorted(held.items()) if key not in fresh]
+            self._objects[kind] = fresh
+            self.version += 1
+            self._changed.notify_all()
+            return Relisting(kind, True, vanished)
+
+    def wait_for_change(self, since, timeout):
+        """Block until `version` passes `since` or `timeout` seconds pass; True when it changed."""
+        with self._lock:
+            return self._changed.wait_for(lambda: self.version > since, timeout)
+
+    def _all(self, kind, namespace=None):
+        with self._lock:
+            objects = list(self._objects[kind].values()) if namespace is None else [
+                obj for (ns, _name), obj in self._objects[kind].items() if ns == namespace]
+        return [_copy(obj) for obj in objects]
+
+    def select(self, kind, namespace=None, label_selector=None, field_selector=None):
+        """Held objects of a kind (in a namespace), filtered as the API server filters a LIST."""
+        return [obj for obj in self._all(kind, namespace)
+                if (not label_selector or labels_match(obj, label_selector))
+                and (not field_selector or fields_match(obj, field_selector))]
+
+    def count(self, kind):
+        with self._lock:
+            return len(self._objects[kind])
+
+
+class Relisting:
+    """What ClusterIndex.relisted did to one kind: `changed` (what is held differs from before: added, modified or
+    vanished objects) and `vanished` (copies of the objects held before and absent from the listing, kind set; in
+    (namespace, name) order)."""
+
+    __slots__ = ("changed", "kind", "vanished")
+
+    def __init__(self, kind, changed, vanished):
+        self.kind, self.changed, self.vanished = kind, changed, vanished
+
+    def __repr__(self):
+        return "Relisting(%s, changed=%s, vanished=%d)" % (self.kind, self.changed, len(self.vanished))
+
+
+def _copy(obj):
+    """A copy deep enough that a reconcile editing its facts (node_labels keeps written labels on the facts' nodes)
+    never edits the index."""
+    if isinstance(obj, dict):
+        return {key: _copy(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [_copy(value) for value in obj]
+    return obj
+
+
+class IndexSource(FactsSource):
+    """The reads answered from a ClusterIndex: no request to the API server."""
+
+    def __init__(self, index):
+        self.index = index
+        self._seen = index.version
+
+    def pause(self, seconds):
+        """Wait for a change the index has not shown this source yet, at most `seconds`."""
+        changed = self.index.wait_for_change(self._seen, seconds)
+        self._seen = self.index.version
+        return changed
+
+    def gather(self, calls, what):
+        self._seen = self.index.version
+        try:
+            return [call() for call in calls]
+        except (KeyError, ValueError) as error:
+            raise DistributeError("%s from the index: %s" % (what, error)) from error
+
+    def cache_objects(self, kind, selector):
+        return self.index.select(kind, label_selector=selector)
+
+    def nodes(self, pulled_image=None):
+        return [node_facts(node, pulled_image) for node in self.index.select("Node")]
+
+    def namespace_names(self):
+        return {namespace["metadata"]["name"] for namespace in self.index.select("Namespace")}
+
+    def storage_classes(self):
+        return self.index.select("StorageClass")
+
+    def unfinished_pods(self, namespace):
+        return [pod for pod in self.index.select("Pod", namespace)
+                if (pod.get("status") or {}).get("phase") not in FINISHED_PHASES]
+
+    def failed_managed_pods(self, namespace):
+        return self.index.select("Pod", namespace, label_selector=managed_selector(),
+                                 field_selector="status.phase=Failed")
+
+    def claims_named(self, name):
+        return self.index.select("PersistentVolumeClaim", field_selector="metadata.name=%s" % name)
+
+    def cache_resources_named(self, kind, name):
+        return [dict(item, kind=kind) for item in self.index.select(kind, field_selector="metadata.name=%s" % name)]
+
+    def node_objects(self, cache_kind, namespace):
+        node_kind, _plural, namespaced = NODE_KINDS[cache_kind]
+        return self.index.select(node_kind, namespace if namespaced else None, label_selector=managed_selector())

@@ -1,0 +1,100 @@
+"""A cache's reconcile in the controller (controller/gkm_controller/reconciles.py): the modules' reconcile, fed by
+the index and writing through the deletion guard, the finalizer's as state=absent, one at a time per cache."""
+
+import threading
+import time
+
+from kubernetes import client
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import ClusterIndex, IndexSource
+from controller.gkm_controller.deletion import CacheDeleting, GuardedKube
+from controller.gkm_controller.reconciles import CacheLocks, Reconciler
+
+
+def cache(name="vector-add", deleting=False):
+    metadata = {"name": name, "namespace": "team-a", "uid": "u-" + name}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-11-27T10:00:00Z"
+    return {"kind": "GKMCache", "metadata": metadata, "spec": {"image": "x"}}
+
+
+class Recorder:
+    def __init__(self, hold=0.0):
+        self.calls, self.hold, self.running, self.overlap = [], hold, 0, False
+        self._lock = threading.Lock()
+
+    def __call__(self, kube, kind, name, namespace, options, definition=None, source=None, live=None):
+        assert live is not None  # the body, never a GET
+        with self._lock:
+            self.running += 1
+            self.overlap = self.overlap or self.running > 1
+        time.sleep(self.hold)
+        self.calls.append((kube, kind, name, namespace, options, definition, source))
+        self.live = live
+        with self._lock:
+            self.running -= 1
+        return {"changed": False}
+
+
+def reconciler(run, index=None):
+    return Reconciler(client.ApiClient(), index or ClusterIndex(), {"extract_image": "tools:1"}, run=run)
+
+
+def test_a_cache_is_reconciled_from_the_index_through_the_guard_with_its_body_as_the_definition():
+    run = Recorder()
+    reconciler(run)("GKMCache", cache(), False)
+    kube, kind, name, namespace, options, definition, source = run.calls[0]
+    assert (kind, name, namespace) == ("GKMCache", "vector-add", "team-a")
+    assert options == {"extract_image": "tools:1", "state": "present"}
+    assert definition == cache() and isinstance(source, IndexSource) and isinstance(kube, GuardedKube)
+    assert kube.guard.finalizing is False
+
+
+def test_the_finalizer_reconciles_state_absent_and_may_write():
+    run = Recorder()
+    reconciler(run)("GKMCache", cache(deleting=True), True)
+    kube, _kind, _name, _namespace, options, definition, _source = run.calls[0]
+    assert options["state"] == "absent" and definition is None
+    assert kube.guard.why_not() is None
+
+
+def test_a_reconcile_that_was_not_the_finalizers_cannot_write_once_the_cache_is_deleting():
+    index = ClusterIndex()
+    index.apply(None, cache())
+    run = Recorder()
+    reconciler(run, index)("GKMCache", cache(), False)
+    kube = run.calls[0][0]
+    index.apply("MODIFIED", cache(deleting=True))
+    try:
+        kube.guard.check("POST", "PersistentVolume pv-1")
+    except CacheDeleting:
+        pass
+    else:
+        raise AssertionError("the write went through")
+
+
+def test_one_cache_is_reconciled_one_at_a_time_and_two_caches_side_by_side():
+    run = Recorder(hold=0.05)
+    shared = reconciler(run)
+    threads = [threading.Thread(target=shared, args=("GKMCache", cache(), False)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(run.calls) == 3 and not run.overlap
+
+    run = Recorder(hold=0.2)
+    shared = reconciler(run)
+    threads = [threading.Thread(target=shared, args=("GKMCache", cache(name), False)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert run.overlap
+
+
+def test_the_locks_are_per_cache():
+    locks = CacheLocks()
+    assert locks.of("GKMCache", "team-a", "x") is locks.of("GKMCache", "team-a", "x")
+    assert locks.of("GKMCache", "team-a", "x") is not locks.of("GKMCache", "team-b", "x")
+    assert locks.of("ClusterGKMCache", None, "x") is locks.of("ClusterGKMCache", "", "x")
