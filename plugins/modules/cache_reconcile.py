@@ -96,7 +96,7 @@ notes:
     C(True) with reason C(VerifiedByExtraction) once every volume is extracted, C(Unknown) (C(VerificationPending))
     before, C(False) (C(VerificationFailed)) with the Job's message when one refused the image (its node's entry is
     an C(Error), reason C(SignatureNotVerified)). Without the key it is C(Unknown) (C(ReportedByKyverno))
-    when the annotation C(kyverno.io/verify-images) records a pass - a note, never C(True): whoever may edit the
+    when the annotation C(kyverno.io/verify-images) records a pass - a note, never C(True), since whoever may edit the
     resource can write it - otherwise C(False) (C(NotVerified)) saying that nothing checked the image, and the task
     warns.
   - With C(spec.mountMode=imageVolume) no Job runs, so with the key the module verifies the resolved digest's

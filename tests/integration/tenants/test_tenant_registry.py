@@ -153,7 +153,7 @@ def test_a_bearer_realm_on_another_host_never_gets_the_credentials(sim, crds, ku
 def redirect_chain(hops):
     """A registry that challenges, then redirects its blobs through `hops` servers to the one that serves it."""
     servers = [HostileServer("blob", hold=HOLD)]
-    for _ in range(hops - 1):
+    for _hop in range(hops - 1):
         servers.append(HostileServer("redirect", target=servers[-1].host, hold=HOLD))
     servers.append(HostileServer("basic_then_redirect", target=servers[-1].host, hold=HOLD))
     return servers

@@ -125,7 +125,7 @@ def test_a_follower_waits_while_the_holder_renews_and_takes_over_after_the_recor
     clock, server = Clock(), Server()
     a, b = elector("gkm-operator-a", clock), elector("gkm-operator-b", clock)
     server.turn(a)
-    for _ in range(10):  # a renews every 2 s: b never takes
+    for _renewal in range(10):  # a renews every 2 s: b never takes
         clock.now += 2
         server.turn(a)
         assert server.turn(b).action == "wait" and not b.leading and not b.deadline.leading()

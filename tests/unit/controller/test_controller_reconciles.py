@@ -76,7 +76,7 @@ def test_a_reconcile_that_was_not_the_finalizers_cannot_write_once_the_cache_is_
 def test_one_cache_is_reconciled_one_at_a_time_and_two_caches_side_by_side():
     run = Recorder(hold=0.05)
     shared = reconciler(run)
-    threads = [threading.Thread(target=shared, args=("GKMCache", cache(), False)) for _ in range(3)]
+    threads = [threading.Thread(target=shared, args=("GKMCache", cache(), False)) for _thread in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -47,7 +47,7 @@ def deleted(spec):
 
 
 SPECS = {
-    "per-node": lambda: make_spec(),
+    "per-node": make_spec,
     "serving-pvc": lambda: make_spec(serving_pvc=True),
     "two-namespaces": lambda: make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"]),
 }
