@@ -5,7 +5,9 @@ ansible_collections.gkm.cluster.
 kopf's operator loop, cluster-wide and standalone (no peering), with this package's handlers and settings; a cache's
 create, update, resume and delete run the collection's reconcile (distribute/reconcile.py) over the index, writing
 through the deletion guard; a Node event that passes the filter has the caches it affects reconciled whole, coalesced
-over 0.5 s, on an executor of its own.
+over 0.5 s, on an executor of its own. kopf starts only once this replica holds the Lease gkm-cluster-operator in
+the controller's namespace (lease_loop.py); every reconcile's write is checked against the Lease's deadline, a lost
+Lease ends the process, and a clean stop (SIGTERM, SIGINT) releases it.
 
 Settings by flag, or by the environment variable each flag names: the Kubernetes access (a kubeconfig and its
 context, else the pod's service account, as the collection's programs), the tools image the extraction Jobs run,
@@ -18,18 +20,23 @@ import copy
 import json
 import logging
 import os
+import socket
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import kopf
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import ClusterIndex
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC
 
 from . import handlers
 from .coalesce import Coalescer
+from .lease import LeaseDeadline, LeaseElector
+from .lease_loop import LeaseLoop
 from .node_reconciles import NodeReconciles
 from .reconciles import Reconciler
 
@@ -63,6 +70,10 @@ def parse_args(argv=None, environ=None):
     parser.add_argument("--kubeconfig", default=environ.get("KUBECONFIG") or None,
                         help="kubeconfig file (env KUBECONFIG); none: the pod's service account")
     parser.add_argument("--context", default=environ.get("GKM_CONTEXT") or None, help="its context (env GKM_CONTEXT)")
+    parser.add_argument("--namespace", default=environ.get("GKM_NAMESPACE") or "gkm-system",
+                        help="the controller's namespace, where its Lease is (env GKM_NAMESPACE)")
+    parser.add_argument("--identity", default=environ.get("POD_NAME") or "%s-%d" % (socket.gethostname(), os.getpid()),
+                        help="this replica's name in the Lease (env POD_NAME; default host name and pid)")
     parser.add_argument("--tools-image", default=environ.get("GKM_TOOLS_IMAGE") or None,
                         help="the image the extraction Jobs run (env GKM_TOOLS_IMAGE)")
     parser.add_argument("--options", default=environ.get("GKM_CACHES_OPTIONS") or "{}",
@@ -91,11 +102,12 @@ def connection_info(configuration):
                                certificate_path=configuration.cert_file, private_key_path=configuration.key_file)
 
 
-def build(args, api_client, started=None):
-    """(registry, settings, controller) for kopf.run, every part wired."""
+def build(args, api_client, started=None, lease=None):
+    """(registry, settings, controller) for kopf.run, every part wired; lease: the LeaseDeadline every reconcile's
+    write is checked against."""
     started = time.monotonic() if started is None else started
     index = ClusterIndex()
-    reconciler = Reconciler(api_client, index, args.options)
+    reconciler = Reconciler(api_client, index, args.options, lease=lease)
     coalescer = Coalescer(reconciler, ThreadPoolExecutor(args.workers, thread_name_prefix="gkm-node"))
 
     def ready():
@@ -116,6 +128,22 @@ def build(args, api_client, started=None):
     return registry, settings, controller
 
 
+def lead(args, api_client, exit=os._exit):
+    """Wait until this replica holds the Lease (the loop goes on in a thread of its own); the LeaseLoop."""
+    leading = threading.Event()
+
+    def lost(reason):
+        LOG.error("stopping at once: %s", reason)
+        logging.shutdown()
+        exit(1)
+
+    loop = LeaseLoop(Kube(api_client), LeaseElector(args.identity, args.namespace, LeaseDeadline()), leading.set, lost)
+    threading.Thread(target=loop.run, name="gkm-lease", daemon=True).start()
+    LOG.info("%s waits for the Lease in %s", args.identity, args.namespace)
+    leading.wait()
+    return loop
+
+
 def main(argv=None):
     started = time.monotonic()
     args = parse_args(argv)
@@ -124,9 +152,12 @@ def main(argv=None):
     if args.verbose:
         logging.getLogger("controller").setLevel(logging.DEBUG)
         logging.getLogger("gkm_controller").setLevel(logging.DEBUG)
-    registry, settings, _controller = build(args, api_client_from_kubeconfig(args.kubeconfig, args.context), started)
+    api_client = api_client_from_kubeconfig(args.kubeconfig, args.context)
+    loop = lead(args, api_client)
+    registry, settings, _controller = build(args, api_client, started, lease=loop.elector.deadline)
     LOG.info("starting: tools image %s, %d workers", args.options.get("extract_image") or "(none)", args.workers)
     kopf.run(registry=registry, settings=settings, standalone=True, clusterwide=True)
+    loop.release()
 
 
 if __name__ == "__main__":

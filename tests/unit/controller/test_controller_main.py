@@ -3,6 +3,8 @@ the distribution options every reconcile gets, kopf's credentials from the clien
 
 kopf 1.45.2 is pinned in requirements/dev.txt for Python 3.11 and later; without it this file skips."""
 
+import os
+
 import pytest
 
 kopf = pytest.importorskip("kopf")
@@ -13,6 +15,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args
     DISTRIBUTION_ARG_SPEC,
 )
 from controller.gkm_controller import main  # noqa: E402
+from controller.gkm_controller.lease import LeaseDeadline  # noqa: E402
 from controller.gkm_controller.reconciles import Reconciler  # noqa: E402
 
 
@@ -31,7 +34,10 @@ def test_flags_fall_back_to_the_environment():
     environ = {"KUBECONFIG": "/k", "GKM_TOOLS_IMAGE": "reg/tools:2", "GKM_WORKERS": "3",
                "GKM_CACHES_OPTIONS": '{"serving_pvc": false}'}
     args = main.parse_args([], environ)
-    assert (args.kubeconfig, args.context, args.workers) == ("/k", None, 3)
+    assert (args.kubeconfig, args.context, args.workers, args.namespace) == ("/k", None, 3, "gkm-system")
+    assert args.identity.endswith("-%d" % os.getpid())  # out of a pod: host name and pid, unique on the machine
+    assert main.parse_args([], dict(environ, POD_NAME="gkm-operator-x", GKM_NAMESPACE="ops")).identity == (
+        "gkm-operator-x")
     assert args.options["extract_image"] == "reg/tools:2" and args.options["serving_pvc"] is False
     args = main.parse_args(["--kubeconfig", "/other", "--tools-image", "t:3", "--workers", "2"], environ)
     assert (args.kubeconfig, args.options["extract_image"], args.workers) == ("/other", "t:3", 2)
@@ -54,8 +60,10 @@ def test_kopf_reaches_the_api_server_as_the_client_does():
 
 def test_build_wires_the_reconciler_the_node_path_and_kopfs_settings():
     args = main.parse_args(["--tools-image", "t:1", "--workers", "4"], {})
-    registry, settings, controller = main.build(args, client.ApiClient())
+    deadline = LeaseDeadline()
+    registry, settings, controller = main.build(args, client.ApiClient(), lease=deadline)
     assert isinstance(controller.reconcile, Reconciler) and controller.reconcile.options == args.options
+    assert controller.reconcile.lease is deadline  # every reconcile's write is checked against the Lease
     assert controller.node_changed.submit.__self__.run is controller.reconcile  # the coalescer runs the reconciler
     assert settings.execution.max_workers == 4 and settings.persistence.finalizer == "gkm.io/cache-cleanup"
     assert len(registry._activities.get_all_handlers()) == 1  # the login
