@@ -135,11 +135,13 @@ def register(registry, controller):
     for kind, (plural, _namespaced) in sorted(CACHE_KINDS.items()):
         resource = {"group": GROUP, "version": VERSION, "plural": plural, "registry": registry}
 
+        # They return None: kopf writes a handler's non-None result into the object's status under the handler's
+        # id, a write per reconcile of a field our status schema does not have.
         def changed(body, _kind=kind, **_):
-            return controller.cache_changed(_kind, body)
+            controller.cache_changed(_kind, body)
 
         def deleted(body, _kind=kind, **_):
-            return controller.cache_deleted(_kind, body)
+            controller.cache_deleted(_kind, body)
 
         for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
             decorator(id="reconcile", **resource)(changed)
