@@ -156,6 +156,18 @@ def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_dele
     objects = cache_objects(kube, namespace, name)
     assert {pvc.metadata.labels.get("gkm.io/node") for pvc in objects["pvcs"]} - {None} == set(nodes)
     assert {pvc.status.phase for pvc in objects["pvcs"]} == {"Bound"}
+    # Two GPU nodes join the pool: their Node events alone (coalesced, the whole cache reconciled) extend it.
+    before, started = len(reconciles(controller, namespace)), time.monotonic()
+    nodes += pool_nodes(sim_nodes, pool, 2)
+    poll("Extracted on 5 nodes", lambda: phase_is(crds, namespace, name, "Extracted", 5), 120)
+    to_joined = time.monotonic() - started
+    record_property("nodes_join_to_extracted_s", round(to_joined, 1))
+    joined_runs = len(reconciles(controller, namespace)) - before
+    assert joined_runs >= 1
+    print("controller: 2 nodes join -> Extracted on 5 nodes %.1fs, %d reconciles" % (to_joined, joined_runs))
+    objects = cache_objects(kube, namespace, name)
+    assert {pvc.metadata.labels.get("gkm.io/node") for pvc in objects["pvcs"]} - {None} == set(nodes)
+
     # The per-node objects: Extracted at the digest on the pool's nodes (the other GPU nodes say why not).
     per_node = {item["metadata"]["name"]: item["status"]["caches"][name]
                 for item in crds.list_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcachenodes")["items"]}
@@ -207,7 +219,8 @@ def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_dele
 def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_when_it_stops(
         controller, sim, lease_namespace, tmp_path_factory, record_property):
     """The module's controller holds the Lease; a second one started beside it waits, lists nothing and reconciles
-    nothing; stopped with SIGTERM, the first releases the Lease and the second takes it at its next look."""
+    nothing; stopped with SIGTERM, the first releases the Lease and the second takes it at its next look. A third
+    takes it from the second killed with SIGKILL after the Lease's recorded duration."""
     second = Controller(sim, str(tmp_path_factory.mktemp("controller") / "second.log"), lease_namespace)
     try:
         poll("the second controller waiting", lambda: second.lines(r"waits for the Lease"), 60)
@@ -227,5 +240,24 @@ def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_
         record_property("take_over_to_ready_s", round(ready, 1))
         print("controller: SIGTERM of the leader -> the second leads %.1fs, ready %.1fs" % (take_over, ready))
         assert "(released)" in second.lines(r"leading: take")[0]
+
+        # A third beside the second; the second killed (no release): the third takes the Lease once the record has
+        # stood still for its recorded 8 s, at most one look (2 s) later.
+        third = Controller(sim, str(tmp_path_factory.mktemp("controller") / "third.log"), lease_namespace)
+        try:
+            poll("the third controller waiting", lambda: third.lines(r"waits for the Lease"), 60)
+            time.sleep(3)
+            assert not third.lines(r"leading: ")
+            killed = time.monotonic()
+            second.process.kill()
+            second.process.wait()
+            poll("the third controller leading", lambda: third.lines(r"leading: take"), 30)
+            after_kill = time.monotonic() - killed
+            record_property("take_over_after_kill_s", round(after_kill, 1))
+            print("controller: SIGKILL of the leader -> the third leads %.1fs" % after_kill)
+            assert 5.5 <= after_kill <= 8 + 2 + 2 + 1, after_kill  # from 8 less one look, to the worst case
+            become_ready(third)
+        finally:
+            third.stop()
     finally:
         second.stop()
