@@ -2,8 +2,9 @@
 
 A package of its own, outside the collection's module_utils: kopf needs Python 3.11 or later, and module_utils is
 checked for older Pythons; it imports the collection (ansible_collections.gkm.cluster) for every stage of a
-reconcile, so the controller and the playbooks run the same code. Only handlers.py imports kopf; the other modules
-are pure or talk to the API server through the collection's common/kube.py, and have unit tests without kopf.
+reconcile, so the controller and the playbooks run the same code. Only handlers.py and main.py (the entry point)
+import kopf; the other modules are pure or talk to the API server through the collection's common/kube.py, and have
+unit tests without kopf.
 
 Not wired into the roles or the images yet: operator mode still runs ansible-operator.
 """

@@ -12,6 +12,7 @@ kopf's default one at import), so a test or a second operator task builds its ow
 """
 
 import logging
+import threading
 
 import kopf
 
@@ -58,13 +59,19 @@ class Controller:
     index: the ClusterIndex. reconcile(kind, body, finalizing) runs one cache's reconcile (the pipeline over
     IndexSource, writing through a GuardedKube); node_changed(decision) takes a Node event that may affect caches.
     Both run in kopf's executor threads (sync handlers), never on its event loop.
+    ready: set at the first event handler's call. kopf holds every event handler until each indexed kind's initial
+    listing is in the index (its readiness gate), and the Namespaces always list some, so that call is the moment
+    the controller may plan; on_ready() is called then, once.
     """
 
-    def __init__(self, index, reconcile, node_changed):
+    def __init__(self, index, reconcile, node_changed, on_ready=None):
         self.index = index
         self.nodes = NodeFilter(index)
         self.reconcile = reconcile
         self.node_changed = node_changed
+        self.ready = threading.Event()
+        self.on_ready = on_ready
+        self._ready_lock = threading.Lock()
 
     # ---------------------------------------------------------------- caches
 
@@ -87,9 +94,20 @@ class Controller:
         else:
             feed(self.index, {"type": "MODIFIED", "object": dict(body)}, kind)
 
+    def _opened(self):
+        with self._ready_lock:
+            if self.ready.is_set():
+                return
+            self.ready.set()
+        if self.on_ready:
+            self.on_ready()
+
     def watched(self, kind, event):
+        if not self.ready.is_set():
+            self._opened()
         if kind == "Node":
             decision = self.nodes.decide(event.get("type"), dict(event["object"], kind=kind))
+            LOG.debug("node event %s: %r", event.get("type"), decision)
             if decision.starts:
                 self.node_changed(decision)
             return decision
@@ -117,11 +135,13 @@ def register(registry, controller):
     for kind, (plural, _namespaced) in sorted(CACHE_KINDS.items()):
         resource = {"group": GROUP, "version": VERSION, "plural": plural, "registry": registry}
 
+        # They return None: kopf writes a handler's non-None result into the object's status under the handler's
+        # id, a write per reconcile of a field our status schema does not have.
         def changed(body, _kind=kind, **_):
-            return controller.cache_changed(_kind, body)
+            controller.cache_changed(_kind, body)
 
         def deleted(body, _kind=kind, **_):
-            return controller.cache_deleted(_kind, body)
+            controller.cache_deleted(_kind, body)
 
         for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
             decorator(id="reconcile", **resource)(changed)

@@ -6,12 +6,16 @@ The cache handlers, the node reconciles and the resync of one cache take its loc
 never runs beside, or after, that cache's finalizer in this process (docs/controller-design.md, section 5).
 """
 
+import logging
 import threading
+import time
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import reconcile as cache_reconcile
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import IndexSource
 
 from .deletion import DeletionGuard, GuardedKube
+
+LOG = logging.getLogger(__name__)
 
 
 class CacheLocks:
@@ -54,7 +58,14 @@ class Reconciler:
         kube = GuardedKube(self.api_client, guard, *([self.lease] if self.lease else []))
         options = dict(self.options, state="absent" if finalizing else "present")
         resource = _definition(body)
+        what = "%s %s%s" % (kind, "%s/" % namespace if namespace else "", name)
         with self.locks.of(kind, namespace, name):
+            # One line per run, the count the integration test reads (heartbeats start none).
+            LOG.info("reconcile %s (%s)", what, options["state"])
+            started = time.monotonic()
             # kopf's body is the live resource (its uid, creation time and status): no GET (row 1 of the reads).
-            return self.run(kube, kind, name, namespace, options, definition=None if finalizing else resource,
-                            source=IndexSource(self.index), live=resource)
+            result = self.run(kube, kind, name, namespace, options, definition=None if finalizing else resource,
+                              source=IndexSource(self.index), live=resource)
+            LOG.info("reconciled %s in %.1f s: changed %s", what, time.monotonic() - started,
+                     bool((result or {}).get("changed")))
+            return result

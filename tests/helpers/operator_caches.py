@@ -56,6 +56,13 @@ def live(crds, namespace, name):
         raise
 
 
+def settled(crds, namespace, name, quiet_seconds=5):
+    """True when the cache resource did not change for quiet_seconds."""
+    version = live(crds, namespace, name)["metadata"]["resourceVersion"]
+    time.sleep(quiet_seconds)
+    return live(crds, namespace, name)["metadata"]["resourceVersion"] == version
+
+
 def phase_is(crds, namespace, name, phase, node_count):
     status = (live(crds, namespace, name) or {}).get("status") or {}
     return status if status.get("phase") == phase and status.get("nodeCnt") == node_count else None

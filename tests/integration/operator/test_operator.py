@@ -18,7 +18,17 @@ from kubernetes import client
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import AuditWrites, run_module
-from tests.helpers.operator_caches import apply, cache_objects, kubectl, live, per_node, phase_is, poll, pool_nodes
+from tests.helpers.operator_caches import (
+    apply,
+    cache_objects,
+    kubectl,
+    live,
+    per_node,
+    phase_is,
+    poll,
+    pool_nodes,
+    settled,
+)
 from tests.helpers.paths import ROOT
 from tests.helpers.sim import SIM_SCRIPT, sim_control
 
@@ -47,13 +57,6 @@ def operator(sim, crds):
 def image(registry):
     return kcache_images.build_image(registry.host, "operator/vector-add", "v1",
                                      kcache_images.CacheSpec(backend="hip"))
-
-
-def settled(crds, namespace, name, quiet_seconds=5):
-    """True when the cache resource did not change for quiet_seconds."""
-    version = live(crds, namespace, name)["metadata"]["resourceVersion"]
-    time.sleep(quiet_seconds)
-    return live(crds, namespace, name)["metadata"]["resourceVersion"] == version
 
 
 def test_kubectl_apply_then_nodes_join_then_delete_without_a_playbook(

@@ -1,0 +1,61 @@
+"""Node events coalesced: the caches a burst of node events calls to reconcile run once each, off kopf's threads.
+
+Fifty nodes joining send fifty or more Node events within a second, each naming the same cache. Reconciling on every
+one would queue fifty whole-cache runs behind the cache's lock. The Coalescer keeps the caches submitted within
+`delay` seconds (the newest copy of each), then hands each to the executor once; a cache submitted again while its
+run goes on runs again after it (the Reconciler's per-cache lock orders the two), so no change is missed.
+"""
+
+import logging
+import threading
+
+LOG = logging.getLogger(__name__)
+
+DELAY = 0.5
+
+
+def _timer(delay, function):
+    timer = threading.Timer(delay, function)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+class Coalescer:
+    """submit(kind, resource), node_reconciles' submit: run(kind, resource, False) once per cache and window.
+
+    run: the cache reconcile (reconciles.Reconciler). executor: where the runs go (a ThreadPoolExecutor of the
+    entry point's). schedule(delay, function): calls function after delay seconds (a daemon threading.Timer; tests
+    pass their own clock).
+    """
+
+    def __init__(self, run, executor, delay=DELAY, schedule=_timer):
+        self.run, self.executor, self.delay, self.schedule = run, executor, delay, schedule
+        self._pending = {}
+        self._scheduled = False
+        self._lock = threading.Lock()
+
+    def submit(self, kind, resource):
+        metadata = resource["metadata"]
+        key = (kind, metadata.get("namespace") or "", metadata["name"])
+        with self._lock:
+            self._pending[key] = resource
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self.schedule(self.delay, self.flush)
+
+    def flush(self):
+        """Hand every cache submitted since the last flush to the executor, once each."""
+        with self._lock:
+            pending, self._pending, self._scheduled = self._pending, {}, False
+        for (kind, _namespace, _name), resource in pending.items():
+            self.executor.submit(self._run, kind, resource)
+        return len(pending)
+
+    def _run(self, kind, resource):
+        try:
+            return self.run(kind, resource, False)
+        except Exception as error:  # a failed run must not end the executor's thread; the next event retries
+            LOG.warning("%s %s: node-triggered reconcile failed: %s", kind, resource["metadata"]["name"], error)
+            return None

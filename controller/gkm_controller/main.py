@@ -1,0 +1,164 @@
+"""ENTRY POINT of the controller (docs/controller-design.md): `python -m gkm_controller.main` with controller/ on the
+path (or `python -m controller.gkm_controller.main` from the checkout), the collection importable as
+ansible_collections.gkm.cluster.
+
+kopf's operator loop, cluster-wide and standalone (no peering), with this package's handlers and settings; a cache's
+create, update, resume and delete run the collection's reconcile (distribute/reconcile.py) over the index, writing
+through the deletion guard; a Node event that passes the filter has the caches it affects reconciled whole, coalesced
+over 0.5 s, on an executor of its own. kopf starts only once this replica holds the Lease gkm-cluster-operator in
+the controller's namespace (lease_loop.py); every reconcile's write is checked against the Lease's deadline, a lost
+Lease ends the process, and a clean stop (SIGTERM, SIGINT) releases it.
+
+Settings by flag, or by the environment variable each flag names: the Kubernetes access (a kubeconfig and its
+context, else the pod's service account, as the collection's programs), the tools image the extraction Jobs run,
+and the distribution options the caches role passes to cache_reconcile (roles/caches/vars/main.yml,
+caches_reconcile_options), as one JSON object.
+"""
+
+import argparse
+import copy
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import kopf
+
+from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import ClusterIndex
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC
+
+from . import handlers
+from .coalesce import Coalescer
+from .lease import LeaseDeadline, LeaseElector
+from .lease_loop import LeaseLoop
+from .node_reconciles import NodeReconciles
+from .reconciles import Reconciler
+
+LOG = logging.getLogger("gkm_controller")
+# What the controller sets itself (the reconcile's state) or a resource's reconcile reports (not how it is done).
+NOT_OPTIONS = ("state", "node_details")
+# The caches role's defaults where they differ from the module's: a reconcile waits for its Jobs, so the status it
+# writes says Extracted (no Job event starts a reconcile yet).
+ROLE_DEFAULTS = {"wait": True}
+
+
+def distribution_options(given=None, tools_image=None):
+    """The options every reconcile gets: DISTRIBUTION_ARG_SPEC's defaults, the caches role's, then `given` (a dict
+    of those options), then the tools image as extract_image. Unknown names are refused."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(DISTRIBUTION_ARG_SPEC) | set(given) & set(NOT_OPTIONS))
+    if unknown:
+        raise ValueError("not a distribution option of the controller: %s" % ", ".join(unknown))
+    options = {key: copy.deepcopy(spec.get("default")) for key, spec in DISTRIBUTION_ARG_SPEC.items()
+               if key not in NOT_OPTIONS}
+    options.update(ROLE_DEFAULTS)
+    options.update(given)
+    if tools_image:
+        options["extract_image"] = tools_image
+    return options
+
+
+def parse_args(argv=None, environ=None):
+    environ = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(prog="gkm_controller", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubeconfig", default=environ.get("KUBECONFIG") or None,
+                        help="kubeconfig file (env KUBECONFIG); none: the pod's service account")
+    parser.add_argument("--context", default=environ.get("GKM_CONTEXT") or None, help="its context (env GKM_CONTEXT)")
+    parser.add_argument("--namespace", default=environ.get("GKM_NAMESPACE") or "gkm-system",
+                        help="the controller's namespace, where its Lease is (env GKM_NAMESPACE)")
+    parser.add_argument("--identity", default=environ.get("POD_NAME") or "%s-%d" % (socket.gethostname(), os.getpid()),
+                        help="this replica's name in the Lease (env POD_NAME; default host name and pid)")
+    parser.add_argument("--tools-image", default=environ.get("GKM_TOOLS_IMAGE") or None,
+                        help="the image the extraction Jobs run (env GKM_TOOLS_IMAGE)")
+    parser.add_argument("--options", default=environ.get("GKM_CACHES_OPTIONS") or "{}",
+                        help="distribution options as a JSON object, as the caches role passes them to "
+                             "cache_reconcile (env GKM_CACHES_OPTIONS)")
+    parser.add_argument("--workers", type=int, default=int(environ.get("GKM_WORKERS") or 8),
+                        help="reconciles at once, for kopf's handlers and for the node path each (env GKM_WORKERS)")
+    parser.add_argument("--verbose", action="store_true", help="log every Node event's decision")
+    args = parser.parse_args(argv)
+    try:
+        args.options = distribution_options(json.loads(args.options), args.tools_image)
+    except ValueError as error:  # json.JSONDecodeError is one
+        parser.error("--options: %s" % error)
+    return args
+
+
+def connection_info(configuration):
+    """kopf's credentials from the kubernetes client's Configuration, so kopf and the reconciles reach the API server
+    the same way (kopf's own login reads only the default kubeconfig context)."""
+    header = (configuration.get_api_key_with_prefix("BearerToken")
+              or configuration.get_api_key_with_prefix("authorization"))
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0] if parts else None)
+    return kopf.ConnectionInfo(server=configuration.host, ca_path=configuration.ssl_ca_cert,
+                               insecure=not configuration.verify_ssl, scheme=scheme, token=token,
+                               certificate_path=configuration.cert_file, private_key_path=configuration.key_file)
+
+
+def build(args, api_client, started=None, lease=None):
+    """(registry, settings, controller) for kopf.run, every part wired; lease: the LeaseDeadline every reconcile's
+    write is checked against."""
+    started = time.monotonic() if started is None else started
+    index = ClusterIndex()
+    reconciler = Reconciler(api_client, index, args.options, lease=lease)
+    coalescer = Coalescer(reconciler, ThreadPoolExecutor(args.workers, thread_name_prefix="gkm-node"))
+
+    def ready():
+        LOG.info("ready: every watched kind listed into the index, %.1f s after start", time.monotonic() - started)
+
+    controller = handlers.Controller(index, reconciler,
+                                     NodeReconciles(index, coalescer.submit, args.options["compatibility"]),
+                                     on_ready=ready)
+    registry = handlers.register(kopf.OperatorRegistry(), controller)
+
+    def login(**_):
+        return connection_info(api_client.configuration)
+
+    kopf.on.login(registry=registry)(login)
+    settings = kopf.OperatorSettings()
+    handlers.configure(settings)
+    settings.execution.max_workers = args.workers
+    return registry, settings, controller
+
+
+def lead(args, api_client, exit=os._exit):
+    """Wait until this replica holds the Lease (the loop goes on in a thread of its own); the LeaseLoop."""
+    leading = threading.Event()
+
+    def lost(reason):
+        LOG.error("stopping at once: %s", reason)
+        logging.shutdown()
+        exit(1)
+
+    loop = LeaseLoop(Kube(api_client), LeaseElector(args.identity, args.namespace, LeaseDeadline()), leading.set, lost)
+    threading.Thread(target=loop.run, name="gkm-lease", daemon=True).start()
+    LOG.info("%s waits for the Lease in %s", args.identity, args.namespace)
+    leading.wait()
+    return loop
+
+
+def main(argv=None):
+    started = time.monotonic()
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.verbose:
+        logging.getLogger("controller").setLevel(logging.DEBUG)
+        logging.getLogger("gkm_controller").setLevel(logging.DEBUG)
+    api_client = api_client_from_kubeconfig(args.kubeconfig, args.context)
+    loop = lead(args, api_client)
+    registry, settings, _controller = build(args, api_client, started, lease=loop.elector.deadline)
+    LOG.info("starting: tools image %s, %d workers", args.options.get("extract_image") or "(none)", args.workers)
+    kopf.run(registry=registry, settings=settings, standalone=True, clusterwide=True)
+    loop.release()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The controller's entry point (controller/gkm_controller/main.py): its settings from flags and the environment,
+the distribution options every reconcile gets, kopf's credentials from the client's configuration, and the wiring.
+
+kopf 1.45.2 is pinned in requirements/dev.txt for Python 3.11 and later; without it this file skips."""
+
+import os
+
+import pytest
+
+kopf = pytest.importorskip("kopf")
+
+from kubernetes import client  # noqa: E402
+
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import (  # noqa: E402
+    DISTRIBUTION_ARG_SPEC,
+)
+from controller.gkm_controller import main  # noqa: E402
+from controller.gkm_controller.lease import LeaseDeadline  # noqa: E402
+from controller.gkm_controller.reconciles import Reconciler  # noqa: E402
+
+
+def test_options_are_the_modules_defaults_with_the_roles_wait_then_the_given_ones_then_the_tools_image():
+    options = main.distribution_options({"registry_plain_http": True, "wait_timeout": 120}, "reg/tools:1")
+    assert set(options) == set(DISTRIBUTION_ARG_SPEC) - {"state", "node_details"}
+    assert options["wait"] is True and options["wait_timeout"] == 120 and options["registry_plain_http"] is True
+    assert options["extract_image"] == "reg/tools:1" and options["compatibility"] == "skip"
+    assert options["registry_auth_hosts"] == [] and options["registry_auth_hosts"] is not (
+        DISTRIBUTION_ARG_SPEC["registry_auth_hosts"]["default"])  # a copy: no reconcile edits the spec
+    with pytest.raises(ValueError, match="node_details, nope, state"):
+        main.distribution_options({"nope": 1, "state": "absent", "node_details": True})
+
+
+def test_flags_fall_back_to_the_environment():
+    environ = {"KUBECONFIG": "/k", "GKM_TOOLS_IMAGE": "reg/tools:2", "GKM_WORKERS": "3",
+               "GKM_CACHES_OPTIONS": '{"serving_pvc": false}'}
+    args = main.parse_args([], environ)
+    assert (args.kubeconfig, args.context, args.workers, args.namespace) == ("/k", None, 3, "gkm-system")
+    assert args.identity.endswith("-%d" % os.getpid())  # out of a pod: host name and pid, unique on the machine
+    assert main.parse_args([], dict(environ, POD_NAME="gkm-operator-x", GKM_NAMESPACE="ops")).identity == (
+        "gkm-operator-x")
+    assert args.options["extract_image"] == "reg/tools:2" and args.options["serving_pvc"] is False
+    args = main.parse_args(["--kubeconfig", "/other", "--tools-image", "t:3", "--workers", "2"], environ)
+    assert (args.kubeconfig, args.options["extract_image"], args.workers) == ("/other", "t:3", 2)
+    with pytest.raises(SystemExit):
+        main.parse_args(["--options", '{"state": "absent"}'], {})
+    with pytest.raises(SystemExit):
+        main.parse_args(["--options", "not json"], {})
+
+
+def test_kopf_reaches_the_api_server_as_the_client_does():
+    configuration = client.Configuration(host="https://127.0.0.1:6443")
+    configuration.ssl_ca_cert, configuration.cert_file, configuration.key_file = "/ca", "/crt", "/key"
+    info = main.connection_info(configuration)
+    assert (info.server, info.ca_path, info.certificate_path, info.private_key_path, info.token, info.insecure) == (
+        "https://127.0.0.1:6443", "/ca", "/crt", "/key", None, False)
+    configuration.api_key = {"authorization": "Bearer abc"}
+    info = main.connection_info(configuration)
+    assert (info.scheme, info.token) == ("Bearer", "abc")
+
+
+def test_build_wires_the_reconciler_the_node_path_and_kopfs_settings():
+    args = main.parse_args(["--tools-image", "t:1", "--workers", "4"], {})
+    deadline = LeaseDeadline()
+    registry, settings, controller = main.build(args, client.ApiClient(), lease=deadline)
+    assert isinstance(controller.reconcile, Reconciler) and controller.reconcile.options == args.options
+    assert controller.reconcile.lease is deadline  # every reconcile's write is checked against the Lease
+    assert controller.node_changed.submit.__self__.run is controller.reconcile  # the coalescer runs the reconciler
+    assert settings.execution.max_workers == 4 and settings.persistence.finalizer == "gkm.io/cache-cleanup"
+    assert len(registry._activities.get_all_handlers()) == 1  # the login
+    controller.watched("Namespace", {"type": None, "object": {"metadata": {"name": "default"}}})
+    assert controller.ready.is_set()
