@@ -45,7 +45,6 @@ def list_requests(log_path):
         return re.findall(r"gkm\.kube: GET (/\S+)\?(\S*)$", log.read(), re.MULTILINE)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: 11, the webhook's bounds")
 def test_every_list_the_server_sends_is_paged(server):
     local, _certs = server
     requests = list_requests(local.log_path)
@@ -81,7 +80,6 @@ def review_of_size(size):
     return body
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: 11, the webhook's bounds")
 def test_a_4_mib_body_is_refused_with_413(server):
     local, certs = server
     assert post_body(local.port, certs.ca, review_of_size(4 * MIB)) == 413
