@@ -24,7 +24,6 @@ def image(registry):
     return kcache_images.build_image(registry.host, "tenant/conflicts", "v1", kcache_images.CacheSpec(backend="hip"))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: 7, gkm labels that stop reconfigure.yml")
 def test_a_tenants_pvc_labelled_as_a_cache_is_reported_and_does_not_stop_the_caches_role(
         sim, kube, crds, namespace, tenant, image, tmp_path):
     forged = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "forged", "labels": {
