@@ -56,7 +56,6 @@ def reconcile(sim, kind, name, namespace=None):
                       wait=False)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: 6, PVC name squatting against ClusterGKMCaches")
 def test_a_tenants_pvc_named_as_a_cluster_cache_refuses_it_in_that_namespace_only(
         sim, kube, crds, namespace, tenant, image):
     name = "squatted-%s" % tenant.namespace[-5:]

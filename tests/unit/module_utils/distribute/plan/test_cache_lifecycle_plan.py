@@ -14,7 +14,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
     ClusterFacts,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import conflicts, ownership, planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
+    conflicts,
+    ownership,
+    planner,
+    slot_states,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status
 from tests.helpers.distribute import CSI_CLASS, as_live, facts, make_spec
 
 EARLY, LATE = "2026-11-24T10:00:00Z", "2026-11-24T10:00:05Z"
@@ -257,3 +263,26 @@ def test_a_live_pvc_of_someone_else_refuses_the_cache_and_a_later_rivals_is_take
                                              "gkm.io/cache": "vector-add", "gkm.io/cache-namespace": "team-a"})
     assert planner.plan(rox_spec(), facts_with([], [mine], storage_class=SHARED)).actions
 
+
+def test_someone_elses_pvc_in_one_namespace_of_a_cluster_cache_refuses_it_there_only():
+    spec = make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"], serving_pvc=True,
+                     owner=owner("ClusterGKMCache", namespace=None))
+    squatted = live_pvc("team-a", "vector-add", {"app": "mine"})
+    plan = planner.plan(spec, facts_with([], [squatted]))
+    assert {a.namespace for a in plan.actions if a.kind in ("PersistentVolumeClaim", "Job")} == {"team-b"}
+    refused = [slot for slot in plan.slots if slot.outcome == planner.REFUSED]
+    assert [(slot.namespace, slot.pvc) for slot in refused] == [("team-a", "vector-add")]
+    assert refused[0].reason.startswith("PVC team-a/vector-add, which ClusterGKMCache vector-add names after itself, "
+                                        "belongs to no cache (gkm.cluster did not make it)")
+    assert refused[0].reason.endswith("is refused in namespace team-a until then")
+    # In the status: an Error entry with reason Conflict for that namespace, on no node.
+    entries = slot_states.slot_entries(plan.slots, [], {}, {}, [])[0]
+    assert [(e["namespace"], e["phase"], e.get("reason")) for e in entries if e["phase"] == "Error"] == [
+        ("team-a", "Error", conflicts.CONFLICT)]
+    status = cache_status.cache_status(plan.slots, [n["metadata"]["name"] for n in plan.eligibility.eligible],
+                                       [], {}, {}, [])
+    assert status["counts"]["node_error"] == 0
+    # Squatted in every namespace: refused whole, naming each.
+    with pytest.raises(conflicts.CacheConflictError) as whole:
+        planner.plan(spec, facts_with([], [squatted, live_pvc("team-b", "vector-add", {})]))
+    assert "PVC team-a/vector-add" in str(whole.value) and "PVC team-b/vector-add" in str(whole.value)
