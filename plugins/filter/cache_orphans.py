@@ -14,6 +14,8 @@ description:
     loop over M(gkm.cluster.cache_reconcile) with O(gkm.cluster.cache_reconcile#module:state=absent).
   - Objects of caches distributed without a resource (M(gkm.cluster.cache_distribute)) carry no kind label and
     are never returned.
+  - Only objects the collection made count (the C(gkm.cluster.cache_foreign) filter lists the others): a
+    PersistentVolume, or an object with an owner reference to the resource its labels name.
 options:
   _input:
     description: Live objects labelled C(gkm.io/cache-kind), of any kind (for example C(k8s_info) results).

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import API_VERSION
 from tests.helpers.modules import COLLECTIONS as CHECKOUT_COLLECTIONS
-from tests.helpers.modules import ROOT, VENV_BIN, venv_site_packages
+from tests.helpers.modules import NODE_DISK, ROOT, VENV_BIN, venv_site_packages
 
 COLLECTIONS = os.pathsep.join([CHECKOUT_COLLECTIONS, venv_site_packages()])
 
@@ -98,3 +99,32 @@ def run_role(role, tmp_path, role_vars=None, check=False, diff=False, env=None, 
     if post_tasks:
         play["post_tasks"] = post_tasks
     return run_playbook(play, tmp_path, check=check, diff=diff, env=env)
+
+
+# ------------------------------------------------------------------------- the caches role
+
+PINNED_NODE = "gkm-gpu-worker-1"
+
+
+def caches_role_vars(sim, declared, **extra):
+    """The caches role against the simulated cluster: its registry over plain HTTP, the node disk, no waiting."""
+    return dict({"caches_kubeconfig": sim.kubeconfig, "caches_declared": declared, "caches_registry_plain_http": True,
+                 "gkm_tools_image": "gkm-cluster-tools:test", "caches_host_path_root": NODE_DISK,
+                 "caches_wait": False}, **extra)
+
+
+def pinned_template():
+    """A podTemplate placing the Jobs on one named node (PINNED_NODE), which keeps every plan small."""
+    return {"spec": {"tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                         "nodeSelectorTerms": [{"matchFields": [
+                             {"key": "metadata.name", "operator": "In", "values": [PINNED_NODE]}]}]}}}}}
+
+
+def pinned_gkmcache(name, namespace, image_ref, access_modes=None):
+    """A GKMCache of one named node (pinned_template)."""
+    spec = {"image": image_ref, "podTemplate": pinned_template()}
+    if access_modes:
+        spec["accessModes"] = access_modes
+    return {"apiVersion": API_VERSION, "kind": "GKMCache", "metadata": {"name": name, "namespace": namespace},
+            "spec": spec}

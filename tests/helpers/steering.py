@@ -12,7 +12,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CLUSTER_CACHE_KIND,
     SERVING_LABEL,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.watched import WatchedCluster
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.watched import (
+    WatchedCluster,
+    kept_cache,
+    kept_node,
+    kept_pvc,
+)
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -57,12 +62,13 @@ def serving_pvc(name, namespace="apps", digest=DIGEST_A, cache_namespace="apps")
 
 
 def view(caches=(), cluster_caches=(), pvcs=(), nodes=None, default_mount_mode="PVC"):
-    """The SteeringView of a WatchedCluster fed these objects, as the server's watches feed it."""
+    """The SteeringView of a WatchedCluster fed these objects as the server's watches feed it: cut down to what the
+    views read (server/sync.py)."""
     cluster = WatchedCluster(default_mount_mode)
-    cluster.replace_caches(CACHE_KIND, list(caches))
-    cluster.replace_caches(CLUSTER_CACHE_KIND, list(cluster_caches))
-    cluster.replace_pvcs(list(pvcs))
-    cluster.replace_nodes(mixed_nodes() if nodes is None else nodes)
+    cluster.replace_caches(CACHE_KIND, [kept_cache(obj) for obj in caches])
+    cluster.replace_caches(CLUSTER_CACHE_KIND, [kept_cache(obj) for obj in cluster_caches])
+    cluster.replace_pvcs([kept_pvc(obj) for obj in pvcs])
+    cluster.replace_nodes([kept_node(obj) for obj in (mixed_nodes() if nodes is None else nodes)])
     return cluster.steering
 
 

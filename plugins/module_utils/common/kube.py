@@ -17,11 +17,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import logging
 import random
 import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlencode
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 
@@ -32,6 +34,8 @@ try:
     KUBERNETES_IMPORT_ERROR = None
 except ImportError:
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
+
+LOG = logging.getLogger("gkm.kube")
 
 FIELD_MANAGER = "gkm.cluster"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
@@ -208,13 +212,23 @@ class Kube:
         return list(self._pages(path, query, page_size, "application/json"))
 
     def _pages(self, path, query, page_size, accept):
+        for page in self.pages(path, query, page_size, accept):
+            yield from page.get("items") or []
+
+    def pages(self, path, query=(), page_size=LIST_PAGE_SIZE, accept="application/json"):
+        """Each page of a LIST of a collection path as the API server answers it (its metadata.resourceVersion is
+        the list's, to watch from), `page_size` objects at a time; nothing at all when the path is not served (404).
+
+        Each request is logged at debug level, so a long-running process's log shows how it lists.
+        """
         token, previous = None, None
         while True:
             page = list(query) + [("limit", str(page_size))] + ([("continue", token)] if token else [])
+            LOG.debug("GET %s?%s", path, urlencode(page))
             status, data = self.request("GET", path, page, what="list %s" % path, accept=accept)
             if status == 404:
                 return
-            yield from data.get("items") or []
+            yield data
             previous, token = token, (data.get("metadata") or {}).get("continue")
             if not token:
                 return

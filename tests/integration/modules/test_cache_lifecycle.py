@@ -8,13 +8,14 @@ from kubernetes import client
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
-from tests.helpers.roles import run_role
+from tests.helpers.roles import caches_role_vars as role_vars
+from tests.helpers.roles import pinned_gkmcache as gkmcache
+from tests.helpers.roles import pinned_template, run_role
 from tests.helpers.webhook import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
 GROUP, VERSION = "gkm.io", "v1alpha1"
-NODE = "gkm-gpu-worker-1"
 OURS = "app.kubernetes.io/managed-by=gkm.cluster"
 
 
@@ -22,22 +23,6 @@ OURS = "app.kubernetes.io/managed-by=gkm.cluster"
 def image(registry):
     spec = kcache_images.CacheSpec(backend="hip", compiled=True)
     return kcache_images.build_image(registry.host, "lifecycle/vector-add", "v1", spec)
-
-
-def pinned_template():
-    """One named node keeps every plan small."""
-    return {"spec": {"tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                         "nodeSelectorTerms": [{"matchFields": [
-                             {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}}}}}
-
-
-def gkmcache(name, namespace, image_ref, access_modes=None):
-    spec = {"image": image_ref, "podTemplate": pinned_template()}
-    if access_modes:
-        spec["accessModes"] = access_modes
-    return {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
 def ours(kube, cache):
@@ -51,12 +36,6 @@ def ours(kube, cache):
         "Secret": core.list_secret_for_all_namespaces(label_selector=selector).items,
     }
     return {kind: sorted(item.metadata.name for item in items) for kind, items in listings.items() if items}
-
-
-def role_vars(sim, declared, **extra):
-    return dict({"caches_kubeconfig": sim.kubeconfig, "caches_declared": declared, "caches_registry_plain_http": True,
-                 "gkm_tools_image": "gkm-cluster-tools:test", "caches_host_path_root": NODE_DISK,
-                 "caches_wait": False}, **extra)
 
 
 def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(

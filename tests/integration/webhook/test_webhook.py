@@ -234,7 +234,7 @@ def test_malformed_and_huge_payloads_leave_the_server_serving(webhook):
                         "labels": {"gkm.io/pvc-mutation": "true"}}, "spec": {"containers": [PAUSE]}}
     status, answer = post(webhook, json.dumps(review(big, uid="big")).encode())
     assert status == 200 and answer["response"] == {"uid": "big", "allowed": True}
-    # Over the 8 MiB limit: refused before it is parsed.
+    # Over the limit (app.py MAX_BODY_BYTES): refused before it is parsed.
     assert post(webhook, b"[" + b"0," * (5 * 1024 * 1024) + b"0]")[0] == 413
     assert webhook.server.alive()
     assert webhook.server.get("/healthz", webhook.certs.ca) == (200, "ok\n")

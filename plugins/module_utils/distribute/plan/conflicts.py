@@ -9,7 +9,10 @@ GKMCache and a ClusterGKMCache of one name whose namespaces meet want one PVC (a
 its serving PVC is turned off, so every resource is taken to want it). Of two such resources the one that came
 first (creationTimestamp, then kind and name) keeps the PVC; the other is refused before anything is written, so it
 never deletes or overwrites what the first owns. A live PVC of that name that belongs to no rival resource (a
-cache distributed without a resource, or an object not made by the collection) refuses the cache too.
+cache distributed without a resource, or an object not made by the collection) refuses the cache in that namespace:
+whoever may create a PVC in one workload namespace of a ClusterGKMCache must not stop it in the others, so a cluster
+cache is refused there only (its status names the PVC) and served in the rest; a cache left with no namespace is
+refused whole.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,13 +31,15 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.schedu
 
 # Sorts after every RFC 3339 timestamp: a manifest not applied yet (check mode) comes after what exists.
 NOT_CREATED = "~"
+# The reason of a refusal: the error's, and a refused namespace's status entry.
+CONFLICT = "Conflict"
 
 
 class CacheConflictError(PlanError, GkmError):
     """The cache would own an object another cache (or someone else) owns; the message names both and the fix."""
 
     def __init__(self, message):
-        super(CacheConflictError, self).__init__(message, reason="Conflict")
+        super(CacheConflictError, self).__init__(message, reason=CONFLICT)
 
 
 def describe(kind, namespace, name):
@@ -118,14 +123,16 @@ def _is_later_rival(spec, rivals, owner):
 
 
 def refuse_conflicts(spec, rivals, named_claims):
-    """Raise CacheConflictError when the cache would own an object that is someone else's.
+    """{namespace: why} of the namespaces where a cluster cache is refused (empty when none); raise
+    CacheConflictError when the cache is refused whole: a rival resource came first, or someone else's PVC bears
+    its name in its only namespace or in every one.
 
     rivals: GKMCache and ClusterGKMCache resources named as the cache (the only ones whose PVC names can meet);
     named_claims: live PVCs named as the cache, in any namespace.
     """
     wanted = spec_claims(spec)
     if not wanted:
-        return
+        return {}
     resource, shared = _earlier_rival(spec, rivals, wanted)
     if resource is not None:
         metadata = resource["metadata"]
@@ -136,7 +143,8 @@ def refuse_conflicts(spec, rivals, named_claims):
                          metadata["name"]),
                 metadata.get("creationTimestamp") or "earlier", _fix(spec)))
     mine = (spec.cache_namespace or "", spec.name)
-    for pvc in named_claims:
+    refused = {}
+    for pvc in sorted(named_claims, key=lambda pvc: pvc["metadata"]["namespace"]):
         metadata = pvc["metadata"]
         if (metadata.get("namespace"), metadata["name"]) not in wanted:
             continue
@@ -149,5 +157,9 @@ def refuse_conflicts(spec, rivals, named_claims):
                       "objects of deleted resources)" % "/".join(filter(None, owner)))
         else:
             holder = "no cache (gkm.cluster did not make it): rename or delete that PVC, or rename the cache"
-        raise CacheConflictError("PVC %s/%s, which %s names after itself, belongs to %s; %s is refused until then" % (
-            metadata["namespace"], metadata["name"], _self_name(spec), holder, _self_name(spec)))
+        refused[metadata["namespace"]] = "PVC %s/%s, which %s names after itself, belongs to %s; %s is refused " \
+            "%suntil then" % (metadata["namespace"], metadata["name"], _self_name(spec), holder, _self_name(spec),
+                              "" if spec.cache_namespace else "in namespace %s " % metadata["namespace"])
+    if refused and (spec.cache_namespace or set(refused) >= set(spec.namespaces)):
+        raise CacheConflictError("; ".join(refused[namespace] for namespace in sorted(refused)))
+    return refused

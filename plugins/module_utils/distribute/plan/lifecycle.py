@@ -3,8 +3,12 @@
 """Caches that are over, pure: objects whose cache resource is gone, and resources the inventory no longer
 declares. The caches role removes both at every run that reconciles caches (deploy.yml, reconfigure.yml).
 
-An object belongs to a resource through its labels (ownership.py: cache kind, cache namespace, cache name), so
-objects of caches distributed without a resource (cache_distribute) are never taken for orphans. A resource is
+An object names its resource through its labels (ownership.py: cache kind, cache namespace, cache name), so
+objects of caches distributed without a resource (cache_distribute) are never taken for orphans. Labels are not
+ownership, since anyone who may create an object may label it: an object counts as the collection's only when it
+is a PV (cluster-scoped, which no tenant creates; they never get an owner reference, ownership.py) or references
+the resource its labels name (a GKMCache's in that GKMCache's namespace), and the names are resource names.
+Anything else labelled so is foreign: reported, never a removal's target. A resource is
 the inventory's through DECLARED_LABEL, which the role sets on what it applies from `caches_declared`; one
 created with kubectl lacks it and is never removed for being undeclared.
 """
@@ -13,8 +17,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import name_problem
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_LABEL,
+    CACHE_NAMESPACE_LABEL,
     DECLARED_LABEL,
+    GROUP,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.ownership import owner_key
 
@@ -33,18 +41,56 @@ def _target(key):
     return {"kind": key[0], "namespace": key[1], "name": key[2]}
 
 
+def _labelled(obj):
+    """The (kind, namespace or '', name) of the cache resource an object's labels name, or None."""
+    key = owner_key((obj.get("metadata") or {}).get("labels"))
+    return key if key and key[0] in CACHE_KINDS else None
+
+
+def _foreign(obj, key):
+    """Why an object labelled with the cache resource `key` is not the collection's, or None when it is."""
+    problem = name_problem(CACHE_LABEL, key[2]) or (key[1] and name_problem(CACHE_NAMESPACE_LABEL, key[1]))
+    if problem:
+        return problem
+    if obj.get("kind") == "PersistentVolume":
+        return None
+    metadata = obj.get("metadata") or {}
+    if key[0] == "GKMCache" and metadata.get("namespace") != key[1]:
+        return "outside the namespace of the GKMCache its labels name"
+    if not any(str(ref.get("apiVersion", "")).startswith(GROUP + "/") and (ref.get("kind"), ref.get("name")) ==
+               (key[0], key[2]) for ref in metadata.get("ownerReferences") or ()):
+        return "no owner reference to the %s its labels name" % key[0]
+    return None
+
+
 def orphaned_caches(objects, resources):
-    """One target per cache whose objects are labelled with a resource that does not exist, in key order.
+    """One target per cache whose objects are labelled with a resource that does not exist, in key order; foreign
+    objects (foreign_objects) name none.
 
     objects: live objects of any kind (PVCs, PVs, Jobs, Secrets); resources: every cache resource found.
     """
     existing = {resource_key(resource) for resource in resources}
     orphans = set()
     for obj in objects:
-        key = owner_key((obj.get("metadata") or {}).get("labels"))
-        if key and key[0] in CACHE_KINDS and key not in existing:
+        key = _labelled(obj)
+        if key and key not in existing and not _foreign(obj, key):
             orphans.add(key)
     return [_target(key) for key in sorted(orphans)]
+
+
+def foreign_objects(objects):
+    """One line per object labelled with a cache resource that the collection did not make, and why, in order."""
+    lines = []
+    for obj in objects:
+        key = _labelled(obj)
+        reason = key and _foreign(obj, key)
+        if reason:
+            metadata = obj.get("metadata") or {}
+            where = "%s/%s" % (metadata["namespace"], metadata.get("name")) if metadata.get("namespace") \
+                else metadata.get("name")
+            lines.append("%s %s, labelled as %s %s: %s; left alone" % (
+                obj.get("kind") or "object", where, key[0], "/".join(part for part in key[1:] if part), reason))
+    return sorted(lines)
 
 
 def is_declared(resource):

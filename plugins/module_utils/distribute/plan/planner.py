@@ -69,6 +69,8 @@ KEPT_UNTIL_REPLACED = "KeptUntilReplaced"
 # The SlotState outcome (and the status entry's reason) of a node a rolling upgrade holds on its previous digest.
 HELD = "held"
 WAITING_FOR_WAVE = "WaitingForWave"
+# The SlotState outcome of a namespace where a cluster cache is refused (conflicts.py): nothing is planned there.
+REFUSED = "refused"
 
 
 # ---------------------------------------------------------------- live state helpers
@@ -256,11 +258,15 @@ class _Planner:
         self.plan = Plan(node_eligibility(spec, nodes) if present else Eligibility())
         # imageVolume mode: pods pull the image themselves; the stale pass removes what an earlier PVC mode left.
         if present and not spec.image_volume:
-            conflicts.refuse_conflicts(spec, self.facts.rivals, self.facts.named_claims)
+            refused = conflicts.refuse_conflicts(spec, self.facts.rivals, self.facts.named_claims)
             self._namespaces()
             storage = _storage(spec, self.facts)
             _refuse_shared_host_path(spec, storage[1])
             for namespace in spec.namespaces:
+                if namespace in refused:
+                    self.plan.slots.append(SlotState(REFUSED, namespace, None, short_digest(spec.digest), spec.name,
+                                                     None, reason=refused[namespace]))
+                    continue
                 self._registry_secret(namespace)
                 if spec.per_node:
                     for node in self.plan.eligibility.eligible:

@@ -23,6 +23,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import job_condition
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import failure_record
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.conflicts import CONFLICT
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import (
     IMAGE_NOT_PULLABLE,
     JOB_NAME_LABEL,
@@ -32,6 +33,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planne
     HELD,
     KEPT_UNTIL_REPLACED,
     PREVIOUS,
+    REFUSED,
     WAITING_FOR_WAVE,
     pod_mounts,
 )
@@ -84,6 +86,8 @@ def slot_phase(slot, pvc, job, job_pods):
         return PENDING, slot.reason, [], None
     if slot.outcome == HELD:
         return PENDING, slot.reason, [], WAITING_FOR_WAVE
+    if slot.outcome == REFUSED:
+        return ERROR, slot.reason, [], CONFLICT
     if slot.digest and holds_extracted(pvc, slot.digest):
         return EXTRACTED, None, [], None
     # Recorded when its Job failed: the record outlives the Job (a live Job of another template is a retry).

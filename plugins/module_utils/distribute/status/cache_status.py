@@ -29,6 +29,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     PENDING,
     RUNNING,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.conflicts import CONFLICT
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import (
     KEPT_UNTIL_REPLACED,
     PREVIOUS,
@@ -58,7 +59,8 @@ def cache_status(slots, eligible_nodes, incompatible, excluded, live, pods, unto
     nodes = set(eligible_nodes)
     node_phases = {}
     for entry in entries:
-        if entry["phase"] in (OUTDATED, INCOMPATIBLE):
+        # A namespace where the cache is refused holds it on no node, and says nothing of the others' nodes.
+        if entry["phase"] in (OUTDATED, INCOMPATIBLE) or entry.get("reason") == CONFLICT:
             continue
         # A shared (ReadOnlyMany) PVC serves every node, so its phase applies to all of them.
         for node in [entry["node"]] if entry["node"] else nodes:

@@ -30,6 +30,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     PENDING,
     RUNNING,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.conflicts import CONFLICT
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import pod_mounts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scheduling import (
     NO_GPU_LABELS,
@@ -199,6 +200,8 @@ def node_cache_states(spec, eligibility, entries, nodes, pods, upgrade_states=No
     for entry in entries:
         if entry["phase"] == INCOMPATIBLE:
             continue  # the planner's reasons below say more
+        if entry.get("reason") == CONFLICT:
+            continue  # a namespace where the cache is refused: on no node, said in the resource's status
         key = _digest_key(entry["digest"], spec.digest)
         users = mounts.get((entry["namespace"], entry["pvc"]), [])
         for node in [entry["node"]] if entry["node"] else eligible:

@@ -2,16 +2,77 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The server's one view of its watch streams, pure: every event applied once, each cache resource read once
 (contract.read_cache, with the installation's default mount mode), then indexed for both decisions - the claim
-rewrite (`claims`, view.CacheView) and steering (`steering`, steering_view.SteeringView)."""
+rewrite (`claims`, view.CacheView) and steering (`steering`, steering_view.SteeringView).
+
+The `kept_*` functions cut each object down to the fields those views read, before anything holds it: server/sync.py
+passes every listed and watched object through them, so what tenants write elsewhere in their objects (a cache's
+podTemplate may be as large as the API server accepts) is dropped with the page it came in."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import read_cache
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import PVC
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import SPEC_FIELDS, read_cache
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_LABEL,
+    CACHE_NAMESPACE_LABEL,
+    DIGEST_LABEL,
+    EXTRACTED_DIGEST_ANNOTATION,
+    MANAGED_BY_LABEL,
+    NODE_LABEL,
+    PVC,
+    SERVING_LABEL,
+    SIGNATURE_FORMAT_LABEL,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.steering_view import SteeringView
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.view import CacheView
+
+# What the views read of each kind (view.py, steering_view.py, contract/marks.py, contract/cache_resource.py).
+_PVC_LABELS = (MANAGED_BY_LABEL, CACHE_LABEL, CACHE_NAMESPACE_LABEL, NODE_LABEL, DIGEST_LABEL, SERVING_LABEL)
+_PVC_ANNOTATIONS = (EXTRACTED_DIGEST_ANNOTATION,)
+_PVC_METADATA = ("name", "namespace", "creationTimestamp", "deletionTimestamp")
+_CACHE_LABELS = (SIGNATURE_FORMAT_LABEL,)
+_CACHE_SPEC = tuple(dict(SPEC_FIELDS)[option]
+                    for option in ("image", "access_modes", "mount_mode", "workload_namespaces"))
+_CACHE_STATUS = ("resolvedDigest", "targets")
+
+
+def _mapping(value):
+    return value if isinstance(value, dict) else {}
+
+
+def _picked(mapping, keys):
+    mapping = _mapping(mapping)
+    return {key: mapping[key] for key in keys if key in mapping}
+
+
+def _metadata(obj, fields=("name", "namespace"), labels=None, annotations=None):
+    metadata = _mapping(obj.get("metadata"))
+    kept = _picked(metadata, fields)
+    every_label = _mapping(metadata.get("labels"))
+    kept["labels"] = dict(every_label) if labels is None else _picked(every_label, labels)
+    if annotations:
+        kept["annotations"] = _picked(metadata.get("annotations"), annotations)
+    return kept
+
+
+def kept_pvc(obj):
+    return {"metadata": _metadata(obj, _PVC_METADATA, _PVC_LABELS, _PVC_ANNOTATIONS)}
+
+
+def kept_cache(obj):
+    return {"metadata": _metadata(obj, labels=_CACHE_LABELS),
+            "spec": _picked(obj.get("spec"), _CACHE_SPEC), "status": _picked(obj.get("status"), _CACHE_STATUS)}
+
+
+def kept_node_object(obj):
+    """A GKMCacheNode / ClusterGKMCacheNode: the per-cache entries of its status (written by the reconcile only)."""
+    return {"metadata": _metadata(obj, labels=()), "status": _picked(obj.get("status"), ("caches",))}
+
+
+def kept_node(obj):
+    """A Node: its name and every label (readiness, GPUs, hostname); its status (images, conditions) goes."""
+    return {"metadata": _metadata(obj, ("name",))}
 
 
 def object_key(obj):

@@ -1,9 +1,11 @@
 """Caches that end and caches that collide, without a cluster: owner references and the kind label (ownership.py),
-orphans and undeclared resources (lifecycle.py, the cache_orphans and cache_undeclared filters), name conflicts
+orphans, foreign objects and undeclared resources (lifecycle.py, the cache_orphans, cache_foreign and cache_undeclared
+filters), name conflicts
 (conflicts.py) through the planner."""
 
 import pytest
 
+from ansible_collections.gkm.cluster.plugins.filter.cache_foreign import cache_foreign
 from ansible_collections.gkm.cluster.plugins.filter.cache_orphans import cache_orphans
 from ansible_collections.gkm.cluster.plugins.filter.cache_undeclared import cache_undeclared
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
@@ -12,7 +14,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
     ClusterFacts,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import conflicts, ownership, planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
+    conflicts,
+    ownership,
+    planner,
+    slot_states,
+)
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import cache_status
 from tests.helpers.distribute import CSI_CLASS, as_live, facts, make_spec
 
 EARLY, LATE = "2026-11-24T10:00:00Z", "2026-11-24T10:00:05Z"
@@ -107,15 +115,23 @@ def test_objects_from_before_owner_references_or_of_a_recreated_resource_are_upd
 # ---------------------------------------------------------------- orphans and undeclared caches
 
 
-def labelled(kind, namespace, name, cache_namespace=""):
+def labelled(kind, namespace, name, cache_namespace="", object_kind="PersistentVolumeClaim", owned=True):
+    """An object labelled with a cache resource: the collection's (an owner reference to it) unless owned=False."""
     labels = {"app.kubernetes.io/managed-by": "gkm.cluster", "gkm.io/cache": name,
               "gkm.io/cache-namespace": cache_namespace, CACHE_KIND_LABEL: kind}
-    return {"metadata": {"name": "obj", "labels": labels}}
+    metadata = {"name": "obj", "labels": labels}
+    if namespace:
+        metadata["namespace"] = namespace
+    if owned and object_kind != "PersistentVolume":
+        metadata["ownerReferences"] = [ownership.owner_reference(owner(kind, name, cache_namespace))]
+    return {"kind": object_kind, "metadata": metadata}
 
 
 def test_orphans_are_the_caches_whose_resource_is_gone_once_each():
-    objects = [labelled("GKMCache", "team-a", "gone", "team-a"), labelled("GKMCache", "team-a", "gone", "team-a"),
-               labelled("GKMCache", "team-a", "here", "team-a"), labelled("ClusterGKMCache", "", "wide"),
+    objects = [labelled("GKMCache", "team-a", "gone", "team-a"),
+               labelled("GKMCache", "", "gone", "team-a", object_kind="PersistentVolume"),
+               labelled("GKMCache", "team-a", "here", "team-a"),
+               labelled("ClusterGKMCache", "", "wide", object_kind="PersistentVolume"),
                {"metadata": {"labels": {"app.kubernetes.io/managed-by": "gkm.cluster", "gkm.io/cache": "direct",
                                         "gkm.io/cache-namespace": "team-a"}}}]
     found = [resource("GKMCache", "here", "team-a")]
@@ -124,6 +140,30 @@ def test_orphans_are_the_caches_whose_resource_is_gone_once_each():
         {"kind": "GKMCache", "namespace": "team-a", "name": "gone"}]
     assert cache_orphans(objects, [*found, resource("ClusterGKMCache", "wide"),
                                    resource("GKMCache", "gone", "team-a")]) == []
+
+
+def test_objects_labelled_as_a_caches_that_the_collection_did_not_make_are_foreign_and_name_no_orphan():
+    forged = [
+        # A tenant's PVC: a label value that is no resource name (the removal of that cache would be refused).
+        labelled("GKMCache", "tenant", "Not_A_Name", "tenant", owned=False),
+        labelled("GKMCache", "tenant", "Not_A_Name", "tenant"),
+        # Labels alone, or labels naming another namespace's GKMCache.
+        labelled("GKMCache", "tenant", "victim", "tenant", owned=False),
+        labelled("GKMCache", "tenant", "victim", "team-a"),
+        labelled("ClusterGKMCache", "tenant", "wide", object_kind="Job", owned=False),
+    ]
+    assert cache_orphans(forged, []) == []
+    report = cache_foreign(forged)
+    assert len(report) == 5 and all(line.endswith("; left alone") for line in report)
+    assert report[0].startswith("Job tenant/obj, labelled as ClusterGKMCache wide: no owner reference to the "
+                                "ClusterGKMCache")
+    assert any("is not a valid DNS-1123 label" in line and "Not_A_Name" in line for line in report)
+    assert any("outside the namespace of the GKMCache" in line for line in report)
+    ours = [labelled("GKMCache", "team-a", "gone", "team-a"), labelled("ClusterGKMCache", "team-b", "wide"),
+            labelled("ClusterGKMCache", "", "wide", object_kind="PersistentVolume")]
+    assert cache_foreign(ours) == []
+    assert cache_orphans(ours + forged, []) == [{"kind": "ClusterGKMCache", "namespace": "", "name": "wide"},
+                                                {"kind": "GKMCache", "namespace": "team-a", "name": "gone"}]
 
 
 def test_only_resources_the_inventory_applied_are_removed_once_undeclared():
@@ -222,3 +262,27 @@ def test_a_live_pvc_of_someone_else_refuses_the_cache_and_a_later_rivals_is_take
     mine = live_pvc("team-a", "vector-add", {"app.kubernetes.io/managed-by": "gkm.cluster",
                                              "gkm.io/cache": "vector-add", "gkm.io/cache-namespace": "team-a"})
     assert planner.plan(rox_spec(), facts_with([], [mine], storage_class=SHARED)).actions
+
+
+def test_someone_elses_pvc_in_one_namespace_of_a_cluster_cache_refuses_it_there_only():
+    spec = make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"], serving_pvc=True,
+                     owner=owner("ClusterGKMCache", namespace=None))
+    squatted = live_pvc("team-a", "vector-add", {"app": "mine"})
+    plan = planner.plan(spec, facts_with([], [squatted]))
+    assert {a.namespace for a in plan.actions if a.kind in ("PersistentVolumeClaim", "Job")} == {"team-b"}
+    refused = [slot for slot in plan.slots if slot.outcome == planner.REFUSED]
+    assert [(slot.namespace, slot.pvc) for slot in refused] == [("team-a", "vector-add")]
+    assert refused[0].reason.startswith("PVC team-a/vector-add, which ClusterGKMCache vector-add names after itself, "
+                                        "belongs to no cache (gkm.cluster did not make it)")
+    assert refused[0].reason.endswith("is refused in namespace team-a until then")
+    # In the status: an Error entry with reason Conflict for that namespace, on no node.
+    entries = slot_states.slot_entries(plan.slots, [], {}, {}, [])[0]
+    assert [(e["namespace"], e["phase"], e.get("reason")) for e in entries if e["phase"] == "Error"] == [
+        ("team-a", "Error", conflicts.CONFLICT)]
+    status = cache_status.cache_status(plan.slots, [n["metadata"]["name"] for n in plan.eligibility.eligible],
+                                       [], {}, {}, [])
+    assert status["counts"]["node_error"] == 0
+    # Squatted in every namespace: refused whole, naming each.
+    with pytest.raises(conflicts.CacheConflictError) as whole:
+        planner.plan(spec, facts_with([], [squatted, live_pvc("team-b", "vector-add", {})]))
+    assert "PVC team-a/vector-add" in str(whole.value) and "PVC team-b/vector-add" in str(whole.value)
