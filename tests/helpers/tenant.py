@@ -14,6 +14,7 @@ import yaml
 from kubernetes import client
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import APPLY_CONTENT_TYPE, Kube
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import API_VERSION
 from tests.helpers.paths import ROOT
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "tenant")
@@ -43,6 +44,14 @@ class Tenant:
     namespace: str
     kube: Kube = field(repr=False)
     api: client.ApiClient = field(repr=False)
+
+    def gkmcaches_path(self, name=""):
+        """The API path of the tenant's GKMCaches, or of the one named."""
+        return gkmcaches_path(self.namespace, name)
+
+
+def gkmcaches_path(namespace, name=""):
+    return "/apis/%s/namespaces/%s/gkmcaches%s" % (API_VERSION, namespace, "/" + name if name else "")
 
 
 def object_path(obj):

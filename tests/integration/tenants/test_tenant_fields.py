@@ -15,8 +15,7 @@ GPU_TOLERATION = {"key": "gpu", "operator": "Equal", "value": "true", "effect": 
 def create(tenant, name, pod_spec):
     cache = {"apiVersion": API_VERSION, "kind": "GKMCache", "metadata": {"name": name},
              "spec": {"image": "quay.io/example/cache:v1", "podTemplate": {"spec": pod_spec}}}
-    return tenant.kube.request("POST", "/apis/%s/namespaces/%s/gkmcaches" % (API_VERSION, tenant.namespace),
-                               body=cache)[0]
+    return tenant.kube.request("POST", tenant.gkmcaches_path(), body=cache)[0]
 
 
 def test_a_well_formed_affinity_and_tolerations_are_accepted(crds, tenant):

@@ -9,7 +9,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kub
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import API_VERSION
 from tests.helpers.roles import run_role
 from tests.helpers.sim import SIM_SCRIPT
-from tests.helpers.tenant import OWNER_BINDING, whoami
+from tests.helpers.tenant import OWNER_BINDING, gkmcaches_path, whoami
 
 pytestmark = [pytest.mark.cluster, pytest.mark.tenant]
 
@@ -17,10 +17,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.tenant]
 def gkmcache(name, namespace):
     return {"apiVersion": API_VERSION, "kind": "GKMCache", "metadata": {"name": name, "namespace": namespace},
             "spec": {"image": "quay.io/example/cache:v1"}}
-
-
-def gkmcaches_path(namespace, name=None):
-    return "/apis/%s/namespaces/%s/gkmcaches%s" % (API_VERSION, namespace, "/" + name if name else "")
 
 
 def refusal(kube, method, path, body=None, content_type="application/json"):

@@ -33,12 +33,8 @@ def good_image(registry):
     return kcache_images.build_image(registry.host, "tenant/good", "v1", kcache_images.CacheSpec(backend="hip"))
 
 
-def cache_path(tenant, name=""):
-    return "/apis/%s/namespaces/%s/gkmcaches%s" % (API_VERSION, tenant.namespace, "/" + name if name else "")
-
-
 def create_cache(tenant, name, image):
-    tenant.kube.request("POST", cache_path(tenant), body={
+    tenant.kube.request("POST", tenant.gkmcaches_path(), body={
         "apiVersion": API_VERSION, "kind": "GKMCache", "metadata": {"name": name},
         "spec": {"image": image, "podTemplate": {"spec": {"tolerations": [GPU_TOLERATION]}}}})
 
@@ -53,7 +49,7 @@ def reconcile(sim, tenant, name, **registry):
 
 
 def ready(tenant, name):
-    status = tenant.kube.request("GET", cache_path(tenant, name))[1].get("status") or {}
+    status = tenant.kube.request("GET", tenant.gkmcaches_path(name))[1].get("status") or {}
     return status, next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
 
 

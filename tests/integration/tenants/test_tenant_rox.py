@@ -20,10 +20,6 @@ def image(registry):
     return kcache_images.build_image(registry.host, "tenant/rox", "v1", kcache_images.CacheSpec(backend="hip"))
 
 
-def cache_path(tenant, name=""):
-    return "/apis/%s/namespaces/%s/gkmcaches%s" % (API_VERSION, tenant.namespace, "/" + name if name else "")
-
-
 def reconcile(sim, tenant, name):
     return run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=tenant.namespace,
                       registry_plain_http=True, extract_image="gkm-cluster-tools:test", host_path_root=NODE_DISK,
@@ -31,7 +27,7 @@ def reconcile(sim, tenant, name):
 
 
 def test_read_only_many_on_host_path_pvs_is_refused_with_the_field_and_the_fix(sim, crds, kube, tenant, image):
-    tenant.kube.request("POST", cache_path(tenant), body={
+    tenant.kube.request("POST", tenant.gkmcaches_path(), body={
         "apiVersion": API_VERSION, "kind": "GKMCache", "metadata": {"name": "shared"},
         "spec": {"image": image.ref, "accessModes": ["ReadOnlyMany"],
                  "podTemplate": {"spec": {"tolerations": [GPU_TOLERATION]}}}})
@@ -45,7 +41,7 @@ def test_read_only_many_on_host_path_pvs_is_refused_with_the_field_and_the_fix(s
             if (pv["spec"].get("claimRef") or {}).get("namespace") == tenant.namespace:
                 admin.delete("PersistentVolume", pv["metadata"]["name"])
     assert result.get("failed"), (result.get("plan", {}).get("summary"), result.get("status", {}).get("phase"))
-    status = tenant.kube.request("GET", cache_path(tenant, "shared"))[1]["status"]
+    status = tenant.kube.request("GET", tenant.gkmcaches_path("shared"))[1]["status"]
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert status["phase"] == "Error" and ready["reason"] == "InvalidSpec", status
     assert "spec.accessModes" in ready["message"] and "ReadWriteOnce" in ready["message"], ready["message"]

@@ -38,12 +38,8 @@ def images(registry, keys):
     return unsigned, signed
 
 
-def cache_path(tenant, name=""):
-    return "/apis/%s/namespaces/%s/gkmcaches%s" % (API_VERSION, tenant.namespace, "/" + name if name else "")
-
-
 def create_cache(tenant, name, image, labels=None):
-    tenant.kube.request("POST", cache_path(tenant), body={
+    tenant.kube.request("POST", tenant.gkmcaches_path(), body={
         "apiVersion": API_VERSION, "kind": "GKMCache", "metadata": {"name": name, "labels": labels or {}},
         "spec": {"image": image, "mountMode": "imageVolume"}})
 
@@ -54,7 +50,7 @@ def reconcile(sim, tenant, name, public_key, **args):
 
 
 def status(tenant, name):
-    return tenant.kube.request("GET", cache_path(tenant, name))[1].get("status") or {}
+    return tenant.kube.request("GET", tenant.gkmcaches_path(name))[1].get("status") or {}
 
 
 def condition(current, kind):
