@@ -41,12 +41,15 @@ def mixed_nodes():
     ]
 
 
-def cache(name, namespace="apps", targets=None, digest=DIGEST_A, **spec):
+def cache(name, namespace="apps", targets=None, digest=DIGEST_A, overlay=None, **spec):
+    """overlay: the variable its status names for the kernel overlay (a Triton image), None for none."""
     spec.setdefault("image", "registry.local:5000/caches/%s:v1" % name)
     metadata = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
     status = {"resolvedDigest": digest or "", "targets": AMD if targets is None else targets}
+    if overlay:
+        status["kernelOverlay"] = {"variable": overlay}
     return {"metadata": metadata, "spec": spec, "status": status}
 
 

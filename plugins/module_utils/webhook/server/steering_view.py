@@ -3,7 +3,8 @@
 """What the steering webhook knows of the cluster, fed by list+watch events, pure (no API calls).
 
 - Cache resources (GKMCache, ClusterGKMCache): mount mode, access modes, workload namespaces, and from the status the
-  reconcile writes, the resolved digest and the image's GPU targets (`status.targets`).
+  reconcile writes, the resolved digest, the image's GPU targets (`status.targets`) and the kernel overlay's variable
+  (`status.kernelOverlay`).
 - Serving PVCs (distribute/serving.py), from the managed-PVC watch the PVC-mutation view already runs: the digest a
   pod naming the cache in claimName mounts, which stays the old one while pods keep an outdated serving PVC.
 - Node slot PVCs marked extracted, from the same watch: which nodes hold a digest on disk, also the old one a kept
@@ -52,10 +53,12 @@ class CacheTarget:
     image's GPU targets ([] when unknown). readiness_key: the node label of a per-node PVC cache, else None.
     serving_digest: short digest of the namespace's serving PVC, None when it has none. serving_alias: while that PVC
     is kept at an older digest, the name of the alias serving the current one (distribute/serving.py), else None.
+    overlay_variable: the variable a pod given the cache by annotation gets the kernel overlay as (kernels/plan.py,
+    recorded by the reconcile), None when it gets the plain mount.
     """
 
-    __slots__ = ("digest", "image", "mode", "name", "namespace", "readiness_key", "scope", "serving_alias",
-                 "serving_digest", "targets")
+    __slots__ = ("digest", "image", "mode", "name", "namespace", "overlay_variable", "readiness_key", "scope",
+                 "serving_alias", "serving_digest", "targets")
 
     def __init__(self, name, namespace, scope, cache, serving_digest, serving_alias=None):
         self.name = name
@@ -65,6 +68,7 @@ class CacheTarget:
         self.image = cache.image
         self.digest = cache.digest
         self.targets = cache.targets
+        self.overlay_variable = cache.overlay_variable
         self.readiness_key = None
         if cache.mode == PVC and cache.per_node:
             self.readiness_key = readiness_label_key(name, namespace if scope == "namespaced" else "")
@@ -91,7 +95,7 @@ class CacheTarget:
 
 
 class _Cache:
-    __slots__ = ("digest", "image", "mode", "per_node", "targets", "workload_namespaces")
+    __slots__ = ("digest", "image", "mode", "overlay_variable", "per_node", "targets", "workload_namespaces")
 
     def __init__(self, cache):
         self.mode = cache.mount_mode
@@ -103,6 +107,7 @@ class _Cache:
         if self.digest is None and not (self.mode == IMAGE_VOLUME and cache.signature_format):
             self.digest = cache.pinned_digest
         self.targets = _targets(cache.status_targets)
+        self.overlay_variable = cache.overlay_variable
         self.workload_namespaces = frozenset(cache.workload_namespaces)
 
 
