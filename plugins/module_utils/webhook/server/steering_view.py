@@ -9,6 +9,7 @@
   pod naming the cache in claimName mounts, which stays the old one while pods keep an outdated serving PVC.
 - Node slot PVCs marked extracted, from the same watch: which nodes hold a digest on disk, also the old one a kept
   serving PVC reads after their readiness label has moved on.
+- The server's own tools image (its --tools-image), which a pod's kernel overlay runs.
 - Nodes (a Node watch; the webhook's ServiceAccount needs list and watch on nodes): their labels, to answer "is any
   node usable for this pod?" before admitting it, indexed by readiness label and by GPU.
 """
@@ -146,7 +147,11 @@ def _key(obj):
 
 
 class SteeringView:
-    def __init__(self):
+    """tools_image: the tools image the server runs, which a pod's kernel overlay init container runs
+    (webhook/admission/kernel_overlay.py); None when the server was not told it, and then no pod gets the overlay."""
+
+    def __init__(self, tools_image=None):
+        self.tools_image = tools_image
         self._caches = {CACHE_KIND: {}, CLUSTER_CACHE_KIND: {}}  # kind -> {(namespace, name): _Cache}
         self._cluster_by_name = {}
         self._serving = {}  # (namespace, pvc name) -> (cache, cache namespace, short digest)

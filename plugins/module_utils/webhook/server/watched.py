@@ -20,12 +20,13 @@ def object_key(obj):
 
 
 class WatchedCluster:
-    """default_mount_mode: the mount mode of a cache without spec.mountMode, the reconcile's own default."""
+    """default_mount_mode: the mount mode of a cache without spec.mountMode, the reconcile's own default.
+    tools_image: the image the server runs, which runs the kernel overlay in pods (None: no overlay)."""
 
-    def __init__(self, default_mount_mode=PVC):
+    def __init__(self, default_mount_mode=PVC, tools_image=None):
         self.default_mount_mode = default_mount_mode
         self.claims = CacheView()
-        self.steering = SteeringView()
+        self.steering = SteeringView(tools_image)
 
     def apply_cache_event(self, kind, event_type, obj):
         cache = None if event_type == "DELETED" else read_cache(obj, self.default_mount_mode, kind)
