@@ -59,9 +59,10 @@ def serving_pvc(name, namespace="apps", digest=DIGEST_A, cache_namespace="apps")
     return {"metadata": {"name": name, "namespace": namespace, "labels": labels}}
 
 
-def view(caches=(), cluster_caches=(), pvcs=(), nodes=None, default_mount_mode="PVC"):
-    """The SteeringView of a WatchedCluster fed these objects, as the server's watches feed it."""
-    cluster = WatchedCluster(default_mount_mode)
+def view(caches=(), cluster_caches=(), pvcs=(), nodes=None, default_mount_mode="PVC", tools_image=None):
+    """The SteeringView of a WatchedCluster fed these objects, as the server's watches feed it (tools_image: the
+    server's --tools-image)."""
+    cluster = WatchedCluster(default_mount_mode, tools_image)
     cluster.replace_caches(CACHE_KIND, list(caches))
     cluster.replace_caches(CLUSTER_CACHE_KIND, list(cluster_caches))
     cluster.replace_pvcs(list(pvcs))
