@@ -132,12 +132,15 @@ cache:
       verified the digest with before recording it.
     - C(mount_mode) is O(mount_mode) (for a cache resource, its C(spec.mountMode) when set); with C(imageVolume) no PVC,
       PV or Job is planned. C(targets) are the image's GPU targets.
+    - C(kernel_overlay) says whether pods given the cache by annotation get the kernel overlay (a Triton image):
+      C(variable) names the variable the webhook sets to it, or is null with C(reason) saying why not.
   returned: success
   type: dict
   sample: {"name": "vector-add", "namespace": "team-a", "scope": "namespaced", "digest": "sha256:...",
            "image": "registry/caches/vector-add@sha256:...", "size": "33Mi", "access_modes": ["ReadWriteOnce"],
            "state": "present", "signature_check": null, "mount_mode": "PVC",
-           "targets": [{"backend": "hip", "arch": "gfx90a", "warp_size": 64}]}
+           "targets": [{"backend": "hip", "arch": "gfx90a", "warp_size": 64}],
+           "kernel_overlay": {"variable": "TRITON_CACHE_DIR", "reason": null}}
 plan:
   description: What this run wrote (or, in check mode, would write).
   returned: success

@@ -214,10 +214,10 @@ EXTRACTED_STATUS = {
 }
 
 
-def distribution(status, digest="sha256:abc", targets=None, excluded=None, rollout=None):
-    """A pipeline Distribution around a status (status_of's shape): the spec's digest and targets, the plan's
-    excluded nodes and rollout (its to_dict), as the resource's status reads them."""
-    spec = SimpleNamespace(digest=digest, targets=targets)
+def distribution(status, digest="sha256:abc", targets=None, excluded=None, rollout=None, overlay_variable=None):
+    """A pipeline Distribution around a status (status_of's shape): the spec's digest, targets and kernel overlay
+    variable, the plan's excluded nodes and rollout (its to_dict), as the resource's status reads them."""
+    spec = SimpleNamespace(digest=digest, targets=targets, overlay_variable=overlay_variable)
     plan = SimpleNamespace(eligibility=SimpleNamespace(excluded=excluded or {}),
                            rollout=None if rollout is None else SimpleNamespace(to_dict=lambda: rollout))
     return Distribution(spec, plan, status, result=None)

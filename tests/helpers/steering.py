@@ -46,12 +46,15 @@ def mixed_nodes():
     ]
 
 
-def cache(name, namespace="apps", targets=None, digest=DIGEST_A, **spec):
+def cache(name, namespace="apps", targets=None, digest=DIGEST_A, overlay=None, **spec):
+    """overlay: the variable its status names for the kernel overlay (a Triton image), None for none."""
     spec.setdefault("image", "registry.local:5000/caches/%s:v1" % name)
     metadata = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
     status = {"resolvedDigest": digest or "", "targets": AMD if targets is None else targets}
+    if overlay:
+        status["kernelOverlay"] = {"variable": overlay}
     return {"metadata": metadata, "spec": spec, "status": status}
 
 
@@ -61,10 +64,10 @@ def serving_pvc(name, namespace="apps", digest=DIGEST_A, cache_namespace="apps")
     return {"metadata": {"name": name, "namespace": namespace, "labels": labels}}
 
 
-def view(caches=(), cluster_caches=(), pvcs=(), nodes=None, default_mount_mode="PVC"):
+def view(caches=(), cluster_caches=(), pvcs=(), nodes=None, default_mount_mode="PVC", tools_image=None):
     """The SteeringView of a WatchedCluster fed these objects as the server's watches feed it: cut down to what the
-    views read (server/sync.py)."""
-    cluster = WatchedCluster(default_mount_mode)
+    views read (server/sync.py); tools_image: the server's --tools-image."""
+    cluster = WatchedCluster(default_mount_mode, tools_image)
     cluster.replace_caches(CACHE_KIND, [kept_cache(obj) for obj in caches])
     cluster.replace_caches(CLUSTER_CACHE_KIND, [kept_cache(obj) for obj in cluster_caches])
     cluster.replace_pvcs([kept_pvc(obj) for obj in pvcs])

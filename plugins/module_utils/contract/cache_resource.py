@@ -21,6 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KINDS,
     CLUSTER_CACHE_KIND,
+    KERNEL_OVERLAY_STATUS,
     MOUNT_MODES,
     PVC,
     READ_ONLY_MANY,
@@ -50,11 +51,12 @@ _RENAMED_OPTION = re.compile(r"(?<![\w.])(%s)(?!\w)" % "|".join(
 
 class CacheResource:
     """What a cache resource says. `digest` is status.resolvedDigest (what its reconcile resolved and, if asked,
-    verified) or None; `pinned_digest` is the digest its spec.image pins, or None for a tag."""
+    verified) or None; `pinned_digest` is the digest its spec.image pins, or None for a tag; `overlay_variable` is
+    the variable status.kernelOverlay names (its pods get the kernel overlay as that variable), or None."""
 
-    __slots__ = ("access_modes", "digest", "image", "kind", "mount_mode", "name", "namespace", "pinned_digest",
-                 "pod_template", "problems", "signature_format", "status_targets", "storage_class_name",
-                 "upgrade_policy", "workload_namespaces")
+    __slots__ = ("access_modes", "digest", "image", "kind", "mount_mode", "name", "namespace", "overlay_variable",
+                 "pinned_digest", "pod_template", "problems", "signature_format", "status_targets",
+                 "storage_class_name", "upgrade_policy", "workload_namespaces")
 
     @property
     def scope(self):
@@ -108,6 +110,8 @@ def read_cache(obj, default_mount_mode=PVC, kind=None):
     cache.digest = _digest(status.get("resolvedDigest"))
     cache.status_targets = [t for t in status.get("targets") or () if isinstance(t, dict)] \
         if isinstance(status.get("targets"), list) else []
+    variable = _mapping(status.get(KERNEL_OVERLAY_STATUS)).get("variable")
+    cache.overlay_variable = variable if isinstance(variable, str) and variable else None
     return cache
 
 

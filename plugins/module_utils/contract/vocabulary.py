@@ -80,8 +80,17 @@ CACHE_ANNOTATION = DOMAIN + "/cache"
 MOUNT_PATH_ANNOTATION = DOMAIN + "/cache-mount-path"
 CONTAINERS_ANNOTATION = DOMAIN + "/cache-containers"
 STEERING_ANNOTATION = DOMAIN + "/cache-steering"
+# A pod annotated OVERLAY_ANNOTATION: OVERLAY_DISABLED keeps the plain mount of a Triton cache (no kernel overlay):
+# for a workload that manages its own Triton directory.
+OVERLAY_ANNOTATION = DOMAIN + "/cache-overlay"
+OVERLAY_DISABLED = "disabled"
 # On a pod admitted to wait for its node's cache: why it is Pending.
 CACHE_PENDING_ANNOTATION = DOMAIN + "/cache-pending"
+
+# ------------------------------------------------------------------ status fields read by others than the reconcile
+# status.kernelOverlay: {variable: NAME}, present when pods given the cache by annotation get the kernel overlay
+# (kernels/plan.py), the variable naming it; the webhook's view reads it.
+KERNEL_OVERLAY_STATUS = "kernelOverlay"
 
 # ------------------------------------------------------------------ mount modes (spec.mountMode)
 PVC = "PVC"

@@ -92,6 +92,7 @@ def parse_cache_metadata(config):
         "size_bytes": _label_int(labels, "cache.%s.image/cache-size-bytes" % kind),
         "format": labels.get("cache.%s.image/format" % kind),
         "title": labels.get("org.opencontainers.image.title"),
+        "labels": labels,
     }
 
 

@@ -20,6 +20,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MOUNT_MODES,
     PVC,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.kernels.plan import overlay_plan
 
 READ_WRITE_ONCE = "ReadWriteOnce"
 READ_ONLY_MANY = "ReadOnlyMany"
@@ -56,6 +57,10 @@ class CacheSpec:
         self.image = fields.get("image")
         self.digest = fields.get("digest")
         self.targets = fields.get("targets")
+        # The kernel overlay's variable from the image's labels (kernels/plan.py), or None with the reason in
+        # overlay_reason; filled in with the image.
+        self.overlay_variable = fields.get("overlay_variable")
+        self.overlay_reason = fields.get("overlay_reason")
         self.access_modes = list(fields.get("access_modes") or [READ_WRITE_ONCE])
         self.storage_class_name = fields.get("storage_class_name")
         self.size = fields.get("size")
@@ -214,12 +219,13 @@ def _require_storage_class(name):
 
 
 def pin_image(spec, image_ref, digest, metadata, registry_files=None):
-    """Fill in the resolved image: digest-pinned reference, digest, GPU targets, the default size and the
-    registry files its Jobs need."""
+    """Fill in the resolved image: digest-pinned reference, digest, GPU targets, whether its pods get the kernel
+    overlay, the default size and the registry files its Jobs need."""
     spec.image = image_ref
     spec.registry_files = dict(registry_files or {})
     spec.digest = digest
     spec.targets = (metadata or {}).get("targets")
+    spec.overlay_variable, spec.overlay_reason = overlay_plan((metadata or {}).get("labels"))
     if not spec.size:
         size_bytes = (metadata or {}).get("size_bytes")
         if size_bytes is None:

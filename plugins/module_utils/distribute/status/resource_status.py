@@ -1,8 +1,9 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A GKMCache's or ClusterGKMCache's status subresource from what a reconcile's stages made (not from the module's
-result), pure: phase, digest, GPU targets, GKM's counts, the Ready and Upgraded conditions, and a bounded summary
-(the per-node state is in the per-node objects); and whether a new status says anything the old one did not."""
+result), pure: phase, digest, GPU targets, the kernel overlay's variable, GKM's counts, the Ready and Upgraded
+conditions, and a bounded summary (the per-node state is in the per-node objects); and whether a new status says
+anything the old one did not."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,7 +12,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import RESOLVED
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import KERNEL_OVERLAY_STATUS, RESOLVED
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import image_volume
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import summary as status_summary
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.upgrade_status import (
@@ -103,6 +104,10 @@ def _status_head(status, spec, now):
         "conditions": conditions,
     }
     body.update({crd_name: int(counts.get(name, 0)) for name, crd_name in COUNT_NAMES})
+    if spec.overlay_variable:
+        # Pods given the cache by annotation get the kernel overlay as this variable (the webhook reads it);
+        # absent, they get the plain mount.
+        body[KERNEL_OVERLAY_STATUS] = {"variable": spec.overlay_variable}
     return body
 
 

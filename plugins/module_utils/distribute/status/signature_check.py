@@ -27,6 +27,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_ANNOTATION,
     EXTRACTED,
     INCOMPATIBLE,
+    KERNEL_OVERLAY_STATUS,
     OUTDATED,
     SIGNATURE_FORMAT_LABEL,
     SIGNATURE_VERIFIED_CONDITION,
@@ -154,10 +155,12 @@ def signature_condition(resource, now, entries=(), key_given=False, image_volume
 def refused_status(status, current, kept_digest, now):
     """The Error status of a reconcile that refused the resolved digest's signature (image_signature.py), with
     SignatureVerified False and, when the digest the status recorded still verifies (kept_digest), that digest and
-    its targets: pods go on mounting it, and no unverified digest reaches the status."""
+    its targets and kernel overlay: pods go on mounting it, and no unverified digest reaches the status."""
     status = dict(status)
     if kept_digest:
         status.update(resolvedDigest=kept_digest, targets=list((current or {}).get("targets") or []))
+        if (current or {}).get(KERNEL_OVERLAY_STATUS):
+            status[KERNEL_OVERLAY_STATUS] = current[KERNEL_OVERLAY_STATUS]
     message = next(c["message"] for c in status["conditions"] if c["type"] == "Ready")
     status["conditions"] = status["conditions"] + [{"type": SIGNATURE_VERIFIED_CONDITION, "status": "False",
                                                     "reason": "VerificationFailed", "message": message,

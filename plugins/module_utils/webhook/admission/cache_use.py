@@ -8,6 +8,8 @@ Three ways, in every mode:
 - the annotation `gkm.io/cache: <cache>` with `gkm.io/cache-mount-path: <absolute path>`: the webhook adds the volume
   (an image volume in imageVolume mode, the serving PVC otherwise) and mounts it in the containers
   (`gkm.io/cache-containers: a,b` limits which; all of them by default);
+- the annotation `gkm.io/cache-overlay: disabled` keeps the plain mount of a Triton cache given by annotation (no
+  kernel overlay: webhook/admission/kernel_overlay.py), for a workload that manages its own Triton directory;
 - the annotation `gkm.io/cache-steering: disabled` keeps the pod's placement as written (the mount is still added);
   on a Deployment, StatefulSet or DaemonSet, `gkm.io/cache-steering: template` asks for its pod template to be steered
   as well (webhook/admission/steering.py).
@@ -19,6 +21,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_ANNOTATION,
     CONTAINERS_ANNOTATION,
     MOUNT_PATH_ANNOTATION,
+    OVERLAY_ANNOTATION,
+    OVERLAY_DISABLED,
     STEERING_ANNOTATION,
 )
 
@@ -52,6 +56,10 @@ def _mapping(value):
 
 def steering_disabled(metadata):
     return _mapping(metadata.get("annotations")).get(STEERING_ANNOTATION) == STEERING_DISABLED
+
+
+def overlay_disabled(metadata):
+    return _mapping(metadata.get("annotations")).get(OVERLAY_ANNOTATION) == OVERLAY_DISABLED
 
 
 def template_steering(metadata):

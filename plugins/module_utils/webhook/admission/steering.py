@@ -13,6 +13,11 @@ nodes labelled at the new digest. A pod that fits no node now is denied when it 
 is admitted with the affinity and waits Pending until a node is ready (a denial would only put the controller into its
 retry backoff).
 
+A pod given a cache by annotation whose image is in Triton's format (its reconcile recorded status.kernelOverlay) also
+gets the kernel overlay beside the mount: an emptyDir, an init container running the server's tools image and the
+variable naming it (webhook/admission/kernel_overlay.py, docs/kernels.md), unless annotated
+gkm.io/cache-overlay: disabled.
+
 A Deployment, StatefulSet or DaemonSet is checked (a cache it names must exist, an annotated mount must be valid)
 and by default not changed: its pods are steered when they are created, so the workload stays as its owner wrote it
 (GitOps tools see no drift). Annotated `gkm.io/cache-steering: template`, its pod template gets the caches'
@@ -36,7 +41,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     PVC_MUTATION_LABEL,
     STEERING_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import node_affinity
+from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission import kernel_overlay, node_affinity
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.cache_mount import (
     MountError,
     mount_operations,
@@ -47,6 +52,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.cach
     STEERING_DISABLED,
     STEERING_TEMPLATE,
     cache_uses,
+    overlay_disabled,
     steering_disabled,
     template_steering,
 )
@@ -178,7 +184,7 @@ def steer(request, view, serving_claims=False):
                                     use.target.describe(), namespace, PVC_MUTATION_LABEL))
                 continue
             try:
-                pod_operations = mount_operations(spec, use)
+                pod_operations = mount_operations(spec, use) + _overlay_operations(spec, pod_metadata, use, view)
             except MountError as error:
                 problems.append(str(error))
                 continue
@@ -196,6 +202,15 @@ def steer(request, view, serving_claims=False):
     if steering_disabled(pod_metadata):
         return Steering(operations, note="%s: steering disabled by %s" % (label, STEERING_ANNOTATION))
     return _steered(label, _controlled(metadata), mutation_labelled, spec, spec_path, uses, view, operations)
+
+
+def _overlay_operations(spec, pod_metadata, use, view):
+    """The kernel overlay of a cache given by annotation whose reconcile recorded a plan (a Triton image), when the
+    server knows its tools image and the pod does not decline it (gkm.io/cache-overlay: disabled); raises MountError
+    when the overlay's directory is taken."""
+    if not use.target.overlay_variable or not view.tools_image or overlay_disabled(pod_metadata):
+        return []
+    return kernel_overlay.overlay_operations(spec, use, use.target.overlay_variable, view.tools_image)
 
 
 def waiting_on_its_node(request, view):

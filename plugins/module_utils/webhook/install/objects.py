@@ -226,6 +226,8 @@ def deployment(settings):
             "--key-file", CERT_DIR + "/tls.key",
             "--listen", "0.0.0.0:{0}".format(SERVER_PORT),
             "--default-mount-mode", settings.default_mount_mode,
+            # The kernel overlay's init container runs the server's own image (webhook/admission/kernel_overlay.py).
+            "--tools-image", settings.image,
         ],
         "ports": [{"name": "https", "containerPort": SERVER_PORT, "protocol": "TCP"}],
         "readinessProbe": dict(httpGet=dict(https_probe, path="/readyz"), periodSeconds=5, failureThreshold=2),

@@ -176,14 +176,16 @@ class WebhookApp:
         return app
 
 
-def build_app(cert_file, key_file, kubeconfig=None, context=None, cert_check_seconds=1.0, default_mount_mode=PVC):
+def build_app(cert_file, key_file, kubeconfig=None, context=None, cert_check_seconds=1.0, default_mount_mode=PVC,
+              tools_image=None):
     """The aiohttp application and the SSLContext to listen with.
 
     Watches start with the application and stop with it; the certificate files are checked every
-    cert_check_seconds. default_mount_mode is the mount mode of a cache without spec.mountMode.
+    cert_check_seconds. default_mount_mode is the mount mode of a cache without spec.mountMode; tools_image the image
+    a pod's kernel overlay runs (the server's own), None for no overlay.
     """
     metrics = Metrics()
-    cluster = WatchedCluster(default_mount_mode)
+    cluster = WatchedCluster(default_mount_mode, tools_image)
     reloader = CertificateReloader(cert_file, key_file, metrics)
     kube = Kube(api_client_from_kubeconfig(kubeconfig, context))
     syncs = []

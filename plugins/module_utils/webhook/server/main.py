@@ -3,7 +3,8 @@
 """Entry point of the admission webhook server, PVC mutation and steering (a long-running program).
 
     python -m ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.main \\
-        --cert-file tls.crt --key-file tls.key [--listen 0.0.0.0:8443] [--kubeconfig PATH [--context NAME]]
+        --cert-file tls.crt --key-file tls.key [--listen 0.0.0.0:8443] [--kubeconfig PATH [--context NAME]] \\
+        [--tools-image IMAGE]
 
 Endpoints: POST /mutate (AdmissionReview v1), GET /readyz (200 once the view is synced),
 GET /healthz, GET /metrics (Prometheus text). webhook/server/app.py builds the application.
@@ -44,6 +45,9 @@ def main(argv=None):
     parser.add_argument("--default-mount-mode", choices=MOUNT_MODES, default=PVC,
                         help="the mount mode of a cache without spec.mountMode: the reconcile's own default "
                              "(caches_mount_mode), so both read a cache alike")
+    parser.add_argument("--tools-image",
+                        help="the image this server runs (the Deployment passes its own): pods given a Triton cache "
+                             "by annotation get the kernel overlay, an init container running it; without it, none")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -55,7 +59,7 @@ def main(argv=None):
             return 2
     host, port = _parse_listen(args.listen)
     app, ssl_context = build_app(args.cert_file, args.key_file, args.kubeconfig, args.context, args.cert_check_seconds,
-                                 args.default_mount_mode)
+                                 args.default_mount_mode, args.tools_image)
     LOG.info("listening on https://%s:%d", host, port)
     web.run_app(app, host=host, port=port, ssl_context=ssl_context, access_log=None, print=None,
                 shutdown_timeout=10)

@@ -3,11 +3,13 @@
 """What the steering webhook knows of the cluster, fed by list+watch events, pure (no API calls).
 
 - Cache resources (GKMCache, ClusterGKMCache): mount mode, access modes, workload namespaces, and from the status the
-  reconcile writes, the resolved digest and the image's GPU targets (`status.targets`).
+  reconcile writes, the resolved digest, the image's GPU targets (`status.targets`) and the kernel overlay's variable
+  (`status.kernelOverlay`).
 - Serving PVCs (distribute/serving.py), from the managed-PVC watch the PVC-mutation view already runs: the digest a
   pod naming the cache in claimName mounts, which stays the old one while pods keep an outdated serving PVC.
 - Node slot PVCs marked extracted, from the same watch: which nodes hold a digest on disk, also the old one a kept
   serving PVC reads after their readiness label has moved on.
+- The server's own tools image (its --tools-image), which a pod's kernel overlay runs.
 - Nodes (a Node watch; the webhook's ServiceAccount needs list and watch on nodes): their labels, to answer "is any
   node usable for this pod?" before admitting it, indexed by readiness label and by GPU.
 """
@@ -52,10 +54,12 @@ class CacheTarget:
     image's GPU targets ([] when unknown). readiness_key: the node label of a per-node PVC cache, else None.
     serving_digest: short digest of the namespace's serving PVC, None when it has none. serving_alias: while that PVC
     is kept at an older digest, the name of the alias serving the current one (distribute/serving.py), else None.
+    overlay_variable: the variable a pod given the cache by annotation gets the kernel overlay as (kernels/plan.py,
+    recorded by the reconcile), None when it gets the plain mount.
     """
 
-    __slots__ = ("digest", "image", "mode", "name", "namespace", "readiness_key", "scope", "serving_alias",
-                 "serving_digest", "targets")
+    __slots__ = ("digest", "image", "mode", "name", "namespace", "overlay_variable", "readiness_key", "scope",
+                 "serving_alias", "serving_digest", "targets")
 
     def __init__(self, name, namespace, scope, cache, serving_digest, serving_alias=None):
         self.name = name
@@ -65,6 +69,7 @@ class CacheTarget:
         self.image = cache.image
         self.digest = cache.digest
         self.targets = cache.targets
+        self.overlay_variable = cache.overlay_variable
         self.readiness_key = None
         if cache.mode == PVC and cache.per_node:
             self.readiness_key = readiness_label_key(name, namespace if scope == "namespaced" else "")
@@ -91,7 +96,7 @@ class CacheTarget:
 
 
 class _Cache:
-    __slots__ = ("digest", "image", "mode", "per_node", "targets", "workload_namespaces")
+    __slots__ = ("digest", "image", "mode", "overlay_variable", "per_node", "targets", "workload_namespaces")
 
     def __init__(self, cache):
         self.mode = cache.mount_mode
@@ -103,6 +108,7 @@ class _Cache:
         if self.digest is None and not (self.mode == IMAGE_VOLUME and cache.signature_format):
             self.digest = cache.pinned_digest
         self.targets = _targets(cache.status_targets)
+        self.overlay_variable = cache.overlay_variable
         self.workload_namespaces = frozenset(cache.workload_namespaces)
 
 
@@ -141,7 +147,11 @@ def _key(obj):
 
 
 class SteeringView:
-    def __init__(self):
+    """tools_image: the tools image the server runs, which a pod's kernel overlay init container runs
+    (webhook/admission/kernel_overlay.py); None when the server was not told it, and then no pod gets the overlay."""
+
+    def __init__(self, tools_image=None):
+        self.tools_image = tools_image
         self._caches = {CACHE_KIND: {}, CLUSTER_CACHE_KIND: {}}  # kind -> {(namespace, name): _Cache}
         self._cluster_by_name = {}
         self._serving = {}  # (namespace, pvc name) -> (cache, cache namespace, short digest)

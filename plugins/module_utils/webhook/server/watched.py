@@ -18,6 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_NAMESPACE_LABEL,
     DIGEST_LABEL,
     EXTRACTED_DIGEST_ANNOTATION,
+    KERNEL_OVERLAY_STATUS,
     MANAGED_BY_LABEL,
     NODE_LABEL,
     PVC,
@@ -34,7 +35,7 @@ _PVC_METADATA = ("name", "namespace", "creationTimestamp", "deletionTimestamp")
 _CACHE_LABELS = (SIGNATURE_FORMAT_LABEL,)
 _CACHE_SPEC = tuple(dict(SPEC_FIELDS)[option]
                     for option in ("image", "access_modes", "mount_mode", "workload_namespaces"))
-_CACHE_STATUS = ("resolvedDigest", "targets")
+_CACHE_STATUS = ("resolvedDigest", "targets", KERNEL_OVERLAY_STATUS)
 
 
 def _mapping(value):
@@ -81,12 +82,13 @@ def object_key(obj):
 
 
 class WatchedCluster:
-    """default_mount_mode: the mount mode of a cache without spec.mountMode, the reconcile's own default."""
+    """default_mount_mode: the mount mode of a cache without spec.mountMode, the reconcile's own default.
+    tools_image: the image the server runs, which runs the kernel overlay in pods (None: no overlay)."""
 
-    def __init__(self, default_mount_mode=PVC):
+    def __init__(self, default_mount_mode=PVC, tools_image=None):
         self.default_mount_mode = default_mount_mode
         self.claims = CacheView()
-        self.steering = SteeringView()
+        self.steering = SteeringView(tools_image)
 
     def apply_cache_event(self, kind, event_type, obj):
         cache = None if event_type == "DELETED" else read_cache(obj, self.default_mount_mode, kind)

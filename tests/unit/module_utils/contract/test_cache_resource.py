@@ -61,3 +61,15 @@ def test_malformed_fields_are_problems_naming_the_field_not_exceptions():
     assert cache.mount_mode == PVC
     assert [problem.split(": ", 1)[1].split(" ")[0] for problem in cache.problems] == [
         "spec.image", "spec.mountMode", "spec.workloadNamespaces"]
+
+
+@pytest.mark.parametrize("status, expected", [
+    ({"kernelOverlay": {"variable": "TRITON_CACHE_DIR"}}, "TRITON_CACHE_DIR"),
+    ({}, None),
+    ({"kernelOverlay": {}}, None),
+    ({"kernelOverlay": "TRITON_CACHE_DIR"}, None),
+    ({"kernelOverlay": {"variable": 7}}, None),
+])
+def test_the_kernel_overlay_variable_is_read_from_the_status_and_absent_when_malformed(status, expected):
+    obj = dict(cache_object(CACHE_KIND, image=IMAGE), status=status)
+    assert read_cache(obj).overlay_variable == expected

@@ -17,6 +17,7 @@ def test_builder_labels_parse_to_targets_and_counts():
     assert facts["targets"] == [{"backend": "hip", "arch": "gfx90a", "warp_size": 64}]
     assert facts["entry_count"] == 4
     assert facts["size_bytes"] == sum(len(e.data) for e in entries)
+    assert facts["labels"] == labels  # the kernel overlay's plan reads them (kernels/plan.py)
 
 
 def test_vllm_labels_give_the_vllm_kind_and_format():

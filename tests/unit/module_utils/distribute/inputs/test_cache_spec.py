@@ -62,3 +62,15 @@ def test_size_comes_from_the_image_label_with_headroom():
     assert explicit.size == "5Gi"
     with pytest.raises(cache_spec.SpecError, match="size is required"):
         cache_spec.pin_image(spec_of(), "r/c@d", "sha256:" + "a" * 64, {"targets": []})
+
+
+@pytest.mark.parametrize("labels, variable, reason", [
+    ({"cache.triton.image/summary": "{}"}, "TRITON_CACHE_DIR", None),
+    ({"cache.triton.image/summary": "{}", "io.kserve.km/cache-root-env": "MY_DIR=/x"}, "MY_DIR", None),
+    ({"cache.vllm.image/summary": "{}"}, None, "a vLLM cache"),
+    (None, None, "no cache.triton.image"),
+])
+def test_the_pinned_image_s_labels_say_whether_its_pods_get_the_kernel_overlay(labels, variable, reason):
+    spec = cache_spec.pin_image(spec_of(size="1Gi"), "r/c@d", "sha256:" + "a" * 64, {"labels": labels})
+    assert spec.overlay_variable == variable
+    assert (spec.overlay_reason is None) if reason is None else (reason in spec.overlay_reason)

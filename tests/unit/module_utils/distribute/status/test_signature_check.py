@@ -163,10 +163,12 @@ def error_status(message="refused"):
          "lastTransitionTime": NOW}]}
 
 
-def test_a_refused_digest_keeps_the_recorded_digest_that_still_verifies_with_its_targets():
-    current = {"resolvedDigest": DIGEST, "targets": [{"backend": "hip", "arch": "gfx90a", "warpSize": 64}]}
+def test_a_refused_digest_keeps_the_recorded_digest_that_still_verifies_with_its_targets_and_overlay():
+    current = {"resolvedDigest": DIGEST, "targets": [{"backend": "hip", "arch": "gfx90a", "warpSize": 64}],
+               "kernelOverlay": {"variable": "TRITON_CACHE_DIR"}}
     status = sc.refused_status(error_status("why and fix"), current, DIGEST, NOW)
     assert (status["phase"], status["resolvedDigest"], status["targets"]) == ("Error", DIGEST, current["targets"])
+    assert status["kernelOverlay"] == {"variable": "TRITON_CACHE_DIR"}
     condition = status["conditions"][-1]
     assert (condition["type"], condition["status"], condition["reason"], condition["message"]) == (
         "SignatureVerified", "False", "VerificationFailed", "why and fix")
@@ -175,7 +177,8 @@ def test_a_refused_digest_keeps_the_recorded_digest_that_still_verifies_with_its
 def test_a_refused_digest_with_nothing_kept_records_no_digest():
     current = {"resolvedDigest": DIGEST, "targets": [{"backend": "hip", "arch": "gfx90a", "warpSize": 64}]}
     refused = error_status()
-    status = sc.refused_status(refused, current, None, NOW)
+    status = sc.refused_status(refused, dict(current, kernelOverlay={"variable": "TRITON_CACHE_DIR"}), None, NOW)
     assert (status["resolvedDigest"], status["targets"]) == ("", [])
+    assert "kernelOverlay" not in status
     assert [c["type"] for c in status["conditions"]] == ["Ready", "Error", "SignatureVerified"]
     assert len(refused["conditions"]) == 2

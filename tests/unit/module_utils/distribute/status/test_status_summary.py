@@ -60,3 +60,10 @@ def test_each_distinct_reason_is_a_line_most_nodes_first_and_the_lines_are_bound
     assert "nvidia.com/gpu=present:NoSchedule" in lines[0]["message"]
     assert lines[-1]["reason"] == "Other" and lines[-1]["message"] == "6 more reasons"
     assert sum(line["nodeCnt"] for line in lines) == 45
+
+
+def test_the_kernel_overlay_is_in_the_status_only_when_the_image_gets_it():
+    result = large_cluster_result()
+    overlaid = summary_status(distribution(result["status"], overlay_variable="TRITON_CACHE_DIR"), NOW)
+    assert overlaid["kernelOverlay"] == {"variable": "TRITON_CACHE_DIR"}
+    assert "kernelOverlay" not in summary_status(distribution(result["status"]), NOW)

@@ -143,6 +143,8 @@ def test_deployment_is_restricted_probed_and_spread():
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["command"][:3] == ["python3", "-m", objects.SERVER_MODULE]
+    # The server knows its own image: a pod's kernel overlay init container runs it.
+    assert container["command"][container["command"].index("--tools-image") + 1] == container["image"] == "reg/tools:1"
     assert pod["volumes"] == [{"name": "tls", "secret": {"secretName": "gkm-webhook-tls"}}]
     assert spec["template"]["metadata"]["labels"]["app.kubernetes.io/instance"] == "gkm-webhook"
     assert objects.pod_disruption_budget(validate(params()))["spec"]["minAvailable"] == 1
