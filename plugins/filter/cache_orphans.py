@@ -14,7 +14,7 @@ description:
     loop over M(gkm.cluster.cache_reconcile) with O(gkm.cluster.cache_reconcile#module:state=absent).
   - Objects of caches distributed without a resource (M(gkm.cluster.cache_distribute)) carry no kind label and
     are never returned.
-  - Only objects the collection made count (the C(gkm.cluster.cache_foreign) filter lists the others): a
+  - Only objects the collection made count (the C(gkm.cluster.cache_foreign) filter lists the others), that is a
     PersistentVolume, or an object with an owner reference to the resource its labels name.
 options:
   _input:

@@ -132,7 +132,7 @@ cache:
       verified the digest with before recording it.
     - C(mount_mode) is O(mount_mode) (for a cache resource, its C(spec.mountMode) when set); with C(imageVolume) no PVC,
       PV or Job is planned. C(targets) are the image's GPU targets.
-    - C(kernel_overlay) says whether pods given the cache by annotation get the kernel overlay (a Triton image):
+    - C(kernel_overlay) says whether pods given the cache by annotation get the kernel overlay (a Triton image);
       C(variable) names the variable the webhook sets to it, or is null with C(reason) saying why not.
   returned: success
   type: dict

@@ -34,7 +34,7 @@ def test_a_burst_of_submits_runs_each_cache_once_with_its_newest_copy_after_the_
     for version in range(50):
         coalescer.submit("GKMCache", cache("a", str(version)))
         coalescer.submit("ClusterGKMCache", cache("a", str(version), namespace=None))
-    assert runs == [] and [delay for delay, _ in clock.scheduled] == [0.5]  # one window for the whole burst
+    assert runs == [] and [entry[0] for entry in clock.scheduled] == [0.5]  # one window for the whole burst
     assert clock.fire() == [2]
     assert [(kind, resource["metadata"]["resourceVersion"], finalizing) for kind, resource, finalizing in runs] == [
         ("GKMCache", "49", False), ("ClusterGKMCache", "49", False)]

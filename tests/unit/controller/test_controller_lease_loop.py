@@ -66,7 +66,7 @@ def test_the_first_replica_creates_and_renews_the_second_waits_then_takes_over_a
     leases, clock = Leases(), Clock()
     a, b = Replica("a", leases, clock), Replica("b", leases, clock)
     assert a.look() == "create" and a.events == ["leading"]
-    for _ in range(10):  # 20 s: a renews every 2 s, b keeps waiting
+    for _renewal in range(10):  # 20 s: a renews every 2 s, b keeps waiting
         assert b.look() == "wait"
         clock.now += 2
         assert a.look() == "renew"
@@ -122,7 +122,7 @@ def test_a_leader_whose_renewals_fail_loses_at_its_deadline_and_its_writes_are_r
     a.look()
     leases.down = True
     stopped = []
-    for _ in range(3):  # 6 s of failed reads (run() logs them; here each look is driven by hand): before the
+    for _look in range(3):  # 6 s of failed reads (run() logs them; here each look is driven by hand): before the
         # deadline, 8 s less the 1 s margin
         clock.now += 2
         try:
