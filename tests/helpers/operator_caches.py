@@ -7,6 +7,8 @@ import uuid
 
 from kubernetes import client
 
+from tests.helpers.modules import AuditWrites, run_module
+
 GROUP, VERSION = "gkm.io", "v1alpha1"
 POOL_LABEL = "gkm.test/operator-pool"
 
@@ -86,3 +88,21 @@ def per_node(objects):
         if node:
             counts[node] = counts.get(node, 0) + 1
     return counts
+
+
+def kwok_tools_image(sim):
+    """The tools image an engine and a module both name on kwok nodes: kwok runs no containers, so any reference
+    does, as long as both give the same one."""
+    return "%s/gkm-cluster/tools:sim" % sim.registry
+
+
+def assert_module_beside_writes_nothing(sim, crds, namespace, name, engine):
+    """Once the engine (operator or controller) settled, the module's reconcile with the same options finds nothing
+    to change and writes nothing: neither undoes the other."""
+    poll("the %s settled" % engine, lambda: settled(crds, namespace, name), 60)
+    audit = AuditWrites()
+    beside = run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
+                        extract_image=kwok_tools_image(sim), registry_plain_http=True, wait=True)
+    assert not beside.get("failed"), beside.get("msg")
+    assert not beside["changed"] and not beside["status_changed"]
+    assert audit.since("/namespaces/%s/" % namespace) == []

@@ -22,13 +22,15 @@ import pytest
 from kubernetes import client
 
 from tests.helpers import kcache_images
-from tests.helpers.modules import AuditWrites, run_module
+from tests.helpers.modules import AuditWrites
 from tests.helpers.operator_caches import (
     GROUP,
     VERSION,
     apply,
+    assert_module_beside_writes_nothing,
     cache_objects,
     kubectl,
+    kwok_tools_image,
     live,
     phase_is,
     poll,
@@ -44,11 +46,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 HEARTBEATS = 200
 
 
-def tools_image(sim):
-    # kwok runs no containers: any reference does, as long as the controller and the module give the same one.
-    return "%s/gkm-cluster/tools:sim" % sim.registry
-
-
 class Controller:
     """The controller's process and its log (stderr), read by the tests."""
 
@@ -61,8 +58,8 @@ class Controller:
         with open(log_path, "w") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "controller.gkm_controller.main", "--kubeconfig", sim.kubeconfig,
-                 "--namespace", lease_namespace, "--tools-image", tools_image(sim), "--options", json.dumps(options),
-                 "--verbose"],
+                 "--namespace", lease_namespace, "--tools-image", kwok_tools_image(sim),
+                 "--options", json.dumps(options), "--verbose"],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def log(self):
@@ -175,13 +172,7 @@ def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_dele
     assert all(per_node[node][image.digest]["state"] != "Extracted" for node in set(per_node) - set(nodes))
 
     # The module's reconcile beside it, with the same options, finds nothing to change: the same objects and status.
-    poll("the controller settled", lambda: settled(crds, namespace, name), 60)
-    audit = AuditWrites()
-    beside = run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
-                        extract_image=tools_image(sim), registry_plain_http=True, wait=True)
-    assert not beside.get("failed"), beside.get("msg")
-    assert not beside["changed"] and not beside["status_changed"]
-    assert audit.since("/namespaces/%s/" % namespace) == []
+    assert_module_beside_writes_nothing(sim, crds, namespace, name, "controller")
 
     # (b) 200 heartbeat-only Node status updates of the pool's GPU nodes: they reach the controller, change nothing
     # it reads, and start no reconcile and no write.

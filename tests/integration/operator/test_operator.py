@@ -17,11 +17,12 @@ import pytest
 from kubernetes import client
 
 from tests.helpers import kcache_images
-from tests.helpers.modules import AuditWrites, run_module
 from tests.helpers.operator_caches import (
     apply,
+    assert_module_beside_writes_nothing,
     cache_objects,
     kubectl,
+    kwok_tools_image,
     live,
     per_node,
     phase_is,
@@ -41,14 +42,9 @@ def sim_command(*args):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def tools_image(sim):
-    # kwok runs no containers: any reference does, as long as the operator and a playbook give the same one.
-    return "%s/gkm-cluster/tools:sim" % sim.registry
-
-
 @pytest.fixture(scope="module")
 def operator(sim, crds):
-    started = sim_command("operator-up", "--tools-image", tools_image(sim))
+    started = sim_command("operator-up", "--tools-image", kwok_tools_image(sim))
     yield started
     sim_command("operator-down")
 
@@ -74,13 +70,7 @@ def test_kubectl_apply_then_nodes_join_then_delete_without_a_playbook(
 
     # A playbook's reconcile beside the operator, with the same options, writes nothing: neither undoes the other.
     # The operator first settles: the runs its own writes raise (status, node labels) end with nothing to change.
-    poll("the operator settled", lambda: settled(crds, namespace, name), 60)
-    audit = AuditWrites()
-    beside = run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
-                        extract_image=tools_image(sim), registry_plain_http=True, wait=True)
-    assert not beside.get("failed"), beside.get("msg")
-    assert not beside["changed"] and not beside["status_changed"]
-    assert audit.since("/namespaces/%s/" % namespace) == []
+    assert_module_beside_writes_nothing(sim, crds, namespace, name, "operator")
 
     # 50 GPU nodes join the pool: their Node events alone distribute the cache to them.
     started = time.monotonic()
@@ -165,11 +155,11 @@ def operator_with(sim, run_vars):
     after."""
     sim_command("operator-down")
     try:
-        sim_command("operator-up", "--tools-image", tools_image(sim), "--run-vars", json.dumps(run_vars))
+        sim_command("operator-up", "--tools-image", kwok_tools_image(sim), "--run-vars", json.dumps(run_vars))
         yield
     finally:
         sim_command("operator-down")
-        sim_command("operator-up", "--tools-image", tools_image(sim))
+        sim_command("operator-up", "--tools-image", kwok_tools_image(sim))
 
 
 def requeues_logged(name):
