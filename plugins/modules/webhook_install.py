@@ -170,6 +170,18 @@ options:
     type: list
     elements: str
     default: []
+  api_server_cidrs:
+    description:
+      - The addresses the API server calls the webhook from, as CIDRs. Given, a NetworkPolicy admits only them, and
+        only on the server's port, to the server pods; otherwise any pod in the cluster can send the server
+        admission reviews of its own. Which addresses these are depends on the distribution (the control-plane
+        nodes' addresses where the API server uses the host network, a managed control plane's range elsewhere;
+        see the collection's docs/webhook.md). An address outside them makes the webhook unreachable.
+      - Empty, no NetworkPolicy, and one an earlier run made is removed. Only with O(endpoint=service); the
+        policy needs a network plugin that enforces NetworkPolicies.
+    type: list
+    elements: str
+    default: []
   wait:
     description: Wait for the server to be ready before registering the webhook configuration.
     type: bool
@@ -294,6 +306,7 @@ ARGUMENT_SPEC = dict(
     timeout_seconds=dict(type="int", default=5),
     excluded_namespaces=dict(type="list", elements="str", default=[]),
     default_mount_mode=dict(type="str", choices=["PVC", "imageVolume"], default="PVC"),
+    api_server_cidrs=dict(type="list", elements="str", default=[]),
     wait=dict(type="bool", default=True),
     wait_timeout=dict(type="int", default=120),
 )

@@ -65,6 +65,7 @@ RESOURCES = {
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
     "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations",
                                      False),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),

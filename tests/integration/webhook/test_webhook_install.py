@@ -193,6 +193,17 @@ def test_service_mode_install_is_ordered_idempotent_and_renews(sim, kube):
         assert [(e["kind"], e["name"]) for e in renewed["objects"] if e["action"] == "updated"] == [
             ("Secret", name + "-tls")]
         assert secret_text(core, name + "-tls", namespace, "tls.crt") != serving
+
+        # api_server_cidrs: a NetworkPolicy admitting only them, selecting the server pods; without them again, it goes.
+        guarded = install(sim.kubeconfig, **dict(options, api_server_cidrs=["127.0.0.0/8"]))
+        assert [e["action"] for e in guarded["objects"] if e["kind"] == "NetworkPolicy"] == ["created"]
+        policy = client.NetworkingV1Api(kube).read_namespaced_network_policy(name, namespace)
+        assert policy.spec.pod_selector.match_labels.items() <= deployment.spec.template.metadata.labels.items()
+        assert [(peer.ip_block.cidr, port.port) for rule in policy.spec.ingress
+                for peer in rule._from for port in rule.ports] == [("127.0.0.0/8", 8443)]
+        opened = install(sim.kubeconfig, **options)
+        assert [e["action"] for e in opened["objects"] if e["kind"] == "NetworkPolicy"] == ["deleted"]
+        assert client.NetworkingV1Api(kube).list_namespaced_network_policy(namespace).items == []
     finally:
         removed = install(sim.kubeconfig, name=name, namespace=namespace, endpoint="service", state="absent")
     assert removed["objects"][0]["kind"] == "MutatingWebhookConfiguration"

@@ -15,6 +15,7 @@ __metaclass__ = type
 
 import base64
 import copy
+import ipaddress
 import ssl
 import time
 
@@ -56,6 +57,7 @@ def validate(params):
             problems.append("url must be an https:// URL with a host when endpoint=url, got {0!r}".format(url))
     elif endpoint == "service" and params.get("url"):
         problems.append("url is only used with endpoint=url; remove it or set endpoint: url")
+    problems.extend(_cidr_problems(params.get("api_server_cidrs") or [], endpoint))
     if present and endpoint == "service" and not params.get("image"):
         problems.append("image is required with endpoint=service: the tools image that runs the webhook server")
     if params["tls_mode"] == "provided":
@@ -82,8 +84,25 @@ def validate(params):
         renew_before_days=params["renew_before_days"], ca_valid_days=params["ca_valid_days"],
         image_pull_policy=params["image_pull_policy"], tolerations=params.get("tolerations") or [],
         node_selector=params.get("node_selector") or {}, pod_security_level=params["pod_security_level"],
-        default_mount_mode=params["default_mount_mode"],
+        default_mount_mode=params["default_mount_mode"], api_server_cidrs=params.get("api_server_cidrs") or [],
     )
+
+
+def _cidr_problems(cidrs, endpoint):
+    if cidrs and endpoint != "service":
+        return ["api_server_cidrs is only used with endpoint=service (it guards the server pods in the cluster); "
+                "remove it or set endpoint: service"]
+    problems = []
+    for cidr in cidrs:
+        try:
+            ipaddress.ip_network(u"{0}".format(cidr))
+        except ValueError:
+            try:
+                meant = " (did you mean {0}?)".format(ipaddress.ip_network(u"{0}".format(cidr), strict=False))
+            except ValueError:
+                meant = ""
+            problems.append("api_server_cidrs entry {0!r} is not a network in CIDR notation{1}".format(cidr, meant))
+    return problems
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -178,6 +197,11 @@ class Installer:
         self.kube.delete(kind, name, namespace)
         self._record(kind, namespace, name, "deleted", live, None)
 
+    def remove_if_present(self, kind, name, namespace):
+        """Remove an optional object, recording nothing when there is none (most installs never make it)."""
+        if self.kube.get(kind, name, namespace) is not None:
+            self.remove(kind, name, namespace)
+
     # ------------------------------------------------------------------------ present
 
     def install(self):
@@ -196,10 +220,19 @@ class Installer:
             self.ensure(objects.deployment(settings))
             self.ensure(objects.pod_disruption_budget(settings))
             self.ensure(objects.service(settings))
+            self._network_policy()
         if self.wait and not self.check_mode:
             self._wait_ready(ca_bundle)
         self.ensure(objects.mutating_webhook_configuration(settings, ca_bundle))
         return tls_result
+
+    def _network_policy(self):
+        """The server pods' NetworkPolicy when api_server_cidrs are given; one left from an earlier run goes."""
+        settings = self.settings
+        if settings.api_server_cidrs:
+            self.ensure(objects.network_policy(settings))
+        else:
+            self.remove_if_present("NetworkPolicy", settings.name, settings.namespace)
 
     def _tls(self):
         """Make or check the TLS material; returns (caBundle PEM to register, result details)."""
@@ -302,6 +335,7 @@ class Installer:
     def uninstall(self):
         settings = self.settings
         self.remove("MutatingWebhookConfiguration", settings.cluster_name)
+        self.remove_if_present("NetworkPolicy", settings.name, settings.namespace)
         for kind in ("Service", "PodDisruptionBudget", "Deployment"):
             self.remove(kind, settings.name, settings.namespace)
         if self._cert_manager_served():

@@ -57,7 +57,7 @@ class Settings:
                  tls_mode="self_signed", failure_policy="Fail", timeout_seconds=5,
                  excluded_namespaces=(), cert_valid_days=365, renew_before_days=30, ca_valid_days=3650,
                  image_pull_policy="IfNotPresent", tolerations=(), node_selector=None,
-                 pod_security_level="restricted", default_mount_mode=PVC):
+                 pod_security_level="restricted", default_mount_mode=PVC, api_server_cidrs=()):
         self.name = name
         self.namespace = namespace
         self.image = image
@@ -76,6 +76,7 @@ class Settings:
         self.node_selector = dict(node_selector or {})
         self.pod_security_level = pod_security_level
         self.default_mount_mode = default_mount_mode
+        self.api_server_cidrs = list(api_server_cidrs)
 
     @property
     def serves_in_cluster(self):
@@ -285,6 +286,17 @@ def service(settings):
     return _object("v1", "Service", settings.name, settings, spec={
         "selector": _selector_labels(settings),
         "ports": [{"name": "https", "port": 443, "targetPort": SERVER_PORT, "protocol": "TCP"}],
+    })
+
+
+def network_policy(settings):
+    """Only the API server's addresses reach the server pods, and only on the server's port: without it any pod in
+    the cluster can post AdmissionReviews of its own making and spend the server's memory (docs/webhook.md)."""
+    return _object("networking.k8s.io/v1", "NetworkPolicy", settings.name, settings, spec={
+        "podSelector": {"matchLabels": _selector_labels(settings)},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"ipBlock": {"cidr": cidr}} for cidr in settings.api_server_cidrs],
+                     "ports": [{"protocol": "TCP", "port": SERVER_PORT}]}],
     })
 
 

@@ -47,6 +47,11 @@ def params(**overrides):
     (dict(timeout_seconds=31), "timeout_seconds must be between 1 and 30"),
     (dict(replicas=0), "replicas must be at least 1"),
     (dict(excluded_namespaces=["ok", "NOT OK"]), "excluded_namespaces entry 'NOT OK'"),
+    (dict(api_server_cidrs=["10.0.0.1/8"]),
+     "api_server_cidrs entry '10.0.0.1/8' is not a network in CIDR notation (did you mean 10.0.0.0/8?)"),
+    (dict(api_server_cidrs=["control-plane"]), "api_server_cidrs entry 'control-plane' is not a network"),
+    (dict(api_server_cidrs=["10.0.0.0/8"], endpoint="url", url="https://127.0.0.1:9443/mutate"),
+     "api_server_cidrs is only used with endpoint=service"),
 ])
 def test_invalid_options_are_named(overrides, expected):
     with pytest.raises(InstallError) as error:
@@ -148,6 +153,18 @@ def test_deployment_is_restricted_probed_and_spread():
     assert pod["volumes"] == [{"name": "tls", "secret": {"secretName": "gkm-webhook-tls"}}]
     assert spec["template"]["metadata"]["labels"]["app.kubernetes.io/instance"] == "gkm-webhook"
     assert objects.pod_disruption_budget(validate(params()))["spec"]["minAvailable"] == 1
+
+
+def test_network_policy_admits_only_the_api_server_cidrs_to_the_server_pods_port():
+    settings = validate(params(api_server_cidrs=["192.168.10.0/24", "fd00::/64"]))
+    policy = objects.network_policy(settings)
+    pod_labels = objects.deployment(settings)["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert policy["metadata"]["namespace"] == "gkm-system" and policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{
+        "from": [{"ipBlock": {"cidr": "192.168.10.0/24"}}, {"ipBlock": {"cidr": "fd00::/64"}}],
+        "ports": [{"protocol": "TCP", "port": objects.SERVER_PORT}]}]
 
 
 def test_cert_manager_uses_a_ca_issuer_for_the_serving_certificate():
