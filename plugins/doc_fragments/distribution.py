@@ -146,6 +146,23 @@ options:
             digest changes.
         type: int
         default: 86400
+  extract_limits:
+    description:
+      - What one cache may cost a node, the same for every cache (the caches role sets it from C(caches_limits)).
+        A tenant's cache over a limit is refused, not extracted - before any object is written when the image's
+        C(cache-size-bytes) label already says so, otherwise by its extraction Jobs, which stop at the limit and
+        leave nothing behind. Unset limits are the extractor's own (those of M(gkm.cluster.cache_extract)).
+    type: dict
+    suboptions:
+      max_bytes:
+        description: Bytes a cache may hold unpacked (the extractor's default is 8 GiB).
+        type: int
+      max_files:
+        description: Files and links a cache may hold (the extractor's default is 100000).
+        type: int
+      max_expansion_ratio:
+        description: Unpacked bytes per compressed byte of the layer (the extractor's default is 250).
+        type: int
   state:
     description: C(present) distributes the cache; C(absent) removes every object of it.
     type: str

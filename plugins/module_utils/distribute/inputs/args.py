@@ -35,6 +35,12 @@ DISTRIBUTION_ARG_SPEC = dict(
         active_deadline_seconds=dict(type="int", default=900),
         ttl_seconds_after_finished=dict(type="int", default=86400),
     )),
+    # No defaults: a limit left unset is the extractor's own (extract/pull.py), so there is one place for them.
+    extract_limits=dict(type="dict", options=dict(
+        max_bytes=dict(type="int"),
+        max_files=dict(type="int"),
+        max_expansion_ratio=dict(type="int"),
+    )),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     prune=dict(type="bool", default=True),
     force=dict(type="bool", default=False),

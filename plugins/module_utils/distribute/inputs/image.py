@@ -16,6 +16,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs impo
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import (
     SpecError,
     cache_spec_from_params,
+    extract_limit_args,
     pin_image,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
@@ -86,6 +87,7 @@ def build_spec(params):
         verification.extractor_args(verify, registry_secret.MOUNT_PATH)))
     try:
         spec = cache_spec_from_params(fields)
+        spec.extract_args.extend(extract_limit_args(spec.extract_limits))
         if spec.state == "present":
             if not params.get("image"):
                 raise SpecError("image is required with state: present")

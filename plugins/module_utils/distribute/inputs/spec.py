@@ -37,6 +37,10 @@ SIZE_HEADROOM_MI = 32
 MI = 1024 * 1024
 
 DEFAULT_JOB_LIMITS = {"backoff_limit": 2, "active_deadline_seconds": 900, "ttl_seconds_after_finished": 86400}
+# The admin's per-cache extraction limits and the extractor's flags for them (extract/job_main.py); a limit left
+# unset is the extractor's own default (extract/pull.py DEFAULTS).
+EXTRACT_LIMIT_FLAGS = {"max_bytes": "--max-bytes", "max_files": "--max-files",
+                       "max_expansion_ratio": "--max-expansion-ratio"}
 
 
 class SpecError(ValueError):
@@ -79,6 +83,8 @@ class CacheSpec:
         self.set_volume_owner = fields.get("set_volume_owner", "auto")
         self.host_path_root = fields.get("host_path_root", "/var/lib/gkm-cluster/caches")
         self.job_limits = dict(DEFAULT_JOB_LIMITS, **(fields.get("job_limits") or {}))
+        # Only the limits the admin set (extract_limit_args); the declared size is checked in pin_image.
+        self.extract_limits = dict(fields.get("extract_limits") or {})
         self.state = fields.get("state", "present")
         self.prune = fields.get("prune", True)
         self.force = fields.get("force", False)
@@ -196,6 +202,7 @@ def cache_spec_from_params(params):
         if key not in DEFAULT_JOB_LIMITS or not isinstance(value, int) or value < 0:
             raise SpecError("job_limits.%s must be a whole number >= 0 (one of %s)" % (
                 key, ", ".join(DEFAULT_JOB_LIMITS)))
+    extract_limits = set_extract_limits(params)
     if params.get("state", "present") == "present" and not params.get("extract_image") and (
             params.get("mount_mode") != IMAGE_VOLUME):
         raise SpecError("extract_image is required: the tools image whose cache_extract command fills the PVCs")
@@ -208,8 +215,24 @@ def cache_spec_from_params(params):
         name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,
         access_modes=access_modes, storage_class_name=params.get("storage_class_name"),
         pod_template=params.get("pod_template"), node_selector=params.get("node_selector"),
-        extract_image=params.get("extract_image"), job_limits=limits, **optional
+        extract_image=params.get("extract_image"), job_limits=limits, extract_limits=extract_limits, **optional
     )
+
+
+def set_extract_limits(params):
+    """{limit: value} of the extract_limits the admin set; SpecError for one that is not a positive number."""
+    limits = {key: value for key, value in (params.get("extract_limits") or {}).items() if value is not None}
+    for key, value in limits.items():
+        if key not in EXTRACT_LIMIT_FLAGS or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise SpecError("extract_limits.%s must be a positive whole number (one of %s)" % (
+                key, ", ".join(EXTRACT_LIMIT_FLAGS)))
+    return limits
+
+
+def extract_limit_args(extract_limits):
+    """The extractor's arguments for the validated extract_limits the admin set."""
+    return [argument for key, value in sorted(extract_limits.items())
+            for argument in (EXTRACT_LIMIT_FLAGS[key], str(value))]
 
 
 def _require_storage_class(name):
@@ -226,8 +249,14 @@ def pin_image(spec, image_ref, digest, metadata, registry_files=None):
     spec.digest = digest
     spec.targets = (metadata or {}).get("targets")
     spec.overlay_variable, spec.overlay_reason = overlay_plan((metadata or {}).get("labels"))
+    size_bytes = (metadata or {}).get("size_bytes")
+    max_bytes = spec.extract_limits.get("max_bytes")
+    if max_bytes and size_bytes is not None and size_bytes > max_bytes:
+        # Refused before any object is written; an image that declares less than it holds stops in its Jobs.
+        raise SpecError("image %s declares %d bytes unpacked (its cache-size-bytes label), over the %d bytes a cache "
+                        "may hold (extract_limits.max_bytes, the caches role's caches_limits); use a smaller image or "
+                        "ask the cluster's admin to raise the limit" % (image_ref, size_bytes, max_bytes))
     if not spec.size:
-        size_bytes = (metadata or {}).get("size_bytes")
         if size_bytes is None:
             raise SpecError("size is required: image %s has no cache-size-bytes label to size the PVCs from"
                             % image_ref)

@@ -29,6 +29,8 @@ def spec_of(**overrides):
         ({"pod_template": {"spec": {"nodeSelector": ["a"]}}}, "pod_template.spec.nodeSelector must be a mapping"),
         ({"compatibility": "maybe"}, "compatibility must be one of skip, fail, ignore"),
         ({"job_limits": {"backoff_limit": -1}}, "job_limits.backoff_limit must be a whole number"),
+        ({"extract_limits": {"max_files": 0}}, "extract_limits.max_files must be a positive whole number"),
+        ({"extract_limits": {"max_bytes": True}}, "extract_limits.max_bytes must be a positive whole number"),
         ({"extract_image": None}, "extract_image is required"),
         ({"storage_class_name": "Bad_Class"}, "storage_class_name 'Bad_Class' is not a valid storage class"),
     ],
@@ -62,6 +64,19 @@ def test_size_comes_from_the_image_label_with_headroom():
     assert explicit.size == "5Gi"
     with pytest.raises(cache_spec.SpecError, match="size is required"):
         cache_spec.pin_image(spec_of(), "r/c@d", "sha256:" + "a" * 64, {"targets": []})
+
+
+def test_the_admin_s_extract_limits_reach_the_extractor_and_refuse_an_image_declared_larger():
+    assert spec_of().extract_limits == {}
+    limited = spec_of(extract_limits={"max_bytes": 1000, "max_files": 50, "max_expansion_ratio": None})
+    assert limited.extract_limits == {"max_bytes": 1000, "max_files": 50}
+    assert cache_spec.extract_limit_args(limited.extract_limits) == ["--max-bytes", "1000", "--max-files", "50"]
+    assert cache_spec.pin_image(limited, "r/c@d", "sha256:" + "a" * 64, {"size_bytes": 1000}).size == "33Mi"
+    with pytest.raises(cache_spec.SpecError) as error:
+        cache_spec.pin_image(spec_of(extract_limits={"max_bytes": 1000}), "r/c@d", "sha256:" + "a" * 64,
+                             {"size_bytes": 1001})
+    assert "r/c@d declares 1001 bytes unpacked" in str(error.value)
+    assert "over the 1000 bytes a cache may hold (extract_limits.max_bytes" in str(error.value)
 
 
 @pytest.mark.parametrize("labels, variable, reason", [
