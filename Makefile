@@ -45,7 +45,7 @@ junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno ansible-operator venv-triton test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
-        bench-extract bench-distribute bench-scale bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-pause
+        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-pause
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -214,6 +214,10 @@ bench-distribute: setup sim-up ## Distribution benchmark -> bench/results/distri
 bench-scale: setup ## Scale: one ClusterGKMCache x 3 namespaces at 500/2,000/5,000 kwok GPU nodes -> bench/results/scale.json, scale.png
 	GKM_SIM_REAL_NODES=0 GKM_SIM_JOB_CONTROLLER=0 GKM_SIM_HEARTBEAT_SECONDS=300 $(SIM) up
 	$(PY) bench/scale.py $(BENCH_SCALE_ARGS)
+
+bench-controller: setup ## The kopf controller beside the playbook path: one ClusterGKMCache x 3 namespaces at 500/2,000/5,000 kwok GPU nodes -> bench/results/controller.json
+	GKM_SIM_REAL_NODES=0 GKM_SIM_JOB_CONTROLLER=0 GKM_SIM_AUDIT_READS=1 GKM_SIM_HEARTBEAT_SECONDS=300 $(SIM) up
+	$(PY) bench/controller.py $(BENCH_CONTROLLER_ARGS)
 
 bench-webhook: setup sim-up ## Webhook benchmark -> bench/results/webhook.json
 	$(PY) bench/webhook.py

@@ -8,12 +8,7 @@ the tools image is any reference. The controller reconciles every cache of the c
 starts it and stops it again, and each test's cache is placed on a node pool of its own.
 """
 
-import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime, timezone
@@ -22,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from tests.helpers import kcache_images
+from tests.helpers.controller_process import Controller
 from tests.helpers.modules import AuditWrites
 from tests.helpers.operator_caches import (
     GROUP,
@@ -37,7 +33,6 @@ from tests.helpers.operator_caches import (
     pool_nodes,
     settled,
 )
-from tests.helpers.paths import ROOT
 
 pytest.importorskip("kopf")  # requirements/dev.txt pins it for Python 3.11 and later
 
@@ -46,52 +41,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 HEARTBEATS = 200
 
 
-class Controller:
-    """The controller's process and its log (stderr), read by the tests."""
-
-    def __init__(self, sim, log_path, lease_namespace):
-        self.log_path = log_path
-        self.started = time.monotonic()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [ROOT, os.path.join(ROOT, ".cache", "collections"), os.environ.get("PYTHONPATH", "")]))
-        options = {"registry_plain_http": True, "wait_timeout": 120}
-        with open(log_path, "w") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "controller.gkm_controller.main", "--kubeconfig", sim.kubeconfig,
-                 "--namespace", lease_namespace, "--tools-image", kwok_tools_image(sim),
-                 "--options", json.dumps(options), "--verbose"],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def log(self):
-        with open(self.log_path, encoding="utf-8") as log:
-            return log.read()
-
-    def lines(self, pattern):
-        return [line for line in self.log().splitlines() if re.search(pattern, line)]
-
-    def cpu_seconds(self):
-        """User and system CPU seconds of the process so far (/proc/<pid>/stat, its own threads only)."""
-        with open("/proc/%d/stat" % self.process.pid) as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-def become_ready(controller, timeout=120):
-    try:
-        poll("the controller ready", lambda: controller.process.poll() is None and controller.lines(r" ready: "),
-             timeout)
-    except AssertionError:
-        controller.stop()
-        raise AssertionError("the controller did not become ready:\n%s" % controller.log()[-4000:]) from None
-    return time.monotonic() - controller.started
+def start_controller(sim, log_path, lease_namespace):
+    return Controller(sim.kubeconfig, log_path, lease_namespace, kwok_tools_image(sim),
+                      {"registry_plain_http": True, "wait_timeout": 120})
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +58,8 @@ def lease_namespace(kube):
 
 @pytest.fixture(scope="module")
 def controller(sim, crds, lease_namespace, tmp_path_factory):
-    started = Controller(sim, str(tmp_path_factory.mktemp("controller") / "controller.log"), lease_namespace)
-    started.ready_s = become_ready(started)
+    started = start_controller(sim, str(tmp_path_factory.mktemp("controller") / "controller.log"), lease_namespace)
+    started.ready_s = started.become_ready()
     print("controller: start -> ready %.1fs (%s)" % (started.ready_s, started.lines(r" ready: ")[0]))
     yield started
     started.stop()
@@ -117,11 +69,6 @@ def controller(sim, crds, lease_namespace, tmp_path_factory):
 def image(registry):
     return kcache_images.build_image(registry.host, "controller/vector-add", "v1",
                                      kcache_images.CacheSpec(backend="hip"))
-
-
-def reconciles(controller, namespace=None):
-    return controller.lines(r"gkm_controller\.reconciles: reconcile GKMCache %s" % (
-        re.escape(namespace + "/") if namespace else ""))
 
 
 def heartbeat(core, name, beat):
@@ -154,12 +101,12 @@ def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_dele
     assert {pvc.metadata.labels.get("gkm.io/node") for pvc in objects["pvcs"]} - {None} == set(nodes)
     assert {pvc.status.phase for pvc in objects["pvcs"]} == {"Bound"}
     # Two GPU nodes join the pool: their Node events alone (coalesced, the whole cache reconciled) extend it.
-    before, started = len(reconciles(controller, namespace)), time.monotonic()
+    before, started = len(controller.reconciles(namespace=namespace)), time.monotonic()
     nodes += pool_nodes(sim_nodes, pool, 2)
     poll("Extracted on 5 nodes", lambda: phase_is(crds, namespace, name, "Extracted", 5), 120)
     to_joined = time.monotonic() - started
     record_property("nodes_join_to_extracted_s", round(to_joined, 1))
-    joined_runs = len(reconciles(controller, namespace)) - before
+    joined_runs = len(controller.reconciles(namespace=namespace)) - before
     assert joined_runs >= 1
     print("controller: 2 nodes join -> Extracted on 5 nodes %.1fs, %d reconciles" % (to_joined, joined_runs))
     objects = cache_objects(kube, namespace, name)
@@ -177,7 +124,7 @@ def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_dele
     # (b) 200 heartbeat-only Node status updates of the pool's GPU nodes: they reach the controller, change nothing
     # it reads, and start no reconcile and no write.
     poll("the controller settled", lambda: settled(crds, namespace, name, quiet_seconds=3), 60)
-    before, seen_before = len(reconciles(controller)), len(controller.lines(r"node event MODIFIED.*changed=False"))
+    before, seen_before = len(controller.reconciles()), len(controller.lines(r"node event MODIFIED.*changed=False"))
     audit, cpu, started = AuditWrites(), controller.cpu_seconds(), time.monotonic()
     core = client.CoreV1Api(kube)
     for beat in range(HEARTBEATS):
@@ -193,7 +140,7 @@ def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_dele
           "%.1fs: %d events seen, %.2f CPU s" % (
               controller.ready_s, to_status, to_extracted, HEARTBEATS, heartbeat_s, seen, heartbeat_cpu))
     assert seen >= HEARTBEATS / 2, seen  # kwok's own updates may fall in the same window as one of ours
-    assert len(reconciles(controller)) == before, reconciles(controller)[before:]
+    assert len(controller.reconciles()) == before, controller.reconciles()[before:]
     assert audit.since("/namespaces/%s/" % namespace, "/persistentvolumes", "gkm.io") == []
 
     # (c) Deleted: the finalizer's reconcile runs once, every object goes (no PV left behind), the resource goes,
@@ -212,7 +159,7 @@ def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_
     """The module's controller holds the Lease; a second one started beside it waits, lists nothing and reconciles
     nothing; stopped with SIGTERM, the first releases the Lease and the second takes it at its next look. A third
     takes it from the second killed with SIGKILL after the Lease's recorded duration."""
-    second = Controller(sim, str(tmp_path_factory.mktemp("controller") / "second.log"), lease_namespace)
+    second = start_controller(sim, str(tmp_path_factory.mktemp("controller") / "second.log"), lease_namespace)
     try:
         poll("the second controller waiting", lambda: second.lines(r"waits for the Lease"), 60)
         time.sleep(6)  # three of its looks at the Lease
@@ -226,7 +173,7 @@ def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_
         assert controller.lines(r"released the Lease")
         poll("the second controller leading", lambda: second.lines(r"leading: take"), 30)
         take_over = time.monotonic() - stopped
-        ready = become_ready(second) - (stopped - second.started)
+        ready = second.become_ready() - (stopped - second.started)
         record_property("take_over_s", round(take_over, 1))
         record_property("take_over_to_ready_s", round(ready, 1))
         print("controller: SIGTERM of the leader -> the second leads %.1fs, ready %.1fs" % (take_over, ready))
@@ -234,7 +181,7 @@ def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_
 
         # A third beside the second; the second killed (no release): the third takes the Lease once the record has
         # stood still for its recorded 8 s, at most one look (2 s) later.
-        third = Controller(sim, str(tmp_path_factory.mktemp("controller") / "third.log"), lease_namespace)
+        third = start_controller(sim, str(tmp_path_factory.mktemp("controller") / "third.log"), lease_namespace)
         try:
             poll("the third controller waiting", lambda: third.lines(r"waits for the Lease"), 60)
             time.sleep(3)
@@ -247,7 +194,7 @@ def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_
             record_property("take_over_after_kill_s", round(after_kill, 1))
             print("controller: SIGKILL of the leader -> the third leads %.1fs" % after_kill)
             assert 5.5 <= after_kill <= 8 + 2 + 2 + 1, after_kill  # from 8 less one look, to the worst case
-            become_ready(third)
+            third.become_ready()
         finally:
             third.stop()
     finally:

@@ -24,19 +24,24 @@ CONTROL_PLANE = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 # make no pods, so the scale benchmark measures the collection's writes, not 15,000 simulated pod lifecycles
 # (it writes each Job's Complete condition itself, as the Job controller would).
 JOB_CONTROLLER = os.environ.get("GKM_SIM_JOB_CONTROLLER", "1") != "0"
+# $GKM_SIM_AUDIT_READS=1 also audits reads (get, list, watch) by the admin's clients, which the controller benchmark
+# counts; off by default, since every test and module reads far more than it writes.
+AUDIT_READS = os.environ.get("GKM_SIM_AUDIT_READS", "0") == "1"
+READ_VERBS = ["get", "list", "watch"]
 
 
 def write_audit_policy():
-    """Audit only writes, at Metadata level: tests count a module's writes from this log."""
+    """Audit writes (and reads with $GKM_SIM_AUDIT_READS) at Metadata level: tests count a module's writes from this
+    log."""
     path = os.path.join(SIM_DIR, "audit-policy.yaml")
+    verbs = ["create", "update", "patch", "delete", "deletecollection"] + (READ_VERBS if AUDIT_READS else [])
     write_file(path, yaml.safe_dump({
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",
         "omitStages": ["RequestReceived"],
         "rules": [
             {"level": "None", "users": ["system:kube-scheduler", "system:kube-controller-manager"]},
-            {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"],
-             "userGroups": ["system:masters"]},
+            {"level": "Metadata", "verbs": verbs, "userGroups": ["system:masters"]},
             {"level": "None"},
         ],
     }), 0o644)
@@ -133,6 +138,8 @@ def start(state, binaries, pki):
             kwok_nodes.apply_stages(state, pki, binaries)
         if name == "kube-controller-manager":
             state["job_controller"] = JOB_CONTROLLER
+        if name == "kube-apiserver":
+            state["audit_reads"] = AUDIT_READS
         start_process(state, name, component_argv(name, state, binaries, pki))
         started_any = True
         wait_for(name, lambda name=name: _ready(name, state, pki), 60, [name], state)
