@@ -241,6 +241,8 @@ def median(rounds, key):
 def point(nodes, controller_rounds, playbook_rounds, load_before):
     """One size's figures: the fields issue 33 asks for first, then the playbook path's and the rounds."""
     cold, kubectl = median(controller_rounds, "cold_s"), median(playbook_rounds, "kubectl_ssa_s")
+    if not controller_rounds:
+        return dict(nodes=nodes, playbook_rounds=playbook_rounds, load_average_before=load_before)
     return {
         "nodes": nodes,
         "namespaces": len(scale.NAMESPACES),
@@ -276,8 +278,11 @@ def main():
     parser.add_argument("--max-load", type=float, default=DEFAULT_MAX_LOAD)
     parser.add_argument("--allow-busy", action="store_true", help="write results on a busy machine, marked busy")
     parser.add_argument("--keep-nodes", action="store_true", help="leave the bench nodes for the next run")
+    parser.add_argument("--paths", default="controller,playbook",
+                        help="the contenders, comma-separated (one alone: a quick look, not a comparison)")
     parser.add_argument("--output", default=RESULTS)
     args = parser.parse_args()
+    args.paths = args.paths.split(",")
     load_start = os.getloadavg()
     if load_start[0] > args.max_load and not args.allow_busy:
         sys.exit("load average %.2f is above %.2f: the figures would measure the other load. Wait for a quiet "
@@ -309,7 +314,7 @@ def main():
                 load_before = [round(x, 2) for x in os.getloadavg()]
                 controller_rounds, playbook_rounds = [], []
                 for round_number in range(args.rounds):
-                    for path in ("controller", "playbook")[::1 if round_number % 2 == 0 else -1]:
+                    for path in args.paths[::1 if round_number % 2 == 0 else -1]:
                         if path == "controller":
                             controller_rounds.append(controller_path.measure(
                                 nodes, pool, args.idle_seconds, args.settle_seconds, args.heartbeat_seconds))
