@@ -102,9 +102,9 @@ class Heartbeats:
 
     def _beat(self, node):
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        # Conditions merge by type: the Ready condition keeps its status, reason and message, as a kubelet's do.
         self.raw.request("PATCH", "/api/v1/nodes/%s/status" % node, body={"status": {"conditions": [
-            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
-             "lastHeartbeatTime": now}]}}, content_type="application/strategic-merge-patch+json")
+            {"type": "Ready", "lastHeartbeatTime": now}]}}, content_type="application/strategic-merge-patch+json")
 
     def _run(self):
         second = 0

@@ -37,8 +37,7 @@ class DeletionGuard:
         self._seen = False
 
     def _held(self):
-        held = self.index.select(self.kind, self.namespace, field_selector="metadata.name=%s" % self.name)
-        return held[0] if held else None
+        return self.index.get(self.kind, self.name, self.namespace)
 
     def why_not(self):
         """None when the reconcile may write, else why not."""

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import kopf
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import DEFAULT_WORKERS, Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import ClusterIndex
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC
 
@@ -152,7 +152,12 @@ def main(argv=None):
     if args.verbose:
         logging.getLogger("controller").setLevel(logging.DEBUG)
         logging.getLogger("gkm_controller").setLevel(logging.DEBUG)
-    api_client = api_client_from_kubeconfig(args.kubeconfig, args.context)
+    else:
+        # kopf logs each handler's success at INFO: a line per watch event, which at hundreds of nodes' heartbeats
+        # a second costs more than the event's own handling.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # Up to `workers` reconciles at once, each sending up to DEFAULT_WORKERS requests at once.
+    api_client = api_client_from_kubeconfig(args.kubeconfig, args.context, workers=args.workers * DEFAULT_WORKERS)
     loop = lead(args, api_client)
     registry, settings, _controller = build(args, api_client, started, lease=loop.elector.deadline)
     LOG.info("starting: tools image %s, %d workers", args.options.get("extract_image") or "(none)", args.workers)

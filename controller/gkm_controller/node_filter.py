@@ -39,11 +39,6 @@ class NodeDecision:
         return "NodeDecision(%r, changed=%r, starts=%r, %r)" % (self.name, self.changed, self.starts, self.reason)
 
 
-def _held(index, name):
-    held = index.select("Node", field_selector="metadata.name=%s" % name)
-    return held[0] if held else None
-
-
 def decide(index, name, event_type, changed, before, node):
     """The NodeDecision of a Node event whose application to the index changed it or not; before: the index's copy
     before the event (None for a node it did not hold)."""
@@ -65,7 +60,7 @@ def on_node_event(index, event_type, node):
     resume covers every cache once the listing is done).
     """
     name = node["metadata"]["name"]
-    before = _held(index, name)
+    before = index.get("Node", name)
     changed = index.apply(event_type, node)
     return decide(index, name, event_type, changed, before, node)
 
@@ -86,7 +81,7 @@ class NodeFilter:
 
     def indexed(self, node):
         name = node["metadata"]["name"]
-        before = _held(self.index, name)
+        before = self.index.get("Node", name)
         changed = self.index.apply("MODIFIED", node)
         with self._lock:
             # Two events indexed before their event handlers ran: the node changed if either changed it.
@@ -100,7 +95,7 @@ class NodeFilter:
         with self._lock:
             pending = self._pending.pop(name, None)
         if event_type == "DELETED":
-            before = _held(self.index, name)
+            before = self.index.get("Node", name)
             return decide(self.index, name, event_type, self.index.apply("DELETED", node), before, node)
         if pending is None:  # not indexed first: apply it now
             return on_node_event(self.index, event_type, node)

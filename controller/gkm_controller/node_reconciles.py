@@ -40,11 +40,11 @@ def caches_for_node(index, name, compatibility="skip"):
     resources = [resource for kind in sorted(CACHE_KINDS) for resource in index.select(kind)
                  if not deletion_requested(resource)]
     objects, statuses = _on_node(index, name)
-    held = index.select("Node", field_selector="metadata.name=%s" % name)
-    if not held:
+    held = index.get("Node", name)
+    if held is None:
         keys = holders(objects)
         return [resource for resource in resources if _cache_key(resource) in keys]
-    return affected_caches(held[0], resources, objects, compatibility, statuses)
+    return affected_caches(held, resources, objects, compatibility, statuses)
 
 
 class NodeReconciles:

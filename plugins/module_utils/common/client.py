@@ -46,10 +46,14 @@ def api_client_from_auth(auth_params, workers=DEFAULT_WORKERS):
     return client
 
 
-def api_client_from_kubeconfig(kubeconfig=None, context=None):
-    """An ApiClient from a kubeconfig file, or from the pod's service account when none is given in a pod."""
-    if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return kube_config.new_client_from_config(config_file=kubeconfig, context=context)
+def api_client_from_kubeconfig(kubeconfig=None, context=None, workers=DEFAULT_WORKERS):
+    """An ApiClient from a kubeconfig file, or from the pod's service account when none is given in a pod; its
+    connection pool as wide as the requests sent at once (workers): a narrower one discards connections, and each
+    request past it opens a new TLS connection."""
     configuration = kube_client.Configuration()
-    kube_config.load_incluster_config(client_configuration=configuration)
+    if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kube_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    else:
+        kube_config.load_incluster_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = max(workers, 4)
     return kube_client.ApiClient(configuration)

@@ -55,15 +55,21 @@ def _matches(terms, lookup):
     return all((lookup(key) == value) == (operator == "=") for key, operator, value in terms)
 
 
+def _terms(selector):
+    """A selector's terms: parsed here from its text, or as parse_selector already returned them."""
+    return selector if isinstance(selector, list) else parse_selector(selector)
+
+
 def labels_match(obj, selector):
-    """True when the object's labels satisfy an equality-based label selector."""
+    """True when the object's labels satisfy an equality-based label selector (text or parsed terms)."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    return _matches(parse_selector(selector), labels.get)
+    return _matches(_terms(selector), labels.get)
 
 
 def fields_match(obj, selector):
-    """True when the object satisfies an equality-based field selector (metadata.name=x, status.phase!=y)."""
-    return _matches(parse_selector(selector), lambda path: _field(obj, path))
+    """True when the object satisfies an equality-based field selector (metadata.name=x, status.phase!=y; text or
+    parsed terms)."""
+    return _matches(_terms(selector), lambda path: _field(obj, path))
 
 
 # ------------------------------------------------------------------ the in-memory copy a controller keeps
@@ -165,17 +171,24 @@ class ClusterIndex:
         with self._lock:
             return self._changed.wait_for(lambda: self.version > since, timeout)
 
-    def _all(self, kind, namespace=None):
-        with self._lock:
-            objects = list(self._objects[kind].values()) if namespace is None else [
-                obj for (ns, _name), obj in self._objects[kind].items() if ns == namespace]
-        return [_copy(obj) for obj in objects]
-
     def select(self, kind, namespace=None, label_selector=None, field_selector=None):
-        """Held objects of a kind (in a namespace), filtered as the API server filters a LIST."""
-        return [obj for obj in self._all(kind, namespace)
-                if (not label_selector or labels_match(obj, label_selector))
-                and (not field_selector or fields_match(obj, field_selector))]
+        """Copies of the held objects of a kind (in a namespace), filtered as the API server filters a LIST.
+
+        Only the matches are copied: the held objects are never changed in place (apply replaces them), so they are
+        read outside the lock, and a Node event's lookups cost a scan, not a copy of every node.
+        """
+        labels, fields = parse_selector(label_selector), parse_selector(field_selector)
+        with self._lock:
+            held = list(self._objects[kind].items())
+        return [_copy(obj) for (held_namespace, _name), obj in held
+                if (namespace is None or held_namespace == namespace)
+                and labels_match(obj, labels) and fields_match(obj, fields)]
+
+    def get(self, kind, name, namespace=None):
+        """A copy of the held object of that name (in that namespace; none for a cluster-scoped kind), or None."""
+        with self._lock:
+            obj = self._objects[kind].get((namespace or "", name))
+        return None if obj is None else _copy(obj)
 
     def count(self, kind):
         with self._lock:

@@ -274,6 +274,22 @@ def test_the_index_drops_managed_fields_and_hands_out_copies():
     assert "edited" not in index.select("Node")[0]["metadata"]["labels"]
 
 
+def test_the_index_gets_one_object_by_name_as_a_copy_and_selects_by_namespace():
+    pvc = obj("PersistentVolumeClaim", "slot", "team-a", cache_labels())
+    index = indexed([pvc, obj("PersistentVolumeClaim", "slot", "team-b", cache_labels()),
+                     heartbeat_fields(default_nodes()[0])])
+    node_name = default_nodes()[0]["metadata"]["name"]
+    assert index.get("Node", node_name)["metadata"]["name"] == node_name
+    assert index.get("Node", "no-such-node") is None
+    assert index.get("PersistentVolumeClaim", "slot") is None  # namespaced: the namespace is part of the name
+    held = index.get("PersistentVolumeClaim", "slot", "team-a")
+    held["metadata"]["labels"]["edited"] = "by a reconcile"
+    assert "edited" not in index.get("PersistentVolumeClaim", "slot", "team-a")["metadata"]["labels"]
+    assert [p["metadata"]["namespace"] for p in index.select("PersistentVolumeClaim", "team-b",
+                                                             field_selector="metadata.name=slot")] == ["team-b"]
+    assert len(index.select("PersistentVolumeClaim", field_selector="metadata.name=slot")) == 2
+
+
 def test_the_index_refuses_a_kind_it_does_not_hold():
     with pytest.raises(ValueError, match="ConfigMap"):
         facts_index.ClusterIndex().apply("ADDED", obj("ConfigMap", "x", "team-a"))
