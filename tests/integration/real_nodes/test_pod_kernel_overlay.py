@@ -189,7 +189,7 @@ def test_without_a_cache_the_warm_up_compiles_every_kernel(cluster):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_through_the_overlay_every_kernel_is_a_hit_and_none_is_compiled(cluster, mode):
-    full, _ = _caches(mode)
+    full = _caches(mode)[0]
     admitted = cluster.create(_cache_pod("overlaid-" + full, cluster.image, full))
     _given(admitted, mode, full)
     assert [c.name for c in admitted.spec.init_containers or []] == ["gkm-kernels-" + full]
@@ -210,7 +210,7 @@ def test_through_the_overlay_every_kernel_is_a_hit_and_none_is_compiled(cluster,
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_cache_mounted_read_only_without_the_overlay_is_never_hit(cluster, mode):
-    full, _ = _caches(mode)
+    full = _caches(mode)[0]
     admitted = cluster.create(_cache_pod("plain-" + full, cluster.image, full,
                                          annotations={"gkm.io/cache-overlay": "disabled"},
                                          env=[{"name": "TRITON_CACHE_DIR", "value": MOUNT + "/io.triton.cache"}]))
@@ -227,7 +227,7 @@ def test_the_cache_mounted_read_only_without_the_overlay_is_never_hit(cluster, m
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_kernel_the_cache_lacks_is_one_miss_compiled_into_the_overlay(cluster, mode):
-    _, lacking = _caches(mode)
+    lacking = _caches(mode)[1]
     _given(cluster.create(_cache_pod("overlaid-" + lacking, cluster.image, lacking)), mode, lacking)
     pod, kernels, summary, report = cluster.finished("overlaid-" + lacking)
     assert pod.status.phase == "Succeeded", (pod.status, kernels)
