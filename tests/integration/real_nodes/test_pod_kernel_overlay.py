@@ -238,3 +238,24 @@ def test_a_kernel_the_cache_lacks_is_one_miss_compiled_into_the_overlay(cluster,
     assert report["states"] == {layout.FOREIGN: KERNELS - 1, layout.RESOLVES: 1}, report["states"]
     [compiled] = [k for k in report["kernels"] if k["state"] == layout.RESOLVES]
     assert compiled["hash_dir"] == layout.hash_directory_name(missed["hash"]), (compiled, missed)
+
+
+def test_a_pod_given_its_node_s_pvc_by_claim_gets_no_overlay_and_hits_nothing(cluster):
+    # The per-node PVC: a pod labelled gkm.io/pvc-mutation naming the cache as its claim gets its node's PVC from the
+    # webhook, which adds no overlay to a volume the pod mounts itself (docs/kernels.md, "Not built"). Mounted read-only
+    # as the data-path tests do, the slot's groups name the node's path: Triton hits nothing and cannot write.
+    full = _caches("PVC")[0]
+    body = _pod("per-node-" + full, cluster.image,
+                env=[{"name": "TRITON_CACHE_DIR", "value": MOUNT + "/io.triton.cache"}],
+                volumes=[{"name": "kernels", "persistentVolumeClaim": {"claimName": full}}],
+                mounts=[{"name": "kernels", "mountPath": MOUNT, "subPath": "cache", "readOnly": True}])
+    body["metadata"]["labels"] = {"gkm.io/pvc-mutation": "true"}
+    body["spec"]["nodeName"] = AMD_NODE  # the webhook picks the node's PVC only for a pod whose node is known
+    admitted = cluster.create(body)
+    [volume] = [v for v in admitted.spec.volumes if v.name == "kernels"]
+    assert volume.persistent_volume_claim.claim_name != full and not admitted.spec.init_containers, admitted.spec
+    pod, kernels, summary, report = cluster.finished("per-node-" + full)
+    assert report["states"] == {layout.DANGLING: KERNELS}, report["states"]
+    assert summary["hits"] == 0 and summary["errors"] == KERNELS, summary
+    assert all("Read-only file system" in k["error"] for k in kernels), kernels
+    assert pod.status.phase == "Failed"
