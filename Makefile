@@ -45,7 +45,7 @@ junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno ansible-operator venv-triton test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
-        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-pause
+        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-pause image-workload
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -204,6 +204,9 @@ image-operator: venv debian-packages ansible-operator ## Build the operator imag
 
 image-pause: debian-packages ## Build the pause image (and push it when REGISTRY=host:port is given)
 	@tools/images/build.sh pause $(if $(REGISTRY),--push $(REGISTRY))
+
+image-workload: venv debian-packages ## Build the workload image of the tests (Triton and its warm-up; pushed when REGISTRY=host:port is given)
+	@tools/images/build.sh workload $(if $(REGISTRY),--push $(REGISTRY))
 
 bench-extract: setup sim-up ## Extraction benchmark -> bench/results/extract.json
 	$(PY) bench/extract.py

@@ -105,12 +105,23 @@ def real_nodes(sim):
     return nodes
 
 
+def _pushed_image(command):
+    """The reference sim.py COMMAND (tools-image, workload-image) prints after pushing this checkout's image."""
+    result = subprocess.run([sys.executable, SIM_SCRIPT, command], check=True, cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    return result.stdout.strip().splitlines()[-1]
+
+
 @pytest.fixture(scope="session")
 def tools_image(sim):
     """The tools image of this checkout's code in the cluster's registry (sim.py tools-image; cached builds)."""
-    result = subprocess.run([sys.executable, SIM_SCRIPT, "tools-image"], check=True, cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
-    return result.stdout.strip().splitlines()[-1]
+    return _pushed_image("tools-image")
+
+
+@pytest.fixture(scope="session")
+def workload_image(sim):
+    """The workload image (Triton and the kernel set's warm-up) in the cluster's registry (sim.py workload-image)."""
+    return _pushed_image("workload-image")
 
 
 @pytest.fixture(scope="session")

@@ -82,20 +82,25 @@ tools_code_stage() {
     --config.label "org.opencontainers.image.version=$TAG"
 }
 
-# The Python check and the root and wheels stages, which the operator image shares (TOOLS_ROOT and TOOLS_WHEELS
-# name their layouts).
-build_tools_base() {
-  local root_key wheels_key build_python
+# The Python check and the root stage, which the operator and workload images share (TOOLS_ROOT names its layout).
+build_tools_root() {
+  local root_key
   "$BUILD_PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
     die "$BUILD_PYTHON is not Python $TOOLS_PYTHON_VERSION: set GKM_IMAGE_PYTHON to one (its byte code must fit the image's)"
   root_key=$(printf '%s\0' tools/images/{build,lib,debian,tools}.sh "$DEBIAN_LOCK" |
              hash_inputs tools "$SOURCE_DATE_EPOCH")
+  TOOLS_ROOT=$IMAGE_CACHE/stages/tools-root-$root_key
+  run_stage "$TOOLS_ROOT" - tools_root_stage
+}
+
+# The root and wheels stages, which the operator image shares (TOOLS_ROOT and TOOLS_WHEELS name their layouts).
+build_tools_base() {
+  local wheels_key build_python
+  build_tools_root
   build_python=$("$BUILD_PYTHON" -c 'import pip, sys; print(sys.version, "pip", pip.__version__)')
   wheels_key=$(printf '%s\0' requirements.txt requirements/constraints.txt |
-               hash_inputs "$root_key" "$build_python")
-  TOOLS_ROOT=$IMAGE_CACHE/stages/tools-root-$root_key
+               hash_inputs "${TOOLS_ROOT##*-}" "$build_python")
   TOOLS_WHEELS=$IMAGE_CACHE/stages/tools-wheels-$wheels_key
-  run_stage "$TOOLS_ROOT" - tools_root_stage
   run_stage "$TOOLS_WHEELS" "$TOOLS_ROOT" tools_wheels_stage
 }
 

@@ -1,9 +1,12 @@
-"""CLI: python -m tools.triton_kernels {compile,report,predict,inspect,relocate,overlay} (from the checkout's root).
+"""CLI: python -m tools.triton_kernels {compile,report,predict,warmup,inspect,relocate,overlay} (from the checkout).
 
-compile, report and predict import Triton (run them with the Triton venv's python); the others do not.
+compile, report, predict and warmup import Triton (run them with the Triton venv's python); the others do not.
   compile  --target cuda:90 --cache-dir DIR   compile the kernel set into DIR; per kernel: hit/miss and seconds
   report   --target cuda:90 --cache-dir DIR   the same, with one line per kernel on stderr
   predict  --target cuda:90 --cache-dir DIR   per kernel, whether a compile would hit and why not, writing nothing
+  warmup   [--target cuda:90]                 what a model's warm-up does, into TRITON_CACHE_DIR as set (the workload
+                                               image's entry point): a JSON line per kernel as it is compiled, then a
+                                               summary; the target from $GKM_WARMUP_TARGET by default; exit 1 on errors
   inspect  DIR                                 each kernel's files, metadata facts and group state (JSON)
   relocate SOURCE DESTINATION                  copy a cache and re-point its group files at DESTINATION
   overlay  SOURCE DESTINATION                  only the group files into DESTINATION, pointing at SOURCE's files
@@ -35,6 +38,29 @@ def _compile(args):
             "triton_key": compile_run.triton_key_digest(), "import_seconds": round(imported, 4),
             "kernels": kernels, "hits": hits, "misses": len(kernels) - hits,
             "compile_seconds": round(sum(k["seconds"] for k in kernels), 4)}
+
+
+def _warmup(args):
+    """Prints a line per kernel (kernel, result: hit, miss or error, seconds) and a summary; False when one failed."""
+    started = time.perf_counter()
+    from . import compile_run
+
+    imported = time.perf_counter() - started
+    backend, arch, warp_size = parse_target(args.target)
+    counts = {"hit": 0, "miss": 0, "error": 0}
+    seconds = 0.0
+    for kernel in compile_run.compile_each(backend, arch, warp_size, only=set(args.only or ()), keep_going=True):
+        result = "error" if "error" in kernel else "hit" if kernel["hit"] else "miss"
+        counts[result] += 1
+        seconds += kernel["seconds"]
+        line = {"kernel": kernel["label"], "result": result, "seconds": kernel["seconds"]}
+        line.update((key, kernel[key]) for key in ("hash", "error") if key in kernel)
+        print(json.dumps(line, sort_keys=True), flush=True)
+    print(json.dumps({"summary": True, "hits": counts["hit"], "misses": counts["miss"], "errors": counts["error"],
+                      "seconds": round(seconds, 4), "import_seconds": round(imported, 4), "target": args.target,
+                      "cache_dir": os.environ.get("TRITON_CACHE_DIR"),
+                      "triton_version": compile_run.triton_version()}, sort_keys=True))
+    return not counts["error"]
 
 
 def _predict(args):
@@ -74,12 +100,19 @@ def main(argv=None):
         command.add_argument("--target", required=True, help="cuda:90, hip:gfx90a, optionally :<warp size>")
         command.add_argument("--cache-dir", required=True)
         command.add_argument("--only", action="append", help="a kernel label; repeat for several")
+    warmup = commands.add_parser("warmup")
+    warmup.add_argument("--target", default=os.environ.get("GKM_WARMUP_TARGET"),
+                        required="GKM_WARMUP_TARGET" not in os.environ, help="cuda:90, hip:gfx90a (default: "
+                        "$GKM_WARMUP_TARGET)")
+    warmup.add_argument("--only", action="append", help="a kernel label; repeat for several")
     commands.add_parser("inspect").add_argument("cache_dir")
     for name in ("relocate", "overlay"):
         command = commands.add_parser(name)
         command.add_argument("source")
         command.add_argument("destination")
     args = parser.parse_args(argv)
+    if args.command == "warmup":
+        sys.exit(0 if _warmup(args) else 1)
     if args.command in ("compile", "report"):
         result = _compile(args)
         if args.command == "report":

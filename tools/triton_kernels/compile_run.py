@@ -20,8 +20,11 @@ from . import layout
 from .kernels import kernel_set
 
 
-def compile_all(backend, arch, warp_size, only=None):
-    """One dict per kernel: label, name, hash, hit (Triton's own verdict), seconds. `only` limits by label."""
+def compile_each(backend, arch, warp_size, only=None, keep_going=False):
+    """Yields one dict per kernel as it is compiled: label, name, hash, hit (Triton's own verdict), seconds. `only`
+    limits by label. With keep_going, a compile that raises yields label, error and seconds instead (hit None: the
+    listener is not called), and the next kernel is compiled: a warm-up reports every kernel, and Triton raises
+    when its cache directory is read-only."""
     seen = {}
 
     def listener(src, metadata, metadata_group, times, cache_hit):
@@ -30,20 +33,30 @@ def compile_all(backend, arch, warp_size, only=None):
     target = GPUTarget(backend, arch, warp_size)
     previous = triton.knobs.compilation.listener
     triton.knobs.compilation.listener = listener
-    results = []
     try:
         for spec in kernel_set():
             if only and spec.label not in only:
                 continue
             seen.clear()
             started = time.perf_counter()
-            compiled = triton.compile(spec.source(), target=target, options=dict(spec.options))
+            try:
+                compiled = triton.compile(spec.source(), target=target, options=dict(spec.options))
+            except Exception as error:
+                if not keep_going:
+                    raise
+                yield {"label": spec.label, "hit": None, "error": "%s: %s" % (type(error).__name__, error),
+                       "seconds": round(time.perf_counter() - started, 4)}
+                continue
             seconds = time.perf_counter() - started
-            results.append({"label": spec.label, "name": compiled.name, "hash": compiled.hash,
-                            "hit": seen.get("hit"), "seconds": round(seconds, 4)})
+            yield {"label": spec.label, "name": compiled.name, "hash": compiled.hash, "hit": seen.get("hit"),
+                   "seconds": round(seconds, 4)}
     finally:
         triton.knobs.compilation.listener = previous
-    return results
+
+
+def compile_all(backend, arch, warp_size, only=None):
+    """compile_each's dicts as a list; the first compile that raises ends it."""
+    return list(compile_each(backend, arch, warp_size, only))
 
 
 def triton_version():

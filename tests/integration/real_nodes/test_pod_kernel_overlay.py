@@ -1,9 +1,19 @@
-"""The kernel overlay run for real: a GKMCache of real Triton kernels (CacheSpec(compiled=True), hip) extracted onto the
-real AMD node; a bare pod annotated gkm.io/cache is given the overlay by the webhook server (a local process told the
-tools image), its init container runs the overlay from the tools image on the node, and its main container (the tools
-image: python3, no Triton) checks that every group file under TRITON_CACHE_DIR names files that exist where the pod
-sees them. The pod's exit code and logs say so; the times from the pod's scheduling to its main container's start,
-and of the init container, are printed (docs/kernels.md, "Measured")."""
+"""Triton in a pod on a real node, given a cache by the collection in each way an annotated pod is given one: the
+serving PVC of a PVC-mode GKMCache extracted onto the real AMD node, and an image volume (mountMode imageVolume). The
+caches hold real Triton kernels (hip); the pods run the workload image (Triton 3.9.0 and the kernel set's warm-up,
+`python3 -m tools.triton_kernels warmup`), whose hit or miss per kernel is Triton's own verdict:
+
+- no cache (an emptyDir): every kernel compiled, the cold figure; this pod also pulls the image onto the node while
+  the caches are extracted;
+
+and in each mode:
+- the full cache through the webhook's overlay (a bare pod annotated gkm.io/cache): every kernel a hit, none compiled;
+- the same cache mounted the way pods had it before the overlay (gkm.io/cache-overlay: disabled, TRITON_CACHE_DIR
+  pointed at the read-only mount): no hit; Triton fails to write each recompile (docs/kernels.md);
+- a cache lacking one kernel, overlaid: one miss, compiled into the pod's writable overlay.
+
+Each pod prints its warm-up lines, then `inspect` of its TRITON_CACHE_DIR (each kernel's group state); the times from
+pod creation to its end and the compile seconds are printed (docs/kernels.md, "Measured")."""
 
 import json
 import time
@@ -11,10 +21,12 @@ import uuid
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
 from tests.helpers.real_nodes import (
+    AMD_NODE,
     BASELINE,
     GPU_TOLERATION,
     ON_REAL_NODES,
@@ -24,38 +36,17 @@ from tests.helpers.real_nodes import (
 )
 from tests.helpers.webhook import CertificateFiles, LocalWebhookServer, install, wait_until
 from tests.integration.webhook.test_steering_apiserver import GROUP, VERSION, reconcile
+from tools.triton_kernels import layout
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 
-AMD_NODE = "gkm-real-amd-1"
-CACHE = "overlaid"
-INIT = "gkm-kernels-" + CACHE
+TARGET = "hip:gfx90a"
 KERNELS = 6
-# Run by the main container: each group file of the overlay (TRITON_CACHE_DIR) and of the mounted cache, with how
-# many of the files they name are missing where this pod sees them. Exit 0 only when the overlay has groups and none
-# of them dangles.
-CHECK = r"""
-import json, os, sys
-
-def groups(root):
-    found = children = dangling = 0
-    for key in sorted(os.listdir(root)):
-        directory = os.path.join(root, key)
-        if key.startswith(".") or not os.path.isdir(directory):
-            continue
-        for name in os.listdir(directory):
-            if name.startswith("__grp__") and name.endswith(".json"):
-                found += 1
-                with open(os.path.join(directory, name)) as handle:
-                    paths = json.load(handle)["child_paths"].values()
-                children += len(paths)
-                dangling += sum(not os.path.isfile(path) for path in paths)
-    return {"groups": found, "children": children, "dangling": dangling}
-
-overlay = groups(os.environ["TRITON_CACHE_DIR"])
-print(json.dumps({"overlay": overlay, "mounted": groups("/kernels/io.triton.cache")}, sort_keys=True))
-sys.exit(0 if overlay["groups"] and not overlay["dangling"] else 1)
-"""
+MODES = ("PVC", "imageVolume")
+MOUNT = "/kernels"
+# The warm-up, then what its TRITON_CACHE_DIR holds; the warm-up's exit code is the pod's.
+SCRIPT = ('python3 -m tools.triton_kernels warmup; status=$?; '
+          'python3 -m tools.triton_kernels inspect "$TRITON_CACHE_DIR"; exit $status')
 
 
 @pytest.fixture(scope="module")
@@ -75,62 +66,196 @@ def webhook(sim, tools_image, tmp_path_factory):
         server.stop()
 
 
-def _finished(core, namespace, name):
-    pod = core.read_namespaced_pod(name, namespace)
-    return pod if pod.status.phase in ("Succeeded", "Failed") else None
+def _pod(name, image, annotations=None, env=(), volumes=(), mounts=()):
+    """A bare pod running the warm-up on the real AMD node (where the caches are) as an unprivileged user."""
+    return {"metadata": {"name": name, "annotations": dict(annotations or {})},
+            "spec": {"restartPolicy": "Never", "tolerations": [GPU_TOLERATION], "affinity": ON_REAL_NODES,
+                     "nodeSelector": {"kubernetes.io/hostname": AMD_NODE},
+                     "securityContext": {"runAsNonRoot": True, "runAsUser": 4321, "runAsGroup": 4321,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "volumes": list(volumes),
+                     "containers": [{"name": "app", "image": image, "command": ["sh", "-c", SCRIPT],
+                                     "env": [{"name": "GKM_WARMUP_TARGET", "value": TARGET}, *env],
+                                     "volumeMounts": list(mounts),
+                                     "securityContext": {"allowPrivilegeEscalation": False,
+                                                         "capabilities": {"drop": ["ALL"]}}}]}}
 
 
-def test_the_init_container_overlays_the_extracted_cache_and_no_group_dangles_in_the_pod(
-        sim, kube, crds, registry, real_nodes, tools_image, webhook):
+def _cache_pod(name, image, cache, **extra):
+    return _pod(name, image, annotations=dict({"gkm.io/cache": cache, "gkm.io/cache-mount-path": MOUNT},
+                                              **extra.pop("annotations", {})), **extra)
+
+
+class Cluster:
+    """The module's namespace: its caches, and its pods run one at a time."""
+
+    def __init__(self, core, namespace, image):
+        self.core, self.namespace, self.image = core, namespace, image
+        self.created = {}
+
+    def create(self, body):
+        def created():
+            try:
+                return self.core.create_namespaced_pod(self.namespace, body)
+            except ApiException as error:  # the webhook's view may not hold an image volume's resolved digest yet
+                assert "has no resolved image digest yet" in json.loads(error.body)["message"], error.body
+                return None
+
+        self.created[body["metadata"]["name"]] = time.monotonic()
+        return wait_until("pod %s admitted" % body["metadata"]["name"], created, timeout=30, interval=0.5)
+
+    def finished(self, name, timeout=120):
+        """(pod, warm-up lines, summary, inspect's report); prints the seconds from its creation to its end."""
+        def done():
+            pod = self.core.read_namespaced_pod(name, self.namespace)
+            return pod if pod.status.phase in ("Succeeded", "Failed") else None
+
+        pod = wait_until("pod %s finished" % name, done, timeout=timeout, interval=0.5)
+        observed = time.monotonic() - self.created[name]
+        [main] = pod.status.container_statuses
+        # The API's times (1 s resolution): the cold pod ends while the module's caches are still being reconciled.
+        elapsed = (main.state.terminated.finished_at - pod.metadata.creation_timestamp).total_seconds()
+        logs = self.core.read_namespaced_pod_log(name, self.namespace, container="app")
+        lines = logs.splitlines()
+        end = next(i for i, line in enumerate(lines) if line.startswith("{") and '"summary": true' in line)
+        kernels = [json.loads(line) for line in lines[:end] if line.startswith("{")]
+        rest = lines[end + 1:]  # Triton's warnings go to stderr, which the log interleaves
+        report = json.loads("\n".join(rest[rest.index("{"):]))
+        assert pod.spec.node_name == AMD_NODE, (pod.spec.node_name, logs)
+        print("%s: pod created -> finished %.0f s (API), seen finished after %.1f s; %s; per kernel %s; groups %s" % (
+            name, elapsed, observed, lines[end], ["%s %s" % (k["result"], k["seconds"]) for k in kernels],
+            report["states"]))
+        return pod, kernels, json.loads(lines[end]), report
+
+
+def _caches(mode):
+    """The names of the mode's two caches: all six kernels, and five."""
+    suffix = "pvc" if mode == "PVC" else "iv"
+    return "full-" + suffix, "lacking-" + suffix
+
+
+@pytest.fixture(scope="module")
+def cluster(sim, kube, crds, registry, real_nodes, tools_image, workload_image, webhook):
+    """In each mode, a GKMCache of the hip kernels and one lacking a kernel (PVC: extracted onto the AMD node); the cold
+    pod started first, so that the node pulls the workload image while they are extracted."""
     core = client.CoreV1Api(kube)
     namespace = labelled_namespace(core, "t-real-overlay-%s" % uuid.uuid4().hex[:6], BASELINE)
+    made = Cluster(core, namespace, workload_image)
     try:
-        pushed = kcache_images.build_image(registry.host, "real-overlay/" + CACHE, "v1",
-                                           kcache_images.CacheSpec(backend="hip", kernels=KERNELS, compiled=True))
-        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
-            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
-            "metadata": {"name": CACHE, "namespace": namespace},
-            "spec": {"image": pushed.ref, "podTemplate": real_pod_template()}})
-        reconciled = reconcile(sim, CACHE, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
-        assert not reconciled.get("failed"), reconciled.get("msg")
-        assert reconciled["resource"]["status"]["kernelOverlay"] == {"variable": "TRITON_CACHE_DIR"}
-
-        body = {"metadata": {"name": "checker", "annotations": {"gkm.io/cache": CACHE,
-                                                                "gkm.io/cache-mount-path": "/kernels"}},
-                "spec": {"restartPolicy": "Never", "tolerations": [GPU_TOLERATION], "affinity": ON_REAL_NODES,
-                         "securityContext": {"runAsNonRoot": True, "runAsUser": 4321, "runAsGroup": 4321,
-                                             "seccompProfile": {"type": "RuntimeDefault"}},
-                         "containers": [{"name": "app", "image": tools_image, "command": ["python3", "-c", CHECK],
-                                         "securityContext": {"allowPrivilegeEscalation": False,
-                                                             "capabilities": {"drop": ["ALL"]}}}]}}
-        started = time.monotonic()
-        admitted = core.create_namespaced_pod(namespace, body)
-        assert [c.name for c in admitted.spec.init_containers or []] == [INIT]
-        pod = wait_until("the checker pod finished", lambda: _finished(core, namespace, "checker"), timeout=240,
-                         interval=0.5)
-        elapsed = time.monotonic() - started
-        logs = core.read_namespaced_pod_log("checker", namespace, container="app")
-        overlay_log = core.read_namespaced_pod_log("checker", namespace, container=INIT)
-        assert pod.spec.node_name == AMD_NODE
-        assert pod.status.phase == "Succeeded", (pod.status, logs, overlay_log)
-        verdict = json.loads(logs.strip().splitlines()[-1])
-        assert verdict["overlay"]["groups"] == KERNELS and verdict["overlay"]["dangling"] == 0, verdict
-        written = json.loads(overlay_log.strip().splitlines()[-1])
-        assert (written["kernels"], written["groups"], written["skipped"]) == (KERNELS, KERNELS, []), written
-
-        scheduled = next(c.last_transition_time for c in pod.status.conditions if c.type == "PodScheduled")
-        [init] = pod.status.init_container_statuses
-        [main] = pod.status.container_statuses
-        print("kernel overlay on %s: %s; overlay %s; in the pod %s; scheduled -> main started %.0f s, init container "
-              "ran %.0f s (API timestamps, 1 s resolution), pod created -> finished %.1f s" % (
-                  AMD_NODE, written["seconds"], json.dumps(written, sort_keys=True), json.dumps(verdict),
-                  (main.state.terminated.started_at - scheduled).total_seconds(),
-                  (init.state.terminated.finished_at - init.state.terminated.started_at).total_seconds(), elapsed))
+        made.create(_pod("cold", workload_image, env=[{"name": "TRITON_CACHE_DIR", "value": "/var/run/cold"}],
+                         volumes=[{"name": "cold", "emptyDir": {}}],
+                         mounts=[{"name": "cold", "mountPath": "/var/run/cold"}]))
+        for mode in MODES:
+            for name, count in zip(_caches(mode), (KERNELS, KERNELS - 1)):
+                pushed = kcache_images.build_image(registry.host, "real-overlay/" + name, "v1", kcache_images.CacheSpec(
+                    backend="hip", kernels=count, compiled=True))
+                spec = {"image": pushed.ref, "podTemplate": real_pod_template(), "mountMode": mode}
+                crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+                    "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+                    "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+                reconciled = reconcile(sim, name, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
+                assert not reconciled.get("failed"), reconciled.get("msg")
+                assert reconciled["resource"]["status"]["kernelOverlay"] == {"variable": "TRITON_CACHE_DIR"}
+        yield made
     finally:
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        # The scrub Jobs remove the node's copy: they run the tools image on the real nodes.
-        removed = run_module("cache_distribute", sim.kubeconfig, name=CACHE, namespace=namespace, state="absent",
-                             force=True, extract_image=tools_image, registry_plain_http=True,
-                             host_path_root=NODE_DISK, pod_template=real_pod_template(), wait=True)
-        assert not removed.get("failed"), removed.get("msg")
+        # The scrub Jobs remove the node's copies: they run the tools image on the real nodes.
+        for name in _caches("PVC"):
+            removed = run_module("cache_distribute", sim.kubeconfig, name=name, namespace=namespace, state="absent",
+                                 force=True, extract_image=tools_image, registry_plain_http=True,
+                                 host_path_root=NODE_DISK, pod_template=real_pod_template(), wait=True)
+            assert not removed.get("failed"), removed.get("msg")
         delete_namespace(core, namespace)
+
+
+def _given(admitted, mode, cache):
+    """The pod was given the cache in the mode's way: the serving PVC (named as the cache) or an image volume."""
+    [volume] = [v for v in admitted.spec.volumes if v.name == "gkm-cache-" + cache]
+    if mode == "PVC":
+        assert volume.persistent_volume_claim.claim_name == cache, volume
+    else:
+        assert volume.image.reference.split("@")[0].endswith("/real-overlay/" + cache), volume
+
+
+def test_without_a_cache_the_warm_up_compiles_every_kernel(cluster):
+    pod, kernels, summary, report = cluster.finished("cold", timeout=300)
+    assert pod.status.phase == "Succeeded", (pod.status, kernels)
+    assert (summary["hits"], summary["misses"], summary["errors"]) == (0, KERNELS, 0), summary
+    assert report["states"] == {layout.RESOLVES: KERNELS}, report["states"]
+    pulled = [e.message for e in cluster.core.list_namespaced_event(
+        cluster.namespace, field_selector="involvedObject.name=cold").items if e.reason == "Pulled"]
+    print("cold: %s" % pulled)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_through_the_overlay_every_kernel_is_a_hit_and_none_is_compiled(cluster, mode):
+    full = _caches(mode)[0]
+    admitted = cluster.create(_cache_pod("overlaid-" + full, cluster.image, full))
+    _given(admitted, mode, full)
+    assert [c.name for c in admitted.spec.init_containers or []] == ["gkm-kernels-" + full]
+    pod, kernels, summary, report = cluster.finished("overlaid-" + full)
+    assert pod.status.phase == "Succeeded", (pod.status, kernels)
+    assert [k["result"] for k in kernels] == ["hit"] * KERNELS, kernels
+    assert (summary["hits"], summary["misses"], summary["errors"]) == (KERNELS, 0, 0), summary
+    # Every group of the overlay reads the mounted cache's files; no kernel directory holds a compile of the pod.
+    assert report["states"] == {layout.FOREIGN: KERNELS}, report["states"]
+    written = json.loads(cluster.core.read_namespaced_pod_log(
+        "overlaid-" + full, cluster.namespace, container="gkm-kernels-" + full).strip().splitlines()[-1])
+    assert (written["kernels"], written["groups"], written["skipped"]) == (KERNELS, KERNELS, []), written
+    [init] = pod.status.init_container_statuses
+    print("overlay init container: %s, ran %.0f s (API timestamps, 1 s resolution)" % (
+        json.dumps(written, sort_keys=True),
+        (init.state.terminated.finished_at - init.state.terminated.started_at).total_seconds()))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_cache_mounted_read_only_without_the_overlay_is_never_hit(cluster, mode):
+    full = _caches(mode)[0]
+    admitted = cluster.create(_cache_pod("plain-" + full, cluster.image, full,
+                                         annotations={"gkm.io/cache-overlay": "disabled"},
+                                         env=[{"name": "TRITON_CACHE_DIR", "value": MOUNT + "/io.triton.cache"}]))
+    _given(admitted, mode, full)
+    assert not admitted.spec.init_containers
+    pod, kernels, summary, report = cluster.finished("plain-" + full)
+    # The groups name the node's extraction path or the image's recorded root, which the pod does not see: Triton
+    # compiles each kernel again and fails to store the result on the read-only mount.
+    assert report["states"] == {layout.DANGLING: KERNELS}, report["states"]
+    assert summary["hits"] == 0 and summary["errors"] == KERNELS, summary
+    assert all("Read-only file system" in k["error"] for k in kernels), kernels
+    assert pod.status.phase == "Failed"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_kernel_the_cache_lacks_is_one_miss_compiled_into_the_overlay(cluster, mode):
+    lacking = _caches(mode)[1]
+    _given(cluster.create(_cache_pod("overlaid-" + lacking, cluster.image, lacking)), mode, lacking)
+    pod, kernels, summary, report = cluster.finished("overlaid-" + lacking)
+    assert pod.status.phase == "Succeeded", (pod.status, kernels)
+    assert (summary["hits"], summary["misses"], summary["errors"]) == (KERNELS - 1, 1, 0), summary
+    [missed] = [k for k in kernels if k["result"] == "miss"]
+    # Its directory in the overlay holds the pod's own compile (its group resolves inside it); the other five read the
+    # mount.
+    assert report["states"] == {layout.FOREIGN: KERNELS - 1, layout.RESOLVES: 1}, report["states"]
+    [compiled] = [k for k in report["kernels"] if k["state"] == layout.RESOLVES]
+    assert compiled["hash_dir"] == layout.hash_directory_name(missed["hash"]), (compiled, missed)
+
+
+def test_a_pod_given_its_node_s_pvc_by_claim_gets_no_overlay_and_hits_nothing(cluster):
+    # The per-node PVC: a pod labelled gkm.io/pvc-mutation naming the cache as its claim gets its node's PVC from the
+    # webhook, which adds no overlay to a volume the pod mounts itself (docs/kernels.md, "Not built"). Mounted read-only
+    # as the data-path tests do, the slot's groups name the node's path: Triton hits nothing and cannot write.
+    full = _caches("PVC")[0]
+    body = _pod("per-node-" + full, cluster.image,
+                env=[{"name": "TRITON_CACHE_DIR", "value": MOUNT + "/io.triton.cache"}],
+                volumes=[{"name": "kernels", "persistentVolumeClaim": {"claimName": full}}],
+                mounts=[{"name": "kernels", "mountPath": MOUNT, "subPath": "cache", "readOnly": True}])
+    body["metadata"]["labels"] = {"gkm.io/pvc-mutation": "true"}
+    body["spec"]["nodeName"] = AMD_NODE  # the webhook picks the node's PVC only for a pod whose node is known
+    admitted = cluster.create(body)
+    [volume] = [v for v in admitted.spec.volumes if v.name == "kernels"]
+    assert volume.persistent_volume_claim.claim_name != full and not admitted.spec.init_containers, admitted.spec
+    pod, kernels, summary, report = cluster.finished("per-node-" + full)
+    assert report["states"] == {layout.DANGLING: KERNELS}, report["states"]
+    assert summary["hits"] == 0 and summary["errors"] == KERNELS, summary
+    assert all("Read-only file system" in k["error"] for k in kernels), kernels
+    assert pod.status.phase == "Failed"

@@ -150,3 +150,32 @@ def test_an_overlay_of_group_files_hits_reading_the_read_only_cache(compiled, mo
     finally:
         os.rename(hidden, compiled_dir)
         os.chmod(moved, 0o755)
+
+
+def warm_up(cache_dir):
+    """The workload image's entry point, as a pod runs it: TRITON_CACHE_DIR and GKM_WARMUP_TARGET from the
+    environment; (exit code, its per-kernel lines, its summary)."""
+    argv = [TRITON_PY, "-m", "tools.triton_kernels", "warmup"]
+    for label in KERNELS:
+        argv += ["--only", label]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TRITON_")}
+    env.update(TRITON_CACHE_DIR=str(cache_dir), GKM_WARMUP_TARGET="cuda:90")
+    run = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    return run.returncode, lines[:-1], lines[-1]
+
+
+def test_the_warm_up_prints_triton_s_verdict_per_kernel_and_a_summary(compiled, moved, tmp_path):
+    status, kernels, summary = warm_up(moved)
+    # The copy's groups still name the compiled directory, which exists: Triton hits.
+    assert status == 0 and [(k["kernel"], k["result"]) for k in kernels] == [(label, "hit") for label in KERNELS]
+    assert (summary["hits"], summary["misses"], summary["errors"]) == (len(KERNELS), 0, 0)
+    assert summary["cache_dir"] == str(moved) and summary["target"] == "cuda:90" and summary["summary"] is True
+    assert summary["seconds"] == pytest.approx(sum(k["seconds"] for k in kernels), abs=1e-3)
+    # A cache directory that cannot be written: every kernel is reported with Triton's error, and the exit code says so.
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    status, kernels, summary = warm_up(blocked)
+    assert status == 1 and [k["result"] for k in kernels] == ["error"] * len(KERNELS), kernels
+    assert all(k["error"].startswith(("FileExistsError", "NotADirectoryError")) for k in kernels), kernels
+    assert (summary["hits"], summary["misses"], summary["errors"]) == (0, 0, len(KERNELS))
