@@ -34,5 +34,5 @@ def operator_dir():
 
 
 def push_image(name, registry):
-    """The image NAME (tools, operator or pause) of this checkout, pushed to registry: its reference."""
+    """The image NAME (tools, operator, controller or pause) of this checkout, pushed to registry: its reference."""
     return _build("images/build.sh", name, "--push", registry)
