@@ -8,12 +8,7 @@ the tools image is any reference. The controller reconciles every cache of the c
 starts it and stops it again, and each test's cache is placed on a node pool of its own.
 """
 
-import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime, timezone
@@ -22,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from tests.helpers import kcache_images
+from tests.helpers.controller_process import Controller, become_ready
 from tests.helpers.modules import AuditWrites
 from tests.helpers.operator_caches import (
     GROUP,
@@ -30,68 +26,18 @@ from tests.helpers.operator_caches import (
     assert_module_beside_writes_nothing,
     cache_objects,
     kubectl,
-    kwok_tools_image,
     live,
     phase_is,
     poll,
     pool_nodes,
     settled,
 )
-from tests.helpers.paths import ROOT
 
 pytest.importorskip("kopf")  # requirements/dev.txt pins it for Python 3.11 and later
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
 HEARTBEATS = 200
-
-
-class Controller:
-    """The controller's process and its log (stderr), read by the tests."""
-
-    def __init__(self, sim, log_path, lease_namespace):
-        self.log_path = log_path
-        self.started = time.monotonic()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [ROOT, os.path.join(ROOT, ".cache", "collections"), os.environ.get("PYTHONPATH", "")]))
-        options = {"registry_plain_http": True, "wait_timeout": 120}
-        with open(log_path, "w") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "controller.gkm_controller.main", "--kubeconfig", sim.kubeconfig,
-                 "--namespace", lease_namespace, "--tools-image", kwok_tools_image(sim),
-                 "--options", json.dumps(options), "--verbose"],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def log(self):
-        with open(self.log_path, encoding="utf-8") as log:
-            return log.read()
-
-    def lines(self, pattern):
-        return [line for line in self.log().splitlines() if re.search(pattern, line)]
-
-    def cpu_seconds(self):
-        """User and system CPU seconds of the process so far (/proc/<pid>/stat, its own threads only)."""
-        with open("/proc/%d/stat" % self.process.pid) as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-def become_ready(controller, timeout=120):
-    try:
-        poll("the controller ready", lambda: controller.process.poll() is None and controller.lines(r" ready: "),
-             timeout)
-    except AssertionError:
-        controller.stop()
-        raise AssertionError("the controller did not become ready:\n%s" % controller.log()[-4000:]) from None
-    return time.monotonic() - controller.started
 
 
 @pytest.fixture(scope="module")
