@@ -45,7 +45,7 @@ junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno ansible-operator venv-triton test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
-        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-pause image-workload
+        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-controller image-pause image-workload
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -190,10 +190,11 @@ molecule: setup ## The molecule scenarios (tools/ci/molecule.sh starts and stops
 build: venv ## Build the collection tarball into .cache/dist
 	$(VENV)/bin/ansible-galaxy collection build --force --output-path .cache/dist
 
-images: venv debian-packages ansible-operator ## Build the tools, operator and pause images, push them to REGISTRY=host:port, print the references
+images: venv debian-packages ansible-operator ## Build the tools, operator, controller and pause images, push them to REGISTRY=host:port, print the references
 	@test -n "$(REGISTRY)" || { echo "usage: make images REGISTRY=host:port" >&2; exit 1; }
 	@tools/images/build.sh tools --push $(REGISTRY)
 	@tools/images/build.sh operator --push $(REGISTRY)
+	@tools/images/build.sh controller --push $(REGISTRY)
 	@tools/images/build.sh pause --push $(REGISTRY)
 
 image-tools: venv debian-packages ## Build the tools image (and push it when REGISTRY=host:port is given)
@@ -201,6 +202,9 @@ image-tools: venv debian-packages ## Build the tools image (and push it when REG
 
 image-operator: venv debian-packages ansible-operator ## Build the operator image (and push it when REGISTRY=host:port is given)
 	@tools/images/build.sh operator $(if $(REGISTRY),--push $(REGISTRY))
+
+image-controller: venv debian-packages ## Build the controller image (and push it when REGISTRY=host:port is given)
+	@tools/images/build.sh controller $(if $(REGISTRY),--push $(REGISTRY))
 
 image-pause: debian-packages ## Build the pause image (and push it when REGISTRY=host:port is given)
 	@tools/images/build.sh pause $(if $(REGISTRY),--push $(REGISTRY))

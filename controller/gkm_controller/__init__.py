@@ -6,5 +6,6 @@ reconcile, so the controller and the playbooks run the same code. Only handlers.
 import kopf; the other modules are pure or talk to the API server through the collection's common/kube.py, and have
 unit tests without kopf.
 
-Not wired into the roles or the images yet: operator mode still runs ansible-operator.
+The controller image runs it (tools/images/controller.sh), and the gkm role in the cluster (gkm_reconcile: operator);
+the local operator of the simulated cluster (sim.py operator-up) is still ansible-operator.
 """

@@ -47,6 +47,9 @@ def configure(settings):
     settings.posting.level = logging.WARNING
     # One active replica by a Lease of our own, not kopf's peering.
     settings.peering.standalone = True
+    # The kinds are known and their CRDs installed before the controller: no watch of every CRD (a cluster-wide read
+    # the controller's ClusterRole does not grant), the resources discovered once at start.
+    settings.scanning.disabled = True
     settings.watching.chunk_size = LIST_PAGE_SIZE
     for _kind, (group, version, plural, selector) in sorted(watched_kinds().items()):
         if selector:

@@ -12,11 +12,13 @@ Lease ends the process, and a clean stop (SIGTERM, SIGINT) releases it.
 Settings by flag, or by the environment variable each flag names: the Kubernetes access (a kubeconfig and its
 context, else the pod's service account, as the collection's programs), the tools image the extraction Jobs run,
 and the distribution options the caches role passes to cache_reconcile (roles/caches/vars/main.yml,
-caches_reconcile_options), as one JSON object.
+caches_reconcile_options), as one JSON object; the probe port, where /healthz answers from the start: this module's
+own answer while the replica waits for the Lease, kopf's liveness endpoint once it leads.
 """
 
 import argparse
 import copy
+import http.server
 import json
 import logging
 import os
@@ -46,6 +48,7 @@ NOT_OPTIONS = ("state", "node_details")
 # The caches role's defaults where they differ from the module's: a reconcile waits for its Jobs, so the status it
 # writes says Extracted (no Job event starts a reconcile yet).
 ROLE_DEFAULTS = {"wait": True}
+PROBE_PATH = "/healthz"
 
 
 def distribution_options(given=None, tools_image=None):
@@ -81,6 +84,8 @@ def parse_args(argv=None, environ=None):
                              "cache_reconcile (env GKM_CACHES_OPTIONS)")
     parser.add_argument("--workers", type=int, default=int(environ.get("GKM_WORKERS") or 8),
                         help="reconciles at once, for kopf's handlers and for the node path each (env GKM_WORKERS)")
+    parser.add_argument("--probe-port", type=int, default=int(environ.get("GKM_PROBE_PORT") or 0) or None,
+                        help="serve /healthz on this port, for the pod's probes (env GKM_PROBE_PORT; default none)")
     parser.add_argument("--verbose", action="store_true", help="log every Node event's decision")
     args = parser.parse_args(argv)
     try:
@@ -128,9 +133,30 @@ def build(args, api_client, started=None, lease=None):
     return registry, settings, controller
 
 
+class _Alive(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # the name http.server calls
+        self.send_response(200 if self.path == PROBE_PATH else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_args):  # a probe every few seconds is not worth a log line
+        pass
+
+
+def follower_probe(port):
+    """/healthz on `port` while this replica waits for the Lease (kopf, which serves it once the replica leads, is not
+    started before): a waiting replica is alive, and ready to take over. The server, to shut down, or None."""
+    if not port:
+        return None
+    server = http.server.ThreadingHTTPServer(("", port), _Alive)
+    threading.Thread(target=server.serve_forever, name="gkm-probe", daemon=True).start()
+    return server
+
+
 def lead(args, api_client, exit=os._exit):
     """Wait until this replica holds the Lease (the loop goes on in a thread of its own); the LeaseLoop."""
     leading = threading.Event()
+    probe = follower_probe(args.probe_port)
 
     def lost(reason):
         LOG.error("stopping at once: %s", reason)
@@ -141,6 +167,10 @@ def lead(args, api_client, exit=os._exit):
     threading.Thread(target=loop.run, name="gkm-lease", daemon=True).start()
     LOG.info("%s waits for the Lease in %s", args.identity, args.namespace)
     leading.wait()
+    if probe:
+        # kopf's liveness endpoint takes the port: the probes' failure threshold covers the moment between.
+        probe.shutdown()
+        probe.server_close()
     return loop
 
 
@@ -149,19 +179,23 @@ def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # kopf logs every event handler's success: a line per Node heartbeat. Its warnings and errors stay.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # And the probes' requests to kopf's liveness endpoint, one every few seconds.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     if args.verbose:
+        logging.getLogger("kopf.objects").setLevel(logging.INFO)
         logging.getLogger("controller").setLevel(logging.DEBUG)
         logging.getLogger("gkm_controller").setLevel(logging.DEBUG)
-    else:
-        # kopf logs each handler's success at INFO: a line per watch event, which at hundreds of nodes' heartbeats
-        # a second costs more than the event's own handling.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # Up to `workers` reconciles at once, each sending up to DEFAULT_WORKERS requests at once.
     api_client = api_client_from_kubeconfig(args.kubeconfig, args.context, workers=args.workers * DEFAULT_WORKERS)
     loop = lead(args, api_client)
     registry, settings, _controller = build(args, api_client, started, lease=loop.elector.deadline)
     LOG.info("starting: tools image %s, %d workers", args.options.get("extract_image") or "(none)", args.workers)
-    kopf.run(registry=registry, settings=settings, standalone=True, clusterwide=True)
+    liveness = "http://0.0.0.0:%d%s" % (args.probe_port, PROBE_PATH) if args.probe_port else None
+    # identity: kopf's own default asks the passwd database, where the image's uid 1000 has no entry.
+    kopf.run(registry=registry, settings=settings, standalone=True, clusterwide=True, liveness_endpoint=liveness,
+             identity=args.identity)
     loop.release()
 
 

@@ -148,10 +148,11 @@ options:
         default: 86400
   extract_limits:
     description:
-      - What one cache may cost a node, the same for every cache (the caches role sets it from C(caches_limits)).
-        A tenant's cache over a limit is refused, not extracted - before any object is written when the image's
-        C(cache-size-bytes) label already says so, otherwise by its extraction Jobs, which stop at the limit and
-        leave nothing behind. Unset limits are the extractor's own (those of M(gkm.cluster.cache_extract)).
+      - What one cache may cost a node, the same for every cache (the caches role sets it from
+        C(caches_extract_limits)). A tenant's cache over a limit is refused, not extracted - before any object is
+        written when the image's C(cache-size-bytes) label already says so, otherwise by its extraction Jobs, which
+        stop at the limit and leave nothing behind. Unset limits are the extractor's own (those of
+        M(gkm.cluster.cache_extract)).
     type: dict
     suboptions:
       max_bytes:

@@ -1,5 +1,6 @@
-"""The kopf controller (controller/gkm_controller) run out of cluster as a subprocess, as its integration test and
-its benchmark run it: `python -m controller.gkm_controller.main` from the checkout, its log (stderr) read back."""
+"""The kopf controller (controller/gkm_controller) run out of cluster as a subprocess, as its tests and its benchmark
+run it: `python -m controller.gkm_controller.main` from the checkout, its log (stderr) read back, its CPU time, its
+stop. Used by the controller's test, the operator's replica test and bench/controller.py."""
 
 import json
 import os
@@ -9,24 +10,30 @@ import subprocess
 import sys
 import time
 
-from tests.helpers.operator_caches import poll
+from tests.helpers.operator_caches import kwok_tools_image, poll
 from tests.helpers.paths import ROOT
+
+# What the tests' controllers distribute with: the simulated cluster's registry speaks plain HTTP.
+TEST_OPTIONS = {"registry_plain_http": True, "wait_timeout": 120}
 
 
 class Controller:
-    """The controller's process and its log."""
+    """The controller's process and its log, its Lease in lease_namespace; identity and probe_port as its flags
+    (default: host name and pid, no probe)."""
 
-    def __init__(self, kubeconfig, log_path, lease_namespace, tools_image, options, verbose=True):
-        self.log_path = log_path
+    def __init__(self, kubeconfig, log_path, lease_namespace, tools_image, options, identity=None, probe_port=None,
+                 verbose=True):
+        self.log_path, self.probe_port = log_path, probe_port
         self.started = time.monotonic()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [ROOT, os.path.join(ROOT, ".cache", "collections"), os.environ.get("PYTHONPATH", "")]))
+        argv = [sys.executable, "-m", "controller.gkm_controller.main", "--kubeconfig", kubeconfig,
+                "--namespace", lease_namespace, "--tools-image", tools_image, "--options", json.dumps(options)]
+        argv += ["--verbose"] if verbose else []
+        argv += ["--identity", identity] if identity else []
+        argv += ["--probe-port", str(probe_port)] if probe_port else []
         with open(log_path, "w") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "controller.gkm_controller.main", "--kubeconfig", kubeconfig,
-                 "--namespace", lease_namespace, "--tools-image", tools_image, "--options", json.dumps(options)]
-                + (["--verbose"] if verbose else []),
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def log(self):
         with open(self.log_path, encoding="utf-8") as log:
@@ -47,7 +54,8 @@ class Controller:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def become_ready(self, timeout=120):
-        """Seconds from the start until the controller logged its readiness; fails with its log's tail."""
+        """Seconds from the start until the controller logged its readiness (every watched kind listed); fails with
+        its log's tail."""
         try:
             poll("the controller ready", lambda: self.process.poll() is None and self.lines(r" ready: "), timeout)
         except AssertionError:
@@ -62,3 +70,9 @@ class Controller:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def start_controller(sim, log_path, lease_namespace, identity=None, probe_port=None):
+    """A controller as the tests run it on the simulated cluster's kwok nodes."""
+    return Controller(sim.kubeconfig, log_path, lease_namespace, kwok_tools_image(sim), TEST_OPTIONS,
+                      identity=identity, probe_port=probe_port)

@@ -17,6 +17,7 @@ from ansible_collections.gkm.cluster.plugins.filter.mirror_image import mirror_i
 from tests.helpers.paths import ROOT
 
 TEMPLATE = os.path.join(ROOT, "roles", "gkm", "templates", "operator.yaml.j2")
+ROLE_VARS = os.path.join(ROOT, "roles", "gkm", "vars", "main.yml")
 OPERATOR_DOC = os.path.join(ROOT, "docs", "operator.md")
 SERVICE_ACCOUNT = "gkm-operator"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -28,8 +29,14 @@ def _bool(value):
     return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def render_operator(namespace="gkm-system", run_vars=None):
-    """Every object of the template, for the operator in `namespace` with the runs' variables `run_vars`."""
+def option_names():
+    """gkm_operator_option_names of the gkm role's vars (plain YAML, no template)."""
+    with open(ROLE_VARS) as handle:
+        return yaml.safe_load(handle)["gkm_operator_option_names"]
+
+
+def render_operator(namespace="gkm-system", caches_options=None):
+    """Every object of the template, for the operator in `namespace` with the caches_* variables `caches_options`."""
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
     environment.filters.update({
         "to_json": json.dumps,
@@ -41,9 +48,10 @@ def render_operator(namespace="gkm-system", run_vars=None):
     with open(TEMPLATE) as handle:
         template = environment.from_string(handle.read())
     text = template.render(
-        gkm_namespace=namespace, gkm_operator_run_vars=run_vars or {}, gkm_operator_replicas=1,
-        gkm_operator_node_selector={}, gkm_operator_tolerations=[], gkm_operator_image="registry.example/operator:0",
-        gkm_registry_mirror="", gkm_operator_resources={})
+        gkm_namespace=namespace, gkm_operator_caches_options=caches_options or {},
+        gkm_operator_option_names=option_names(), gkm_operator_replicas=1, gkm_operator_node_selector={},
+        gkm_operator_tolerations=[], gkm_operator_image="registry.example/controller:0",
+        gkm_tools_image="registry.example/tools:0", gkm_registry_mirror="", gkm_operator_resources={})
     return [obj for obj in yaml.safe_load_all(text) if obj]
 
 
@@ -57,8 +65,8 @@ def grants(rules):
             for resource in rule.get("resources") or [] for verb in rule.get("verbs") or []}
 
 
-def cluster_role_grants(run_vars=None):
-    (role,) = [obj for obj in render_operator(run_vars=run_vars) if obj["kind"] == "ClusterRole"]
+def cluster_role_grants(caches_options=None):
+    (role,) = [obj for obj in render_operator(caches_options=caches_options) if obj["kind"] == "ClusterRole"]
     return grants(role["rules"])
 
 

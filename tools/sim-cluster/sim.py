@@ -12,7 +12,9 @@
     sim.py webhook-up    run the collection's webhook server as a local process (url endpoint mode)
     sim.py webhook-down  stop it
     sim.py tools-image   build (or reuse) the tools image, push it to the registry, record it as "tools_image"
-    sim.py operator-image the same for the operator image (the in-cluster operator), recorded as "operator_image"
+    sim.py operator-image the same for the operator image (ansible-operator), recorded as "operator_image"
+    sim.py controller-image the same for the controller image (the in-cluster operator of gkm_reconcile=operator),
+                         recorded as "controller_image"
     sim.py workload-image the same for the workload image (Triton and the kernel set's warm-up, docs/kernels.md),
                          recorded as "workload_image"
     sim.py operator-up   build (or reuse) ansible-operator and run the collection's operator here (out of cluster,
@@ -74,6 +76,7 @@ COMMANDS = {
     "webhook-down": lambda _args: webhook.down(),
     "tools-image": lambda _args: registry.push_image("tools"),
     "operator-image": lambda _args: registry.push_image("operator"),
+    "controller-image": lambda _args: registry.push_image("controller"),
     "workload-image": lambda _args: registry.push_image("workload"),
     "kyverno-up": lambda _args: kyverno.up(),
     "kyverno-down": lambda args: kyverno.down(args.purge),

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from tests.helpers import kcache_images
-from tests.helpers.controller_process import Controller
+from tests.helpers.controller_process import start_controller
 from tests.helpers.modules import AuditWrites
 from tests.helpers.operator_caches import (
     GROUP,
@@ -26,7 +26,6 @@ from tests.helpers.operator_caches import (
     assert_module_beside_writes_nothing,
     cache_objects,
     kubectl,
-    kwok_tools_image,
     live,
     phase_is,
     poll,
@@ -39,11 +38,6 @@ pytest.importorskip("kopf")  # requirements/dev.txt pins it for Python 3.11 and 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
 HEARTBEATS = 200
-
-
-def start_controller(sim, log_path, lease_namespace):
-    return Controller(sim.kubeconfig, log_path, lease_namespace, kwok_tools_image(sim),
-                      {"registry_plain_http": True, "wait_timeout": 120})
 
 
 @pytest.fixture(scope="module")

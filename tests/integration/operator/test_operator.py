@@ -212,7 +212,7 @@ def _upgrade_complete(crds, namespace, name, digest):
 
 
 def test_the_operator_holds_the_leader_lease(operator, kube):
-    # Two replicas, one leading: test_operator_replicas.py (each in a network namespace of its own).
+    # Two replicas, one leading: test_operator_replicas.py (the kopf controller, the in-cluster operator's engine).
     lease = poll("the operator's Lease", lambda: _lease(kube), 60)
     with open(os.path.join(sim_control.SIM_DIR, "logs", "operator.log")) as handle:
         log = handle.read()

@@ -1,10 +1,11 @@
 """The operator in the cluster, as the gkm role installs it (gkm_reconcile=operator, gkm_operator_local=false): the
-operator image (sim.py operator-image) runs on a real node under the namespace's restricted Pod Security, as its own
-ServiceAccount, and a GKMCache created as kubectl would reaches Extracted with no playbook; undeploy removes it all.
+controller image (sim.py controller-image, the kopf controller) runs on a real node under the namespace's restricted
+Pod Security, as its own ServiceAccount, and a GKMCache created as kubectl would reaches Extracted with no playbook;
+undeploy removes it all.
 
-The operator's ClusterRole is the one the role installs, unwidened: the cache's run (distribute, the Job's wait, the
-per-node objects, the node readiness labels, the status) and its finalizer's run (the scrub, the deletes) pass with
-it, and the engine's log names no refused request.
+The operator's ClusterRole is the one the role installs, unwidened: the watches, the cache's reconcile (distribute,
+the Job's wait, the per-node objects, the node readiness labels, the status) and its finalizer's (the scrub, the
+deletes) pass with it, and the controller's log names no refused request.
 """
 
 import json
@@ -39,8 +40,8 @@ OPERATOR = "gkm-operator"
 
 @pytest.fixture(scope="module")
 def operator_image(sim, real_nodes):
-    """The operator image of this checkout's code in the cluster's registry (cached builds)."""
-    result = subprocess.run([sys.executable, SIM_SCRIPT, "operator-image"], check=True, stdout=subprocess.PIPE,
+    """The controller image of this checkout's code in the cluster's registry (cached builds)."""
+    result = subprocess.run([sys.executable, SIM_SCRIPT, "controller-image"], check=True, stdout=subprocess.PIPE,
                             text=True)
     return result.stdout.strip().splitlines()[-1]
 
@@ -120,9 +121,10 @@ def test_the_role_runs_the_operator_in_the_cluster_and_it_reconciles_a_kubectl_c
             cache_namespace, label_selector="gkm.io/node=%s" % AMD_NODE).items
         assert [claim.status.phase for claim in claims] == ["Bound"], claims
 
-        # Its finalizer runs in the pod too: the cache's objects go before the resource.
+        # Its finalizer runs in the pod too: the cache's objects are deleted before the resource goes; the PVCs'
+        # protection holds them until their Jobs' pods are gone.
         kubectl(sim, "delete", "gkmcache", name, "-n", cache_namespace, "--timeout=60s")
-        assert cache_objects(core, name) == []
+        poll("the cache's PVCs and PVs gone", lambda: cache_objects(core, name) == [], timeout=60)
         log = pod_logs(core, namespace, pod.metadata.name)
         assert "forbidden" not in log.lower(), log[-3000:]
         print("role install %.1fs, kubectl apply to Extracted %.1fs" % (installed_after, extracted_after))

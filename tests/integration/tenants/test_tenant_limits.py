@@ -1,7 +1,8 @@
 """What one cache may cost a node is the admin's (docs/security.md, class 10): `extract_limits` (the caches role's
-`caches_limits`). A tenant's GKMCache whose image declares more bytes than the limit is refused before anything is
-written; under the limits, its extraction Jobs carry them, so an image that declares less than it holds stops there.
-The tenant writes and reads its cache through its own token; the reconcile runs as the collection runs it."""
+`caches_extract_limits`). A tenant's GKMCache whose image declares more bytes than the limit is refused before
+anything is written; under the limits, its extraction Jobs carry them, so an image that declares less than it holds
+stops there. The tenant writes and reads its cache through its own token; the reconcile runs as the collection
+runs it."""
 
 import pytest
 
@@ -57,7 +58,8 @@ def test_an_image_declared_over_the_admin_s_max_bytes_is_refused_before_anything
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert status["phase"] == "Error" and ready["reason"] == "InvalidSpec", status
     assert "declares %d bytes" % declared_bytes in ready["message"], ready["message"]
-    assert "extract_limits.max_bytes" in ready["message"] and "caches_limits" in ready["message"], ready["message"]
+    assert "extract_limits.max_bytes" in ready["message"], ready["message"]
+    assert "caches_extract_limits" in ready["message"], ready["message"]
     for path in ("/api/v1/namespaces/%s/persistentvolumeclaims", "/apis/batch/v1/namespaces/%s/jobs"):
         assert listed(tenant, path) == []
 

@@ -4,6 +4,9 @@ the distribution options every reconcile gets, kopf's credentials from the clien
 kopf 1.45.2 is pinned in requirements/dev.txt for Python 3.11 and later; without it this file skips."""
 
 import os
+import socket
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -35,6 +38,7 @@ def test_flags_fall_back_to_the_environment():
                "GKM_CACHES_OPTIONS": '{"serving_pvc": false}'}
     args = main.parse_args([], environ)
     assert (args.kubeconfig, args.context, args.workers, args.namespace) == ("/k", None, 3, "gkm-system")
+    assert args.probe_port is None and main.parse_args([], dict(environ, GKM_PROBE_PORT="6789")).probe_port == 6789
     assert args.identity.endswith("-%d" % os.getpid())  # out of a pod: host name and pid, unique on the machine
     assert main.parse_args([], dict(environ, POD_NAME="gkm-operator-x", GKM_NAMESPACE="ops")).identity == (
         "gkm-operator-x")
@@ -45,6 +49,26 @@ def test_flags_fall_back_to_the_environment():
         main.parse_args(["--options", '{"state": "absent"}'], {})
     with pytest.raises(SystemExit):
         main.parse_args(["--options", "not json"], {})
+
+
+def test_a_waiting_replica_answers_its_probes_and_frees_the_port_for_kopf():
+    assert main.follower_probe(None) is None
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    server = main.follower_probe(port)
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=5) as answer:
+            assert answer.status == 200
+        with pytest.raises(urllib.error.HTTPError) as other:
+            urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5)
+        assert other.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+    with socket.socket() as again:  # what kopf's liveness endpoint does once the replica leads
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("0.0.0.0", port))
 
 
 def test_kopf_reaches_the_api_server_as_the_client_does():

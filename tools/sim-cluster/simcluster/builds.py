@@ -34,5 +34,6 @@ def operator_dir():
 
 
 def push_image(name, registry):
-    """The image NAME (tools, operator, workload or pause) of this checkout, pushed to registry: its reference."""
+    """The image NAME (tools, operator, controller, workload or pause) of this checkout, pushed to registry: its
+    reference."""
     return _build("images/build.sh", name, "--push", registry)

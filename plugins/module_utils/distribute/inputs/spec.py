@@ -254,8 +254,8 @@ def pin_image(spec, image_ref, digest, metadata, registry_files=None):
     if max_bytes and size_bytes is not None and size_bytes > max_bytes:
         # Refused before any object is written; an image that declares less than it holds stops in its Jobs.
         raise SpecError("image %s declares %d bytes unpacked (its cache-size-bytes label), over the %d bytes a cache "
-                        "may hold (extract_limits.max_bytes, the caches role's caches_limits); use a smaller image or "
-                        "ask the cluster's admin to raise the limit" % (image_ref, size_bytes, max_bytes))
+                        "may hold (extract_limits.max_bytes, the caches role's caches_extract_limits); use a smaller "
+                        "image or ask the cluster's admin to raise the limit" % (image_ref, size_bytes, max_bytes))
     if not spec.size:
         if size_bytes is None:
             raise SpecError("size is required: image %s has no cache-size-bytes label to size the PVCs from"

@@ -1,0 +1,54 @@
+"""The in-cluster operator's Deployment (roles/gkm/templates/operator.yaml.j2) runs the controller with settings it
+accepts: the caches role's options, named as the controller names them, and nothing else."""
+
+import json
+import os
+
+import pytest
+import yaml
+
+from tests.helpers.operator_rbac import option_names, render_operator
+from tests.helpers.paths import ROOT
+
+
+def deployment(caches_options=None):
+    (found,) = [obj for obj in render_operator(caches_options=caches_options) if obj["kind"] == "Deployment"]
+    return found
+
+
+def environment(caches_options=None):
+    (container,) = deployment(caches_options)["spec"]["template"]["spec"]["containers"]
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
+
+
+def test_the_option_names_are_the_caches_roles_but_the_tools_image():
+    with open(os.path.join(ROOT, "roles", "caches", "vars", "main.yml")) as handle:
+        role_options = set(yaml.safe_load(handle)["caches_reconcile_options"])
+    assert set(option_names()) == role_options - {"extract_image"}
+
+
+def test_the_caches_variables_set_become_options_without_their_prefix():
+    env = environment({"caches_host_path_root": "/disk", "caches_serving_pvc": False, "caches_kubeconfig": "/k",
+                       "caches_registry_ca_file": "", "caches_declared": [{"name": "x"}]})
+    assert json.loads(env["GKM_CACHES_OPTIONS"]) == {"wait": True, "wait_timeout": 120, "host_path_root": "/disk",
+                                                     "serving_pvc": False}
+    assert env["GKM_TOOLS_IMAGE"] == "registry.example/tools:0"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["GKM_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+
+def test_the_controller_accepts_every_option_the_role_can_give():
+    main = pytest.importorskip("controller.gkm_controller.main")  # kopf: Python 3.11 and later
+    given = {"caches_" + name: "x" for name in option_names()}
+    options = json.loads(environment(given)["GKM_CACHES_OPTIONS"])
+    assert set(options) == set(option_names())
+    assert main.distribution_options(options, "t")["extract_image"] == "t"
+
+
+def test_the_probes_ask_the_port_the_controller_serves():
+    spec = deployment()["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    port = int(environment()["GKM_PROBE_PORT"])
+    assert container["readinessProbe"]["httpGet"] == container["livenessProbe"]["httpGet"] == {
+        "path": "/healthz", "port": port}
+    assert container["securityContext"]["readOnlyRootFilesystem"] and spec["securityContext"]["runAsNonRoot"]
