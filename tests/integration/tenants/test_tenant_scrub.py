@@ -103,7 +103,6 @@ class ClaimPhases:
         self._thread.join(timeout=10)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 2, the scrub's PV bound to a PVC name the tenant predicts")
 def test_a_pvc_the_tenant_names_as_the_scrub_gets_nothing(sim, crds, kube, tenant, image):
     name = "squat"
     # Baseline, so that the scrub's pod could run here as it did before: what the squat gets is the question.
@@ -124,6 +123,8 @@ def test_a_pvc_the_tenant_names_as_the_scrub_gets_nothing(sim, crds, kube, tenan
         time.sleep(1)  # the watch's last events
     assert not removed.get("failed"), removed.get("msg")
     assert [entry["result"] for entry in removed["scrub"]["nodes"]] == ["removed"], removed["scrub"]
+    scrub_namespace, scrub_name = removed["scrub"]["nodes"][0]["job"].split("/")
+    assert scrub_namespace == SYSTEM_NAMESPACE and scrub_name != predicted
     # The tenant's claim never bound a volume and is still its own, Pending.
     assert all(volume is None for _type, _phase, volume in phases.seen), phases.seen
     claim = claims.read_namespaced_persistent_volume_claim(predicted, tenant.namespace)
@@ -131,7 +132,6 @@ def test_a_pvc_the_tenant_names_as_the_scrub_gets_nothing(sim, crds, kube, tenan
     assert scrub_objects(kube, tenant.namespace, SYSTEM_NAMESPACE) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 9, a quota of 0 Jobs in the tenant's namespace stops its scrub")
 def test_deletion_completes_in_a_restricted_namespace_with_a_quota_of_no_jobs(sim, crds, kube, tenant, image):
     name = "capped"
     slot_pv = create_cache(sim, kube, tenant, image, name)
