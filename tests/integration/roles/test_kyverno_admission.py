@@ -187,9 +187,8 @@ def test_an_unlabelled_cache_is_admitted_unchecked_and_its_status_says_so(kyvern
     assert signature_check.signature_condition(created, "now") is None
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 4, Kyverno's policies select by the owner's label only")
-def test_an_unlabelled_cache_where_signatures_are_required_is_verified_at_admission(kyverno, crds, kube,
-                                                                                     signed_images):
+def test_an_unlabelled_cache_where_signatures_are_required_is_verified_at_admission(
+        kyverno, crds, kube, signed_images):
     core = client.CoreV1Api(kube)
     core.create_namespace({"metadata": {"name": REQUIRED_NAMESPACE, "labels": {"gkm.io/test": "true"}}})
     try:
