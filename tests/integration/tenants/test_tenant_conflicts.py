@@ -112,7 +112,6 @@ def owners(pvc):
     return {(ref.kind, ref.uid) for ref in pvc.metadata.owner_references or []}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 6, a tenant's earlier GKMCache refuses a ClusterGKMCache")
 def test_a_cluster_cache_outranks_a_tenants_earlier_gkmcache_of_its_name(sim, kube, crds, namespace, tenant, image):
     name = "outranked-%s" % tenant.namespace[-5:]
     mine = pinned_gkmcache(name, tenant.namespace, image.ref)
@@ -149,7 +148,6 @@ def test_a_cluster_cache_outranks_a_tenants_earlier_gkmcache_of_its_name(sim, ku
         remove_cluster_cache(sim, crds, name, namespaces)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: class 6, a PVC's gkm labels taken for ownership")
 def test_a_tenants_pvc_labelled_as_the_cluster_caches_own_is_not_taken_for_it(
         sim, kube, crds, namespace, tenant, image):
     name = "forged-%s" % tenant.namespace[-5:]
