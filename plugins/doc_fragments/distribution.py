@@ -47,13 +47,23 @@ options:
         program on a PV of its own whose hostPath is this root, and removes exactly the slot directories being
         deleted, without following symbolic links, then their empty parents up to, not including, the root. A
         ReadOnlyMany PV has no node affinity, so its directory is removed on every node.
-      - The scrub Job runs as uid 0 with every capability dropped except DAC_OVERRIDE (the files belong to the
-        extraction uid 1000, their parents to root), so the namespace must admit Pod Security C(baseline). A PV whose
-        scrub fails or does not finish in O(wait_timeout) is not deleted, and the run fails with the Job's
-        termination message; a rerun tries again. A node that no longer exists cannot be scrubbed; a warning names it
-        and the path left. Check mode creates no scrub Job; RV(scrub) says what would be removed.
+      - The scrub Job, its PVC and its PV's claim live in O(system_namespace), under a name with a random part, and
+        the PV is bound to that PVC's uid, so no tenant can claim or mount the root. The Job runs as uid 0 with every
+        capability dropped except DAC_OVERRIDE (the files belong to the extraction uid 1000, their parents to root),
+        so that namespace must admit Pod Security C(baseline). A PV whose scrub fails or does not finish in
+        O(wait_timeout) is not deleted, and the run fails with the Job's termination message; a rerun tries again.
+        A node that no longer exists cannot be scrubbed; a warning names it and the path left. Check mode creates
+        no scrub Job; RV(scrub) says what would be removed.
     type: str
     default: /var/lib/gkm-cluster/caches
+  system_namespace:
+    description:
+      - The collection's own namespace (the gkm role's C(gkm_namespace)), where the scrub Jobs and their PVCs run
+        (see O(host_path_root)); tenants need no right there.
+      - Created when missing, labelled as ours and enforcing Pod Security C(baseline); an existing one keeps its
+        labels and must admit C(baseline). While it terminates, no scrub runs and the PVs stay.
+    type: str
+    default: gkm-system
   serving_pvc:
     description:
       - For a ReadWriteOnce cache whose PVs this collection creates (see O(create_pvs)), also create in each namespace

@@ -13,12 +13,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.platform import kyvern
 
 def kyverno_verify_policies(formats, public_key=None, keyless_issuer=None, keyless_subject=None,
                             keyless_subject_regexp=None, rekor_url=None, ignore_tlog=False, ignore_sct=False,
-                            image_references=None, failure_action="Enforce", webhook_timeout_seconds=30):
+                            image_references=None, failure_action="Enforce", webhook_timeout_seconds=30,
+                            required=False):
     try:
         attestor = kyverno_policy.attestor_entry(public_key, keyless_issuer, keyless_subject, keyless_subject_regexp,
                                                  rekor_url, ignore_tlog, ignore_sct)
         return kyverno_policy.render_verify_policies(formats, attestor, image_references or ["*"], failure_action,
-                                                     webhook_timeout_seconds)
+                                                     webhook_timeout_seconds, required=required)
     except kyverno_policy.PolicyError as error:
         raise AnsibleFilterError("kyverno: %s" % error) from error
 

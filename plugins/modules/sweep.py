@@ -27,8 +27,9 @@ description:
     Job per node and cache root, pinned to the node. It runs the tools image's scrub program on a PV of its own whose
     hostPath is the cache root, and removes exactly the slot directories (never following symbolic links), then
     their empty parents up to, not including, the root. The Job runs as uid 0 with every capability dropped except
-    DAC_OVERRIDE (the files belong to the extraction uid 1000, their parents to root), so its namespace must admit
-    Pod Security C(baseline). Its PV, PVC and Job are removed when it ends.
+    DAC_OVERRIDE (the files belong to the extraction uid 1000, their parents to root). Its PVC and Job live in
+    O(system_namespace), which must admit Pod Security C(baseline), under a name with a random part, and its PV is
+    bound to that PVC's uid. Its PV, PVC and Job are removed when it ends.
   - The directories of PVCs that running pods still mount stay (a warning names them); so do those on nodes that
     no longer exist (a warning names the node and the path). When a scrub Job fails or does not finish in
     O(scrub_timeout), its PVs are kept and the module fails with the Job's termination message; a rerun tries again.
@@ -60,6 +61,12 @@ options:
     description: Seconds to wait for the scrub Jobs.
     type: int
     default: 300
+  system_namespace:
+    description:
+      - The collection's own namespace, where the scrub Jobs and their PVCs run; created when missing (labelled as
+        ours, enforcing Pod Security C(baseline)).
+    type: str
+    default: gkm-system
 """
 
 EXAMPLES = r"""
@@ -114,6 +121,7 @@ ARGUMENT_SPEC = dict(
     delete_namespaces=dict(type="list", elements="str", default=[]),
     scrub_image=dict(type="str"),
     scrub_timeout=dict(type="int", default=300),
+    system_namespace=dict(type="str", default="gkm-system"),
 )
 
 

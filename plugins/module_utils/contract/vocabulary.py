@@ -31,6 +31,9 @@ NODE_KINDS = {
 PLURALS = tuple(plural for plural, _namespaced in CACHE_KINDS.values()) + tuple(
     plural for _kind, plural, _namespaced in NODE_KINDS.values())
 
+# The collection's own namespace when none is given: ownership records, the scrub's Jobs (the gkm role's gkm_namespace).
+SYSTEM_NAMESPACE = "gkm-system"
+
 # ------------------------------------------------------------------ labels on the objects a cache owns
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGER = "gkm.cluster"
@@ -43,6 +46,8 @@ SERVING_LABEL = DOMAIN + "/serving"
 SCRUB_LABEL = DOMAIN + "/scrub"
 EXTRACTION_FAILED_LABEL = DOMAIN + "/extraction-failed"
 PROBE_LABEL = DOMAIN + "/probe"
+# Pod Security's level on the namespaces the collection creates for its own pods (the webhook's, the scrub's).
+POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
 
 # ------------------------------------------------------------------ annotations on the objects a cache owns
 SPEC_HASH_ANNOTATION = DOMAIN + "/spec-hash"

@@ -19,6 +19,7 @@ import time
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import SYSTEM_NAMESPACE
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply import dry_run
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.evictions import Evictions
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.apply.scrub_runner import NodeDiskScrub
@@ -88,7 +89,8 @@ def run(kube, params, check_mode=False, want_diff=False, timings=None, source=No
                                       refusals=refusals, writes=kube.writes, **result)
         wait_timeout = params.get("wait_timeout") or 120
         cleanup_timeout = max(wait_timeout, CLEANUP_MIN_SECONDS)
-        scrub = NodeDiskScrub(kube, spec.extract_image, cleanup_timeout)
+        scrub = NodeDiskScrub(kube, params.get("system_namespace") or SYSTEM_NAMESPACE, spec.extract_image,
+                              cleanup_timeout)
         with timings.phase("write"):
             errors = execute(kube, plan, cleanup_timeout, scrub)
         if errors:

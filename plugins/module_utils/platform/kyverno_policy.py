@@ -4,11 +4,14 @@
 
 One policy per signature format, selected by the GKMCache label ``gkm.io/signature-format``: cosign v2
 signatures (``.sig`` tags) are ``type: Cosign``, cosign v3 sigstore bundles (OCI 1.1 referrers) are
-``type: SigstoreBundle``. The image is found with an imageExtractor at ``/spec/image`` and pinned to its
-digest (``mutateDigest``). The signer is what the user states - a public key, or a keyless OIDC issuer and
-subject - and nothing else: there is no default identity, and an identity that any signer would match is
-refused. Kyverno never sees cluster-scoped custom resources, so ClusterGKMCache images are verified by
-cache_extract instead.
+``type: SigstoreBundle``. The label is the cache owner's, so where the admin requires signatures (every
+namespace, or the ones listed: the caches role's ``caches_require_signature``) the first format's policy also
+takes every GKMCache that names no listed format, the label missing included: there the label only picks the
+format, as in the reconcile (distribute/inputs/verification.py). The image is found with an imageExtractor at
+``/spec/image`` and pinned to its digest (``mutateDigest``). The signer is what the user states - a public key,
+or a keyless OIDC issuer and subject - and nothing else: there is no default identity, and an identity that any
+signer would match is refused. Kyverno never sees cluster-scoped custom resources, so ClusterGKMCache images are
+verified by cache_extract instead.
 
 Pure functions.
 """
@@ -121,9 +124,32 @@ def attestor_entry(public_key=None, keyless_issuer=None, keyless_subject=None, k
     return {"keyless": keyless_entry}
 
 
+def required_match(formats, required):
+    """The match of the GKMCaches that must be verified whatever their label says, or None when none must be.
+
+    required: false (none), true (every namespace) or a list of namespaces.
+    """
+    if required is True:
+        namespaces = None
+    elif required is False or required is None:
+        return None
+    elif isinstance(required, (list, tuple)) and all(isinstance(name, str) and name for name in required):
+        if not required:
+            return None
+        namespaces = sorted(set(required))
+    else:
+        raise PolicyError("kyverno_require_signature must be false, true or a list of namespaces, got %r" % (required,))
+    resources = {"kinds": [GKMCACHE_KIND], "selector": {"matchExpressions": [
+        {"key": SIGNATURE_FORMAT_LABEL, "operator": "NotIn", "values": list(formats)}]}}
+    if namespaces is not None:
+        resources["namespaces"] = namespaces
+    return {"resources": resources}
+
+
 def render_verify_policies(formats, attestor, image_references=("*",), failure_action="Enforce",
-                           webhook_timeout_seconds=30, name_prefix=DEFAULT_NAME_PREFIX):
-    """One ClusterPolicy per signature format, verifying GKMCache images with the given attestor entry."""
+                           webhook_timeout_seconds=30, name_prefix=DEFAULT_NAME_PREFIX, required=False):
+    """One ClusterPolicy per signature format, verifying GKMCache images with the given attestor entry; the first
+    format's also verifies the unlabelled GKMCaches `required` names (required_match)."""
     formats = list(formats or [])
     unknown = [value for value in formats if value not in FORMAT_TYPES]
     if not formats or unknown:
@@ -135,9 +161,21 @@ def render_verify_policies(formats, attestor, image_references=("*",), failure_a
         raise PolicyError("kyverno_image_references must be a non-empty list of image patterns, e.g. ['quay.io/org/*']")
     if not 1 <= int(webhook_timeout_seconds) <= 30:
         raise PolicyError("kyverno_webhook_timeout_seconds must be between 1 and 30, got %r" % webhook_timeout_seconds)
+    unlabelled = required_match(formats, required)
     policies = []
     for signature_format in formats:
         name = policy_name(signature_format, name_prefix)
+        matches = [{"resources": {"kinds": [GKMCACHE_KIND],
+                                  "selector": {"matchLabels": {SIGNATURE_FORMAT_LABEL: signature_format}}}}]
+        description = (
+            "GKMCache objects labelled %s=%s must name an image signed by the stated signer; the image is pinned to "
+            "its digest. ClusterGKMCache images are verified by gkm.cluster's extraction, since Kyverno does not see "
+            "cluster-scoped custom resources." % (SIGNATURE_FORMAT_LABEL, signature_format))
+        if unlabelled and signature_format == formats[0]:
+            matches.append(unlabelled)
+            description += " So must every GKMCache %s whose label names no other format (the admin requires it)." % (
+                "in %s" % ", ".join(unlabelled["resources"]["namespaces"]) if "namespaces" in unlabelled["resources"]
+                else "in any namespace")
         policies.append({
             "apiVersion": "kyverno.io/v1",
             "kind": "ClusterPolicy",
@@ -147,11 +185,7 @@ def render_verify_policies(formats, attestor, image_references=("*",), failure_a
                 "annotations": {
                     "policies.kyverno.io/title": "Verify %s signatures of GKMCache images" % signature_format,
                     "policies.kyverno.io/subject": "GKMCache",
-                    "policies.kyverno.io/description": (
-                        "GKMCache objects labelled %s=%s must name an image signed by the stated signer; the image "
-                        "is pinned to its digest. ClusterGKMCache images are verified by gkm.cluster's extraction, "
-                        "since Kyverno does not see cluster-scoped custom resources." % (SIGNATURE_FORMAT_LABEL,
-                                                                                         signature_format)),
+                    "policies.kyverno.io/description": description,
                 },
             },
             "spec": {
@@ -159,10 +193,7 @@ def render_verify_policies(formats, attestor, image_references=("*",), failure_a
                 "webhookConfiguration": {"failurePolicy": "Fail", "timeoutSeconds": int(webhook_timeout_seconds)},
                 "rules": [{
                     "name": "verify-%s" % signature_format,
-                    "match": {"any": [{"resources": {
-                        "kinds": [GKMCACHE_KIND],
-                        "selector": {"matchLabels": {SIGNATURE_FORMAT_LABEL: signature_format}},
-                    }}]},
+                    "match": {"any": matches},
                     "imageExtractors": {"GKMCache": [{"path": "/spec/image"}]},
                     "verifyImages": [{
                         "type": FORMAT_TYPES[signature_format],

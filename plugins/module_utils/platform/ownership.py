@@ -20,9 +20,10 @@ __metaclass__ = type
 import json
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import SYSTEM_NAMESPACE
 
 DEFAULT_CONFIGMAP = "gkm-cluster-ownership"
-DEFAULT_NAMESPACE = "gkm-system"
+DEFAULT_NAMESPACE = SYSTEM_NAMESPACE
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gkm.cluster"}
 # Fields of a record that say what was installed; anything else (timestamps) is bookkeeping.
 RECORD_FIELDS = ("version", "method", "source", "namespace", "namespace_created")

@@ -70,7 +70,7 @@ def describe(kind, metadata):
     return "%s %s" % (kind, metadata["name"])
 
 
-def sweep(kube, kinds, delete_namespaces, check_mode, scrub_image=None, scrub_timeout=300):
+def sweep(kube, kinds, delete_namespaces, check_mode, system_namespace, scrub_image=None, scrub_timeout=300):
     """Delete or unlabel what is ours; returns the module result (without "diff")."""
     for entry in kinds:
         if not entry.get("api_version") or not entry.get("kind"):
@@ -105,7 +105,7 @@ def sweep(kube, kinds, delete_namespaces, check_mode, scrub_image=None, scrub_ti
                 unlabels.append((object_path(collection, namespaced, metadata), metadata))
             continue
         deletes.append((kind, object_path(collection, namespaced, metadata), metadata))
-    scrub = NodeDiskScrub(kube, scrub_image, scrub_timeout, skip_mounted=True)
+    scrub = NodeDiskScrub(kube, system_namespace, scrub_image, scrub_timeout, skip_mounted=True)
     held = scrub.clear([item for kind, _c, _n, item in objects if kind == "PersistentVolume"],
                        [job_image(item) for kind, _c, _n, item in objects if kind == "Job"])
     deletes = [entry for entry in deletes if not (entry[0] == "PersistentVolume" and entry[2]["name"] in held)]

@@ -26,7 +26,8 @@ def hardware_preflight(call):
 
 def sweep(call):
     result = sweep_labelled(call.kube(), call.params["kinds"], call.params["delete_namespaces"], call.check_mode,
-                            call.params.get("scrub_image"), call.params["scrub_timeout"])
+                            call.params["system_namespace"], call.params.get("scrub_image"),
+                            call.params["scrub_timeout"])
     labelled = result["deleted"] + ["Namespace %s" % name for name in result["unlabelled"]]
     result["diff"] = {"before": {"labelled": sorted(labelled)}, "after": {"labelled": []}}
     return result

@@ -110,22 +110,22 @@ def test_the_second_of_two_caches_wanting_one_pvc_is_refused_and_the_first_is_un
                      "spec": {"image": image.ref, "accessModes": ["ReadOnlyMany"], "workloadNamespaces": [namespace],
                               "podTemplate": pinned_template()}}
     # ReadOnlyMany on the hostPath PVs of a cluster without a provisioner: allowed explicitly (host_path_read_only_many)
-    # for what is checked here, which PVC each cache owns. Created first: it keeps the PVC whatever order the
-    # reconciles run in (the same second breaks ties by kind).
+    # for what is checked here, which PVC each cache owns. The cluster cache outranks the GKMCache: it keeps the PVC
+    # whatever order the resources were created and the reconciles run in.
     crds.create_cluster_custom_object(GROUP, VERSION, "clustergkmcaches", cluster_cache)
     crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches",
                                          gkmcache(name, namespace, image.ref, ["ReadOnlyMany"]))
     try:
         second = reconcile(sim, "GKMCache", name, namespace, host_path_read_only_many=True)
         assert second.get("failed")
-        assert "PVC %s/%s is wanted by GKMCache %s/%s and by ClusterGKMCache %s, which was created first" % (
+        assert "PVC %s/%s is wanted by GKMCache %s/%s and by ClusterGKMCache %s, which comes first" % (
             namespace, name, namespace, name, name) in second["msg"], second["msg"]
         assert "GKMCache %s/%s is refused until then" % (namespace, name) in second["msg"]
         assert ours(kube, name) == {}, "the refused cache wrote nothing"
         status = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", name)["status"]
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert (status["phase"], ready["status"], ready["reason"]) == ("Error", "False", "Conflict"), status
-        assert "created first" in ready["message"]
+        assert "a ClusterGKMCache outranks" in ready["message"]
 
         first = reconcile(sim, "ClusterGKMCache", name, host_path_read_only_many=True)
         assert not first.get("failed"), first.get("msg")
@@ -134,7 +134,7 @@ def test_the_second_of_two_caches_wanting_one_pvc_is_refused_and_the_first_is_un
         assert pvc.metadata.labels["gkm.io/cache-namespace"] == ""
 
         again = reconcile(sim, "GKMCache", name, namespace, host_path_read_only_many=True)
-        assert again.get("failed") and "created first" in again["msg"], again
+        assert again.get("failed") and "a ClusterGKMCache outranks" in again["msg"], again
         after = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(name, namespace)
         assert after.metadata.uid == pvc.metadata.uid and after.metadata.deletion_timestamp is None
         assert after.metadata.labels == pvc.metadata.labels

@@ -1,8 +1,9 @@
 """Scrubbing the nodes' disks before slot PVs are deleted, against the real local control plane and registry.
 
 On kwok nodes the scrub Job's pod runs nothing (kwok marks Job pods Succeeded): these tests check the
-objects (node pin, paths, security context), the order (slot PVs deleted only after the Job succeeded),
-gone nodes, failures and check mode. The files really leaving a disk is checked on real nodes.
+objects (node pin, paths, security context, the system namespace they live in), the order (slot PVs deleted
+only after the Job succeeded), gone nodes, failures and check mode. The files really leaving a disk is checked
+on real nodes. The module's system namespace is one of this file's, which the first scrub creates.
 """
 
 import os
@@ -23,6 +24,15 @@ WORKERS = ["gkm-gpu-worker-1", "gkm-gpu-worker-2"]
 EXTRACT_IMAGE = "gkm-cluster-tools:test"
 SCRUB_SELECTOR = "gkm.io/scrub=true"
 CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.scrub_main"
+POD_SECURITY = "pod-security.kubernetes.io/enforce"
+SYSTEM = "gkm-sys-%s" % uuid.uuid4().hex[:6]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def system_namespace(kube):
+    """The scrubs' namespace: made by the first scrub that needs it, deleted after the file."""
+    yield SYSTEM
+    client.CoreV1Api(kube).delete_namespace(SYSTEM)
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +44,7 @@ def distribute(sim, nodes, check=False, **args):
     args.setdefault("registry_plain_http", True)
     args.setdefault("extract_image", EXTRACT_IMAGE)
     args.setdefault("host_path_root", NODE_DISK)
+    args.setdefault("system_namespace", SYSTEM)
     terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]} for name in nodes]
     args["pod_template"] = {"spec": {"tolerations": [GPU_TOLERATION], "affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}}
@@ -131,7 +142,7 @@ def test_slot_pvs_go_only_after_each_node_s_scrub_job_succeeded(sim, kube, names
     paths = {pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0].values[0]:
              os.path.relpath(pv.spec.host_path.path, NODE_DISK) for pv in pvs.values()}
 
-    with Recorder(kube, namespace, name) as recorder:
+    with Recorder(kube, SYSTEM, name) as recorder:
         removed = distribute(sim, WORKERS, name=name, namespace=namespace, state="absent", wait_timeout=60)
     assert not removed.get("failed"), removed.get("msg")
 
@@ -162,11 +173,14 @@ def test_slot_pvs_go_only_after_each_node_s_scrub_job_succeeded(sim, kube, names
                for node, entry in report.items())
     assert not removed.get("warnings")
     wait_pvs_gone(kube, name)
-    # The scrub's own PV, PVC and Job are gone too.
-    assert scrub_objects(kube, namespace) == []
+    # The scrub's own PV, PVC and Job are gone too, from the system namespace, which the scrub made if it had to.
+    assert scrub_objects(kube, SYSTEM) == []
+    labels = client.CoreV1Api(kube).read_namespace(SYSTEM).metadata.labels
+    assert (labels["app.kubernetes.io/managed-by"], labels[POD_SECURITY]) == ("gkm.cluster", "baseline")
 
 
-def test_scrub_pv_is_the_root_pinned_to_the_node_and_claimed_in_the_namespace(sim, kube, namespace, image):
+def test_scrub_pv_is_the_root_pinned_to_the_node_and_claimed_in_the_system_namespace_by_uid(
+        sim, kube, namespace, image):
     name = unique("disk-pv")
     assert not distribute(sim, WORKERS[:1], name=name, namespace=namespace, image=image.ref).get("failed")
     core = client.CoreV1Api(kube)
@@ -190,7 +204,9 @@ def test_scrub_pv_is_the_root_pinned_to_the_node_and_claimed_in_the_namespace(si
     assert pv.spec.persistent_volume_reclaim_policy == "Retain"
     term = pv.spec.node_affinity.required.node_selector_terms[0].match_fields[0]
     assert (term.key, term.values) == ("metadata.name", [WORKERS[0]])
-    assert (pv.spec.claim_ref.namespace, pv.spec.claim_ref.name) == (namespace, pv.metadata.name)
+    assert (pv.spec.claim_ref.namespace, pv.spec.claim_ref.name) == (SYSTEM, pv.metadata.name)
+    # Bound to the claim the run created, by its uid, from the PV's creation on.
+    assert pv.spec.claim_ref.uid and pv.metadata.name.startswith("gkm-scrub-")
 
 
 def test_check_mode_reports_what_would_be_removed_and_creates_nothing(sim, kube, namespace, image):
@@ -207,7 +223,7 @@ def test_check_mode_reports_what_would_be_removed_and_creates_nothing(sim, kube,
     wait_pvs_gone(kube, name)
 
 
-def test_pvs_whose_namespace_is_gone_are_scrubbed_from_the_default_namespace(sim, kube, image):
+def test_pvs_whose_namespace_is_gone_are_scrubbed_all_the_same(sim, kube, image):
     core = client.CoreV1Api(kube)
     namespace = unique("t-disk-gone-ns")
     core.create_namespace({"metadata": {"name": namespace, "labels": {"gkm.io/test": "true"}}})
@@ -220,9 +236,9 @@ def test_pvs_whose_namespace_is_gone_are_scrubbed_from_the_default_namespace(sim
         time.sleep(0.5)
     removed = distribute(sim, WORKERS[:1], name=name, namespace=namespace, state="absent", wait_timeout=60)
     assert not removed.get("failed"), removed.get("msg")
-    assert [(e["job"].split("/")[0], e["result"]) for e in removed["scrub"]["nodes"]] == [("default", "removed")]
+    assert [(e["job"].split("/")[0], e["result"]) for e in removed["scrub"]["nodes"]] == [(SYSTEM, "removed")]
     wait_pvs_gone(kube, name)
-    assert scrub_objects(kube, "default") == []
+    assert scrub_objects(kube, SYSTEM) == []
 
 
 def test_a_gone_node_is_a_warning_and_nothing_waits_for_it(sim, kube, namespace, image):
@@ -254,20 +270,24 @@ def test_a_gone_node_is_a_warning_and_nothing_waits_for_it(sim, kube, namespace,
 
 
 def test_a_scrub_job_that_cannot_run_keeps_the_pvs_and_says_why(sim, kube, namespace, image):
-    """Pod Security restricted refuses the scrub pod (uid 0, DAC_OVERRIDE): the Job never runs, the PVs stay;
-    at baseline, which the docs ask for, the rerun scrubs and deletes them."""
+    """Pod Security restricted in the system namespace refuses the scrub pod (uid 0, DAC_OVERRIDE): the Job never
+    runs, the PVs stay; at baseline, which the docs ask for, the rerun scrubs and deletes them."""
     name = unique("disk-fail")
     assert not distribute(sim, WORKERS[:1], name=name, namespace=namespace, image=image.ref).get("failed")
     core = client.CoreV1Api(kube)
-    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
-    failed = distribute(sim, WORKERS[:1], name=name, namespace=namespace, state="absent", wait_timeout=8)
+    if SYSTEM not in {ns.metadata.name for ns in core.list_namespace().items}:
+        core.create_namespace({"metadata": {"name": SYSTEM}})
+    core.patch_namespace(SYSTEM, {"metadata": {"labels": {POD_SECURITY: "restricted"}}})
+    try:
+        failed = distribute(sim, WORKERS[:1], name=name, namespace=namespace, state="absent", wait_timeout=8)
+    finally:
+        core.patch_namespace(SYSTEM, {"metadata": {"labels": {POD_SECURITY: "baseline"}}})
     assert failed.get("failed")
     error = next(e for e in failed["errors"] if e["action"] == "scrub")
     assert "pod refused" in error["error"] and "PodSecurity" in error["error"], error
     assert len(slot_pvs(kube, name)) == 1
-    assert scrub_objects(kube, namespace) == []
+    assert scrub_objects(kube, SYSTEM) == []
 
-    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
     removed = distribute(sim, WORKERS[:1], name=name, namespace=namespace, state="absent", wait_timeout=60)
     assert not removed.get("failed"), removed.get("msg")
     assert [e["result"] for e in removed["scrub"]["nodes"]] == ["removed"]

@@ -31,6 +31,8 @@ pytestmark = pytest.mark.cluster
 GROUP, VERSION, PLURAL = "gkm.io", "v1alpha1", "gkmcaches"
 FORMAT_LABEL = "gkm.io/signature-format"
 POLICIES = ("gkm-verify-gkmcache-cosign-v2", "gkm-verify-gkmcache-cosign-v3")
+# The one namespace where the admin requires signatures whatever a GKMCache's label says (issue 31, class 4).
+REQUIRED_NAMESPACE = "t-kyverno-required-%s" % uuid.uuid4().hex[:6]
 
 
 def _sim(*arguments):
@@ -63,7 +65,8 @@ def kyverno(sim, kube, crds, cosign, tmp_path_factory):
         run = run_role("kyverno", tmp_path_factory.mktemp("role"), {
             "kyverno_kubeconfig": sim.kubeconfig, "kyverno_ownership_namespace": "default",
             "kyverno_attestor_public_key": cosign[2][1], "kyverno_ignore_tlog": True, "kyverno_ignore_sct": True,
-            "kyverno_wait_timeout": 60, "kyverno_readiness_retries": 30, "kyverno_readiness_delay": 1})
+            "kyverno_require_signature": [REQUIRED_NAMESPACE], "kyverno_wait_timeout": 60,
+            "kyverno_readiness_retries": 30, "kyverno_readiness_delay": 1})
         assert run.ok, run.failures()
         # Kyverno is there and not installed by the role: only the policies are applied.
         assert run.facts["kyverno_result"]["action"] == "skip", run.facts["kyverno_result"]
@@ -182,6 +185,22 @@ def test_an_unlabelled_cache_is_admitted_unchecked_and_its_status_says_so(kyvern
     # No policy matches it: Kyverno neither verifies nor pins it, and the status gets no SignatureVerified condition.
     assert created["spec"]["image"] == signed_images["unsigned"].ref
     assert signature_check.signature_condition(created, "now") is None
+
+
+def test_an_unlabelled_cache_where_signatures_are_required_is_verified_at_admission(
+        kyverno, crds, kube, signed_images):
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": REQUIRED_NAMESPACE, "labels": {"gkm.io/test": "true"}}})
+    try:
+        refused, message = _admit(crds, REQUIRED_NAMESPACE, signed_images["unsigned"].ref)
+        # Verified in the first listed format, the label the owner left out notwithstanding.
+        admitted, created = _admit(crds, REQUIRED_NAMESPACE, signed_images["v2-trusted"].ref)
+    finally:
+        core.delete_namespace(REQUIRED_NAMESPACE)
+    assert not refused, message
+    assert "gkm-verify-gkmcache-cosign-v2" in message and "failed to verify image" in message, message
+    assert admitted, created
+    assert created["spec"]["image"].endswith("@" + signed_images["v2-trusted"].digest), created["spec"]["image"]
 
 
 def test_kyverno_accepts_the_keyless_identity_pinned_policies(kyverno, kube):

@@ -34,8 +34,7 @@ def test_read_only_many_on_host_path_pvs_is_refused_with_the_field_and_the_fix(s
     try:
         result = reconcile(sim, tenant, "shared")
     finally:
-        # A hostPath PV, if one was made, is cluster-scoped: the namespace's deletion would leave it. (The removal
-        # through the module cannot scrub in a restricted namespace: class 9.)
+        # A hostPath PV, if one was made, is cluster-scoped: the namespace's deletion would leave it.
         admin = Kube(kube)
         for pv in admin.list("PersistentVolume", label_selector="gkm.io/cache=shared"):
             if (pv["spec"].get("claimRef") or {}).get("namespace") == tenant.namespace:

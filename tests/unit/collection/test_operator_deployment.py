@@ -30,8 +30,10 @@ def test_the_option_names_are_the_caches_roles_but_the_tools_image():
 def test_the_caches_variables_set_become_options_without_their_prefix():
     env = environment({"caches_host_path_root": "/disk", "caches_serving_pvc": False, "caches_kubeconfig": "/k",
                        "caches_registry_ca_file": "", "caches_declared": [{"name": "x"}]})
-    assert json.loads(env["GKM_CACHES_OPTIONS"]) == {"wait": True, "wait_timeout": 120, "host_path_root": "/disk",
-                                                     "serving_pvc": False}
+    # The scrub runs in the operator's own namespace (render_operator's gkm-system).
+    assert json.loads(env["GKM_CACHES_OPTIONS"]) == {
+        "wait": True, "wait_timeout": 120, "system_namespace": "gkm-system", "host_path_root": "/disk",
+        "serving_pvc": False}
     assert env["GKM_TOOLS_IMAGE"] == "registry.example/tools:0"
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["GKM_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}

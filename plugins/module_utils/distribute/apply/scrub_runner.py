@@ -4,16 +4,19 @@
 
 One scrub Job per (node, cache root) runs at once on every node; the PVs of a node whose Job failed
 or timed out are held back (not deleted), so a later run scrubs them again. Nodes that are gone
-cannot be scrubbed: their paths are reported as warnings and their PVs go. The scrub's own PV, PVC
-and Job are removed when it ends. In check mode nothing is created: the report says what would go.
+cannot be scrubbed: their paths are reported as warnings and their PVs go. The scrub's own PVC, PV
+and Job, in the collection's namespace, are removed when it ends. In check mode nothing is created: the
+report says what would go.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import secrets
 import time
 
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     SCRUB_LABEL,
 )
@@ -26,31 +29,37 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_po
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import pod_mounts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scrub import (
+    bind_scrub_pv,
     failure_message,
     is_slot_pv,
     job_image,
-    pick_namespace,
     plan_scrub,
     pod_refusals,
     render_scrub,
+    scrub_name,
+    system_namespace,
     waiting_reason,
 )
 
 POLL_SECONDS = 1.0
 CLEANUP_SECONDS = 30
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+# Random bytes in a scrub's name (hex: twice as many characters).
+NAME_BYTES = 5
 
 
 class NodeDiskScrub:
     """Scrubs before deleting; `report()` is what the module returns under "scrub", `warnings` its warnings.
 
-    image: the tools image (the extraction Jobs' image); None falls back to the image of an extraction
-    Job being deleted in the same run. skip_mounted: leave the directories of PVCs that running pods
-    still mount (undeploy's sweep, which deletes such PVCs to let them go when the pods end).
+    namespace: the collection's own (system_namespace), where the scrub's PVC and Job run; created when
+    missing. image: the tools image (the extraction Jobs' image); None falls back to the image of an
+    extraction Job being deleted in the same run. skip_mounted: leave the directories of PVCs that running
+    pods still mount (undeploy's sweep, which deletes such PVCs to let them go when the pods end).
     """
 
-    def __init__(self, kube, image, timeout, skip_mounted=False):
+    def __init__(self, kube, namespace, image, timeout, skip_mounted=False):
         self.kube = kube
+        self.namespace = namespace
         self.image = image
         self.timeout = timeout
         self.skip_mounted = skip_mounted
@@ -116,27 +125,41 @@ class NodeDiskScrub:
         return kept
 
     def _run(self, targets, image):
-        usable = {ns["metadata"]["name"] for ns in self.kube.list("Namespace", metadata_only=True)
-                  if not ns["metadata"].get("deletionTimestamp")}
-        fallback = set().union(*(t.namespaces for t in targets))
+        problem = self._namespace_problem()
         runs = []
         for target in targets:
             entry = dict(target.to_dict(), pvs=sorted(target.pvs))
             self.nodes.append(entry)
-            namespace = pick_namespace(target, usable, fallback)
-            if namespace is None:
-                entry["error"] = "no namespace to run the scrub Job in: %s gone or terminating" % ", ".join(
-                    sorted(fallback))
+            if problem:
+                entry["error"] = problem
                 continue
-            entry["job"] = "%s/%s" % (namespace, target.name())
-            runs.append((entry, render_scrub(target, namespace, image, self.timeout), target.pinned))
-        for position in range(3):  # PV, then the PVC that binds it, then the Job that mounts it
-            outcomes = self.kube.map(lambda run, at=position: self.kube.apply(run[1][at]), runs)
-            for run, outcome in zip(runs, outcomes):
-                if isinstance(outcome, Exception) and not run[0].get("error"):
+            name = scrub_name(secrets.token_hex(NAME_BYTES))
+            entry["job"] = "%s/%s" % (self.namespace, name)
+            runs.append((entry, render_scrub(target, self.namespace, name, image, self.timeout), target.pinned))
+        # The PVC, then the PV bound to that claim's uid alone, then the Job that mounts it.
+        for position in range(3):
+            pending = [run for run in runs if not run[0].get("error")]
+            outcomes = self.kube.map(lambda run, at=position: self.kube.apply(run[1][at]), pending)
+            for run, outcome in zip(pending, outcomes):
+                if isinstance(outcome, Exception):
                     run[0]["error"] = "creating the scrub objects failed: %s" % outcome
+                elif position == 0:
+                    run[1][1] = bind_scrub_pv(run[1][1], outcome)
         self._wait([run for run in runs if not run[0].get("error")])
         self._remove_scrub_objects([objects for _entry, objects, _pinned in runs])
+
+    def _namespace_problem(self):
+        """Why the scrub cannot run in the collection's namespace (None when it can): created when missing (a
+        reconcile may come before the gkm role), refused while it terminates."""
+        try:
+            found = self.kube.get("Namespace", self.namespace)
+            if found is None:
+                self.kube.apply(system_namespace(self.namespace))
+        except KubeError as error:
+            return "no namespace to run the scrub Job in: %s" % error
+        if found is not None and found["metadata"].get("deletionTimestamp"):
+            return "no namespace to run the scrub Job in: %s is terminating" % self.namespace
+        return None
 
     def _wait(self, runs):
         deadline = time.monotonic() + self.timeout

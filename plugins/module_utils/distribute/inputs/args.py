@@ -10,6 +10,7 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     MOUNT_MODES,
     PVC,
+    SYSTEM_NAMESPACE,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import REGISTRY_ARG_SPEC
 
@@ -22,6 +23,7 @@ DISTRIBUTION_ARG_SPEC = dict(
     create_pvs=dict(type="str", choices=["auto", "always", "never"], default="auto"),
     host_path_read_only_many=dict(type="bool", default=False),
     host_path_root=dict(type="str", default="/var/lib/gkm-cluster/caches"),
+    system_namespace=dict(type="str", default=SYSTEM_NAMESPACE),
     set_volume_owner=dict(type="str", choices=["auto", "always", "never"], default="auto"),
     serving_pvc=dict(type="bool", default=True),
     # A cache resource's spec.mountMode wins over it (resource.distribute_params).

@@ -6,13 +6,17 @@ Every object name but one hashes the whole slot (cache, cache namespace, namespa
 contract/naming.py), so two caches never share it. The exception is what workloads name: a ReadOnlyMany cache's
 PVC and a ReadWriteOnce cache's serving PVC (serving.py) are named as the cache, in each of its namespaces, so a
 GKMCache and a ClusterGKMCache of one name whose namespaces meet want one PVC (a resource does not say whether
-its serving PVC is turned off, so every resource is taken to want it). Of two such resources the one that came
-first (creationTimestamp, then kind and name) keeps the PVC; the other is refused before anything is written, so it
-never deletes or overwrites what the first owns. A live PVC of that name that belongs to no rival resource (a
-cache distributed without a resource, or an object not made by the collection) refuses the cache in that namespace:
-whoever may create a PVC in one workload namespace of a ClusterGKMCache must not stop it in the others, so a cluster
-cache is refused there only (its status names the PVC) and served in the rest; a cache left with no namespace is
-refused whole.
+its serving PVC is turned off, so every resource is taken to want it). Of two such resources the ClusterGKMCache
+keeps the PVC whenever it was created: the admin chose its namespaces, and a tenant's GKMCache made first must not
+refuse it in all of them. The GKMCache is refused before anything is written, so it never deletes or overwrites
+what the cluster cache owns.
+
+A live PVC of that name is the cache's own only when its owner reference names the cache resource's uid (a cache
+distributed without a resource has only its labels); labels are anyone's to write. Any other live PVC refuses the
+cache in that namespace, the outranked GKMCache's included until it is deleted (nothing of it is overwritten under
+its pods): whoever may create a PVC in one workload namespace of a ClusterGKMCache must not stop it in the others,
+so a cluster cache is refused there only (its status names the PVC) and served in the rest; a cache left with no
+namespace is refused whole.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,8 +25,12 @@ __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    API_VERSION,
+    CACHE_KIND_LABEL,
+    CACHE_KINDS,
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
+    CLUSTER_CACHE_KIND,
     MANAGED_BY_LABEL,
     MANAGER,
 )
@@ -56,7 +64,8 @@ def resource_claims(resource):
 
 
 def _order(kind, name, created):
-    return (created or NOT_CREATED, kind, name)
+    """A ClusterGKMCache before a GKMCache, then the earlier (only two kinds' PVC names can meet: the rank decides)."""
+    return (kind != CLUSTER_CACHE_KIND, created or NOT_CREATED, kind, name)
 
 
 def _self_order(spec):
@@ -103,23 +112,41 @@ def _earlier_rival(spec, rivals, wanted):
 
 
 def _live_owner(pvc):
-    """Who a live PVC belongs to: ('cache', namespace, name) for a collection object, None for anyone else's."""
-    labels = pvc["metadata"].get("labels") or {}
-    if labels.get(MANAGED_BY_LABEL) != MANAGER or not labels.get(CACHE_LABEL):
+    """Who a live PVC belongs to: ('uid', uid) of the cache resource its owner reference names; ('cache', namespace,
+    name) for a collection object of a cache without a resource (labels only, no kind label); None for anyone
+    else's, labelled or not."""
+    metadata = pvc["metadata"]
+    for ref in metadata.get("ownerReferences") or []:
+        if ref.get("apiVersion") == API_VERSION and ref.get("kind") in CACHE_KINDS and ref.get("uid"):
+            return "uid", ref["uid"]
+    labels = metadata.get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) != MANAGER or not labels.get(CACHE_LABEL) or labels.get(CACHE_KIND_LABEL):
         return None
-    return labels.get(CACHE_NAMESPACE_LABEL) or "", labels[CACHE_LABEL]
+    return "cache", labels.get(CACHE_NAMESPACE_LABEL) or "", labels[CACHE_LABEL]
 
 
-def _is_later_rival(spec, rivals, owner):
-    """A live PVC of a rival resource that came after this cache: ours to take (that rival is refused)."""
-    mine = _self_order(spec)
+def _is_own(spec, owner):
+    if spec.owner is not None:
+        return bool(spec.owner.get("uid")) and owner == ("uid", spec.owner["uid"])
+    return owner == ("cache", spec.cache_namespace or "", spec.name)
+
+
+def _holder(spec, rivals, owner):
+    """Who holds a live PVC the cache is not the owner of, and what makes it free, for the refusal."""
+    if owner is None:
+        return "no cache (gkm.cluster did not make it): rename or delete that PVC, or rename the cache"
+    if owner[0] == "cache":
+        return ("cache %s, distributed without a resource (gkm.cluster.cache_distribute): remove it with "
+                "cache_distribute state=absent" % "/".join(filter(None, owner[1:])))
     for resource in rivals:
         metadata = resource.get("metadata") or {}
-        key = (metadata.get("namespace") or "" if resource.get("kind") == "GKMCache" else "", metadata.get("name"))
-        order = _order(resource.get("kind", ""), metadata.get("name", ""), metadata.get("creationTimestamp"))
-        if key == owner and order > mine:
-            return True
-    return False
+        if metadata.get("uid") == owner[1]:
+            rival = describe(resource["kind"], metadata.get("namespace") if resource["kind"] == "GKMCache" else None,
+                             metadata["name"])
+            return "%s, which %s outranks (that one is refused): delete %s to free it" % (
+                rival, _self_name(spec), rival)
+    return ("a cache resource that is gone (uid %s), whose objects the garbage collector removes (deploy.yml and "
+            "reconfigure.yml remove the objects of deleted resources)" % owner[1])
 
 
 def refuse_conflicts(spec, rivals, named_claims):
@@ -137,26 +164,22 @@ def refuse_conflicts(spec, rivals, named_claims):
     if resource is not None:
         metadata = resource["metadata"]
         raise CacheConflictError(
-            "PVC %s is wanted by %s and by %s, which was created first (%s): %s" % (
+            "PVC %s is wanted by %s and by %s, which %s: %s" % (
                 ", ".join("%s/%s" % claim for claim in sorted(shared)), _self_name(spec),
                 describe(resource["kind"], metadata.get("namespace") if resource["kind"] == "GKMCache" else None,
                          metadata["name"]),
-                metadata.get("creationTimestamp") or "earlier", _fix(spec)))
-    mine = (spec.cache_namespace or "", spec.name)
+                "comes first (a ClusterGKMCache outranks the other caches of its name in its namespaces)"
+                if resource["kind"] == CLUSTER_CACHE_KIND
+                else "was created first (%s)" % (metadata.get("creationTimestamp") or "earlier"), _fix(spec)))
     refused = {}
     for pvc in sorted(named_claims, key=lambda pvc: pvc["metadata"]["namespace"]):
         metadata = pvc["metadata"]
         if (metadata.get("namespace"), metadata["name"]) not in wanted:
             continue
         owner = _live_owner(pvc)
-        if owner == mine or (owner and _is_later_rival(spec, rivals, owner)):
+        if _is_own(spec, owner):
             continue
-        if owner:
-            holder = ("cache %s, distributed without a resource (gkm.cluster.cache_distribute) or whose resource is "
-                      "gone: remove it with cache_distribute state=absent (deploy.yml and reconfigure.yml remove the "
-                      "objects of deleted resources)" % "/".join(filter(None, owner)))
-        else:
-            holder = "no cache (gkm.cluster did not make it): rename or delete that PVC, or rename the cache"
+        holder = _holder(spec, rivals, owner)
         refused[metadata["namespace"]] = "PVC %s/%s, which %s names after itself, belongs to %s; %s is refused " \
             "%suntil then" % (metadata["namespace"], metadata["name"], _self_name(spec), holder, _self_name(spec),
                               "" if spec.cache_namespace else "in namespace %s " % metadata["namespace"])

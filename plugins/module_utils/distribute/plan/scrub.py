@@ -5,17 +5,21 @@ the node-pinned Job that removes them.
 
 Deleting a hostPath PV (reclaim policy Retain) leaves its directory on the node. Before the collection
 deletes slot PVs, one scrub Job per (node, cache root) removes their directories: the Job mounts a PV of
-its own whose hostPath is the cache root, pinned to that node and bound to a PVC in a namespace being
-cleaned, so the pod needs no hostPath volume. It runs extract/scrub_main.py as uid 0 with every
-capability dropped but DAC_OVERRIDE (the slot's files belong to the extraction uid 1000, their parents
-to root), which Pod Security admits at the baseline level, not restricted.
+its own whose hostPath is the cache root, pinned to that node and bound to a PVC, so the pod needs no
+hostPath volume. It runs extract/scrub_main.py as uid 0 with every capability dropped but DAC_OVERRIDE
+(the slot's files belong to the extraction uid 1000, their parents to root), which Pod Security admits at
+the baseline level, not restricted.
+
+That PV reaches every cache on the node, so nothing of the scrub is where a tenant can reach it: the PVC and
+the Job live in the collection's own namespace (system_namespace), under a name with a random part, and the
+PV names the PVC's uid in its claimRef (a claimRef without one binds any claim of that namespace and name).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value, stable_hash
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
@@ -24,6 +28,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
+    POD_SECURITY_LABEL,
     SCRUB_LABEL,
     SERVING_LABEL,
 )
@@ -37,34 +42,29 @@ SLOT_DEPTH = 4
 SCRUB_CAPACITY = "1Mi"
 # A finished scrub Job is deleted by the run; if the run dies first, the Job controller removes it.
 SCRUB_TTL_SECONDS = 3600
-LAST_RESORT_NAMESPACE = "default"
+SCRUB_NAME_PREFIX = "gkm-scrub-"
+# The scrub's pod runs as uid 0 with DAC_OVERRIDE: the system namespace, when the run creates it, admits it.
+SCRUB_POD_SECURITY = "baseline"
 
 
 class ScrubTarget:
     """The slot directories one Job removes: on `node`, under `root`; `pvs` are the PVs they belong to."""
 
-    __slots__ = ("namespaces", "node", "paths", "pinned", "pvs", "root")
+    __slots__ = ("node", "paths", "pinned", "pvs", "root")
 
     def __init__(self, node, root):
         self.node = node
         self.root = root
         self.paths = []
         self.pvs = set()
-        self.namespaces = set()
         # False while every PV here lacks node affinity: the node is only one where the directory may be.
         self.pinned = False
 
-    def add(self, relative, pv_name, namespace, pinned):
+    def add(self, relative, pv_name, pinned):
         if relative not in self.paths:
             self.paths.append(relative)
         self.pvs.add(pv_name)
         self.pinned = self.pinned or pinned
-        if namespace:
-            self.namespaces.add(namespace)
-
-    def name(self):
-        """Unique per node, root and set of paths: a later scrub of other slots never meets a terminating one."""
-        return "gkm-scrub-" + stable_hash(self.node, self.root, *sorted(self.paths))
 
     def to_dict(self):
         return {"node": self.node, "root": self.root, "paths": sorted(self.paths)}
@@ -133,24 +133,25 @@ def plan_scrub(pvs, nodes):
                 pv["spec"]["hostPath"]["path"], name))
             continue
         root, relative = location
-        namespace = ((pv.get("spec") or {}).get("claimRef") or {}).get("namespace")
         present, missing = pv_nodes(pv, nodes)
         pinned = has_node_affinity(pv)
         for node in present:
-            targets.setdefault((node, root), ScrubTarget(node, root)).add(relative, name, namespace, pinned)
+            targets.setdefault((node, root), ScrubTarget(node, root)).add(relative, name, pinned)
         left.extend("node %s is gone: %s/%s (PV %s) stays on its disk" % (node, root, relative, name)
                     for node in missing)
     return [targets[key] for key in sorted(targets)], left
 
 
-def pick_namespace(target, usable, fallback):
-    """The namespace of the scrub's PVC and Job: one being cleaned that exists and is not terminating, else
-    another of this run's, else "default" (a cache's namespace may be deleted before its PVs); sorted, so a
-    rerun picks the same one. None when none is usable."""
-    for namespace in sorted(target.namespaces) + sorted(fallback) + [LAST_RESORT_NAMESPACE]:
-        if namespace in usable:
-            return namespace
-    return None
+def scrub_name(random_part):
+    """The name of one scrub's PVC, PV and Job: the random part (the caller's) keeps it from being predicted."""
+    return SCRUB_NAME_PREFIX + random_part
+
+
+def system_namespace(name):
+    """The collection's namespace as a scrub creates it when it is missing: labelled ours, at the Pod Security level
+    the scrub's pod needs."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {
+        MANAGED_BY_LABEL: MANAGER, POD_SECURITY_LABEL: SCRUB_POD_SECURITY}}}
 
 
 def job_image(job):
@@ -167,10 +168,17 @@ def _node_term(node):
     return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
 
 
-def render_scrub(target, namespace, image, deadline_seconds):
-    """[PV, PVC, Job] of one scrub: the root of the node's disk, claimed in `namespace`, and the Job."""
-    name = target.name()
+def render_scrub(target, namespace, name, image, deadline_seconds):
+    """[PVC, PV, Job] of one scrub: the claim in `namespace`, the root of the node's disk, and the Job. The PV's
+    claimRef has no uid yet: bind_scrub_pv adds the created claim's."""
     labels = _labels(target.node)
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": {
+               "accessModes": ["ReadWriteOnce"],
+               "resources": {"requests": {"storage": SCRUB_CAPACITY}},
+               "storageClassName": "",
+               "volumeName": name,
+           }}
     pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name, "labels": labels}, "spec": {
         "capacity": {"storage": SCRUB_CAPACITY},
         "accessModes": ["ReadWriteOnce"],
@@ -182,13 +190,6 @@ def render_scrub(target, namespace, image, deadline_seconds):
         "claimRef": {"namespace": namespace, "name": name},
         "nodeAffinity": {"required": {"nodeSelectorTerms": [_node_term(target.node)]}},
     }}
-    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-           "metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": {
-               "accessModes": ["ReadWriteOnce"],
-               "resources": {"requests": {"storage": SCRUB_CAPACITY}},
-               "storageClassName": "",
-               "volumeName": name,
-           }}
     pod_spec = {
         # Bound to the node directly: no scheduler, and no taint or cordon keeps the scrub off it.
         "nodeName": target.node,
@@ -220,7 +221,14 @@ def render_scrub(target, namespace, image, deadline_seconds):
                "ttlSecondsAfterFinished": SCRUB_TTL_SECONDS,
                "template": {"metadata": {"labels": labels}, "spec": pod_spec},
            }}
-    return [pv, pvc, job]
+    return [pvc, pv, job]
+
+
+def bind_scrub_pv(pv, claim):
+    """The scrub's PV bound to the created claim alone: its uid in the claimRef."""
+    metadata = claim["metadata"]
+    claim_ref = {"namespace": metadata["namespace"], "name": metadata["name"], "uid": metadata["uid"]}
+    return dict(pv, spec=dict(pv["spec"], claimRef=claim_ref))
 
 
 def pod_refusals(events):

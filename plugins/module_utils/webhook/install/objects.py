@@ -21,6 +21,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGED_BY_LABEL,
     MANAGER,
     PLURALS,
+    POD_SECURITY_LABEL,
     PVC,
     PVC_MUTATION_LABEL,
 )
@@ -147,7 +148,7 @@ def namespace(settings):
     obj = _object("v1", "Namespace", settings.namespace, settings, namespaced=False)
     # The server meets the restricted profile; enforcing it guards the namespace as a whole.
     obj["metadata"]["labels"].update({
-        "pod-security.kubernetes.io/enforce": settings.pod_security_level,
+        POD_SECURITY_LABEL: settings.pod_security_level,
         "pod-security.kubernetes.io/enforce-version": "latest",
     })
     return obj

@@ -97,3 +97,34 @@ def test_bad_policy_settings_name_the_variable(arguments, expected):
     with pytest.raises(kp.PolicyError) as error:
         kp.render_verify_policies(**arguments)
     assert expected in str(error.value)
+
+
+@pytest.mark.parametrize("required, namespaces", [(True, None), (["team-b", "team-a", "team-a"], ["team-a", "team-b"])])
+def test_where_signatures_are_required_the_first_format_takes_the_unlabelled_caches(required, namespaces):
+    policies = kp.render_verify_policies(["cosign-v3", "cosign-v2"], keyless(), required=required)
+    first, second = (policy["spec"]["rules"][0]["match"]["any"] for policy in policies)
+    by_label = {"matchLabels": {"gkm.io/signature-format": "cosign-v2"}}
+    assert [match["resources"]["selector"] for match in second] == [by_label]
+    labelled, unlabelled = first
+    assert labelled["resources"]["selector"] == {"matchLabels": {"gkm.io/signature-format": "cosign-v3"}}
+    # NotIn also matches a GKMCache without the label: the owner cannot leave it out to skip the check.
+    assert unlabelled["resources"]["selector"] == {"matchExpressions": [
+        {"key": "gkm.io/signature-format", "operator": "NotIn", "values": ["cosign-v3", "cosign-v2"]}]}
+    assert unlabelled["resources"]["kinds"] == ["gkm.io/v1alpha1/GKMCache"]
+    assert unlabelled["resources"].get("namespaces") == namespaces
+    assert "admin requires it" in policies[0]["metadata"]["annotations"]["policies.kyverno.io/description"]
+
+
+@pytest.mark.parametrize("required", [False, None, []])
+def test_without_a_requirement_only_labelled_caches_are_matched(required):
+    for policy in kp.render_verify_policies(["cosign-v2", "cosign-v3"], keyless(), required=required):
+        (rule,) = policy["spec"]["rules"]
+        assert [match["resources"]["selector"]["matchLabels"] for match in rule["match"]["any"]] == [
+            {"gkm.io/signature-format": policy["metadata"]["labels"]["gkm.io/signature-format"]}]
+
+
+@pytest.mark.parametrize("required", ["team-a", [""], [1], {"team-a": True}])
+def test_a_requirement_that_is_not_a_list_of_namespaces_names_the_variable(required):
+    with pytest.raises(kp.PolicyError) as error:
+        kp.render_verify_policies(["cosign-v2"], keyless(), required=required)
+    assert "kyverno_require_signature" in str(error.value)

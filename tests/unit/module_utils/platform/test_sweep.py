@@ -51,7 +51,7 @@ class StandIn:
 
 def run(lists, check_mode=False):
     kube = StandIn(lists)
-    return sweep.sweep(kube, KINDS, ["gkm-system"], check_mode), kube.writes
+    return sweep.sweep(kube, KINDS, ["gkm-system"], check_mode, "gkm-system"), kube.writes
 
 
 def test_deletes_the_objects_of_a_cache_without_a_resource_and_skips_unserved_kinds():

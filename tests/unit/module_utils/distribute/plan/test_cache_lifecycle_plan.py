@@ -193,17 +193,19 @@ def rox_spec(created=LATE, kind="GKMCache"):
                      owner=owner("ClusterGKMCache", namespace=None, created=created))
 
 
-def test_the_later_of_two_rox_caches_of_one_name_is_refused_naming_the_first():
-    rivals = [resource("ClusterGKMCache", "vector-add", created=EARLY),
+@pytest.mark.parametrize("cluster_created", [EARLY, "2026-11-24T11:00:00Z"])
+def test_a_gkmcache_of_a_cluster_caches_name_is_refused_naming_it_whichever_came_first(cluster_created):
+    rivals = [resource("ClusterGKMCache", "vector-add", created=cluster_created),
               resource("GKMCache", "vector-add", "team-a", created=LATE)]
     with pytest.raises(conflicts.CacheConflictError) as refused:
         planner.plan(rox_spec(LATE), facts_with(rivals))
     message = str(refused.value)
     assert message.startswith("PVC team-a/vector-add is wanted by GKMCache team-a/vector-add and by ClusterGKMCache "
-                              "vector-add, which was created first (%s)" % EARLY)
+                              "vector-add, which comes first (a ClusterGKMCache outranks the other caches of its "
+                              "name in its namespaces)")
     assert "make one ReadWriteOnce" in message and "GKMCache team-a/vector-add is refused until then" in message
     # The first is unaffected: planned as if alone.
-    first = planner.plan(rox_spec(EARLY, "ClusterGKMCache"), facts_with(rivals, storage_class=SHARED))
+    first = planner.plan(rox_spec(cluster_created, "ClusterGKMCache"), facts_with(rivals, storage_class=SHARED))
     assert {"PersistentVolumeClaim", "Job"} <= {a.kind for a in first.actions}
 
 
@@ -240,11 +242,15 @@ def test_a_serving_pvc_is_named_as_the_cache_so_it_meets_an_earlier_rival_of_any
     assert "belongs to no cache (gkm.cluster did not make it)" in str(refused.value)
 
 
-def live_pvc(namespace, name, labels):
-    return {"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": namespace, "labels": labels}}
+def live_pvc(namespace, name, labels, owner_uid=None, owner_kind="GKMCache"):
+    metadata = {"name": name, "namespace": namespace, "labels": labels}
+    if owner_uid:
+        metadata["ownerReferences"] = [{"apiVersion": "gkm.io/v1alpha1", "kind": owner_kind, "name": name,
+                                        "uid": owner_uid}]
+    return {"kind": "PersistentVolumeClaim", "metadata": metadata}
 
 
-def test_a_live_pvc_of_someone_else_refuses_the_cache_and_a_later_rivals_is_taken_over():
+def test_a_live_pvc_is_the_caches_own_by_its_owner_reference_never_by_labels():
     foreign = live_pvc("team-a", "vector-add", {"app": "mine"})
     with pytest.raises(conflicts.CacheConflictError) as refused:
         planner.plan(rox_spec(), facts_with([], [foreign]))
@@ -256,12 +262,33 @@ def test_a_live_pvc_of_someone_else_refuses_the_cache_and_a_later_rivals_is_take
         planner.plan(rox_spec(), facts_with([], [direct]))
     assert "cache_distribute state=absent" in str(refused.value)
 
-    # The same PVC held by a ClusterGKMCache created after this cache: that one is refused, this one takes it.
-    later = [resource("ClusterGKMCache", "vector-add", created="2026-11-24T11:00:00Z")]
-    assert planner.plan(rox_spec(LATE), facts_with(later, [direct], storage_class=SHARED)).actions
-    mine = live_pvc("team-a", "vector-add", {"app.kubernetes.io/managed-by": "gkm.cluster",
-                                             "gkm.io/cache": "vector-add", "gkm.io/cache-namespace": "team-a"})
+    # Every label of this cache's own, with the kind label that a resource's objects carry: still not its own.
+    labels = {"app.kubernetes.io/managed-by": "gkm.cluster", "gkm.io/cache": "vector-add",
+              "gkm.io/cache-namespace": "team-a", "gkm.io/cache-kind": "GKMCache"}
+    with pytest.raises(conflicts.CacheConflictError) as refused:
+        planner.plan(rox_spec(), facts_with([], [live_pvc("team-a", "vector-add", labels)], storage_class=SHARED))
+    assert "belongs to no cache (gkm.cluster did not make it)" in str(refused.value)
+    # Its own: the owner reference with its resource's uid (owner() is uid-1).
+    mine = live_pvc("team-a", "vector-add", labels, owner_uid="uid-1")
     assert planner.plan(rox_spec(), facts_with([], [mine], storage_class=SHARED)).actions
+    gone = live_pvc("team-a", "vector-add", labels, owner_uid="uid-0")
+    with pytest.raises(conflicts.CacheConflictError) as refused:
+        planner.plan(rox_spec(), facts_with([], [gone], storage_class=SHARED))
+    assert "a cache resource that is gone (uid uid-0)" in str(refused.value)
+
+
+def test_the_outranked_gkmcaches_live_pvc_refuses_the_cluster_cache_in_that_namespace_until_deleted():
+    spec = make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"], serving_pvc=True,
+                     owner=owner("ClusterGKMCache", namespace=None, uid="uid-cluster"))
+    rival = dict(resource("GKMCache", "vector-add", "team-a", created=EARLY))
+    rival["metadata"] = dict(rival["metadata"], uid="uid-tenant")
+    held = live_pvc("team-a", "vector-add", {}, owner_uid="uid-tenant")
+    plan = planner.plan(spec, facts_with([rival], [held]))
+    assert {a.namespace for a in plan.actions if a.kind in ("PersistentVolumeClaim", "Job")} == {"team-b"}
+    [refused] = [slot for slot in plan.slots if slot.outcome == planner.REFUSED]
+    assert refused.namespace == "team-a" and ("belongs to GKMCache team-a/vector-add, which ClusterGKMCache "
+                                              "vector-add outranks (that one is refused): delete GKMCache "
+                                              "team-a/vector-add to free it") in refused.reason, refused.reason
 
 
 def test_someone_elses_pvc_in_one_namespace_of_a_cluster_cache_refuses_it_there_only():

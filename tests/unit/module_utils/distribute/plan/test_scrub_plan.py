@@ -41,7 +41,7 @@ def test_paths_not_laid_out_as_the_labelled_slot_are_left_alone():
     pv["spec"]["hostPath"]["path"] = "/r/team-a/vector-add/team-a/" + "ab" * 32
     assert scrub.slot_location(pv) == ("/r", "team-a/vector-add/team-a/" + "ab" * 32)
     assert scrub.slot_location(slot_pv(cache_namespace="")) == (ROOT, "_cluster/vector-add/team-a/" + "ab" * 32)
-    scrub_pv = scrub.render_scrub(scrub.ScrubTarget("n1", ROOT), "team-a", IMAGE, 60)[0]
+    scrub_pv = scrub.render_scrub(scrub.ScrubTarget("n1", ROOT), "gkm-system", "gkm-scrub-0a1b", IMAGE, 60)[1]
     assert not scrub.is_slot_pv(scrub_pv)
 
 
@@ -74,31 +74,31 @@ def test_plan_groups_paths_by_node_and_root():
         ROOT, "ab" * 32, pvs[4]["metadata"]["name"])]
 
 
-def test_names_differ_by_paths_so_a_later_scrub_never_meets_a_terminating_one():
-    first, second = scrub.ScrubTarget("n1", ROOT), scrub.ScrubTarget("n1", ROOT)
-    first.add("x/a/x/1", "pv-1", "x", True)
-    second.add("x/a/x/2", "pv-2", "x", True)
-    assert first.name() != second.name() and len(first.name()) <= 63
+def test_a_scrub_is_named_by_its_random_part_alone():
+    assert scrub.scrub_name("0a1b2c3d4e") == "gkm-scrub-0a1b2c3d4e"
 
 
-def test_namespace_is_one_being_cleaned_that_still_exists():
-    target = scrub.ScrubTarget("n1", ROOT)
-    target.add("b/c/b/1", "pv", "b", True)
-    assert scrub.pick_namespace(target, {"a", "b"}, {"a", "b"}) == "b"
-    assert scrub.pick_namespace(target, {"a"}, {"a", "b"}) == "a"
-    assert scrub.pick_namespace(target, {"default"}, {"a", "b"}) == "default"
-    assert scrub.pick_namespace(target, set(), {"a", "b"}) is None
+def test_the_system_namespace_a_scrub_creates_admits_its_pod_and_is_ours():
+    labels = scrub.system_namespace("gkm-system")["metadata"]["labels"]
+    assert labels == {"app.kubernetes.io/managed-by": "gkm.cluster", "pod-security.kubernetes.io/enforce": "baseline"}
 
 
 def test_rendered_scrub_reaches_the_root_through_its_own_pv_pinned_to_the_node():
     target = scrub.ScrubTarget("gpu-1", ROOT)
-    target.add("team-a/vector-add/team-a/" + "ab" * 32, "pv-1", "team-a", True)
-    pv, pvc, job = scrub.render_scrub(target, "team-a", IMAGE, 120)
+    target.add("team-a/vector-add/team-a/" + "ab" * 32, "pv-1", True)
+    pvc, pv, job = scrub.render_scrub(target, "gkm-system", "gkm-scrub-0a1b", IMAGE, 120)
+    assert {obj["metadata"]["name"] for obj in (pvc, pv, job)} == {"gkm-scrub-0a1b"}
+    assert pvc["metadata"]["namespace"] == job["metadata"]["namespace"] == "gkm-system"
     assert pv["spec"]["hostPath"] == {"path": ROOT, "type": "DirectoryOrCreate"}
     assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
     assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"] == [
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]}]
-    assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": pvc["metadata"]["name"]}
+    # No uid until the claim exists; then that claim's alone.
+    assert pv["spec"]["claimRef"] == {"namespace": "gkm-system", "name": pvc["metadata"]["name"]}
+    created = dict(pvc, metadata=dict(pvc["metadata"], uid="4d1c-uid"))
+    assert scrub.bind_scrub_pv(pv, created)["spec"]["claimRef"] == {
+        "namespace": "gkm-system", "name": "gkm-scrub-0a1b", "uid": "4d1c-uid"}
+    assert "uid" not in pv["spec"]["claimRef"]
     assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pvc["spec"]["storageClassName"] == ""
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeName"] == "gpu-1"
