@@ -48,7 +48,7 @@ from bench import scale  # noqa: E402
 from bench.operator_mode import ProcessTree, Window, poll  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
 from tests.helpers.controller_process import Controller  # noqa: E402
-from tests.helpers.modules import AUDIT_LOG, CONTROL_PLANE_AGENTS, WRITE_VERBS  # noqa: E402
+from tests.helpers.modules import AUDIT_LOG, CONTROL_PLANE_AGENTS, WRITE_VERBS, audit_events  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "bench", "results", "controller.json")
 LEASE_NAMESPACE = "bench-controller"
@@ -67,19 +67,24 @@ def log(message):
     print("bench-controller: %s" % message, file=sys.stderr, flush=True)
 
 
-class JobCompleter:
-    """Completes the cache's extraction Jobs and every scrub Job as they appear, in a thread: the Job controller's
-    part once a pod succeeded (the simulator runs without it)."""
+class Repeating:
+    """step() every `interval` seconds in a thread of its own, from entering the context until leaving it."""
 
-    def __init__(self, raw, cache):
-        self.raw, self.cache = raw, cache
+    interval = 1.0
+
+    def __init__(self):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def step(self):
+        raise NotImplementedError
+
     def _run(self):
-        while not self._stop.wait(COMPLETE_EVERY_S):
-            scale.complete_jobs(self.raw, "gkm.io/cache=%s" % self.cache)
-            scale.complete_jobs(self.raw, "%s=true" % SCRUB_LABEL)
+        while True:
+            started = time.monotonic()
+            self.step()
+            if self._stop.wait(max(0.0, self.interval - (time.monotonic() - started))):
+                return
 
     def __enter__(self):
         self._thread.start()
@@ -90,15 +95,29 @@ class JobCompleter:
         self._thread.join()
 
 
-class Heartbeats:
+class JobCompleter(Repeating):
+    """Completes the cache's extraction Jobs and every scrub Job as they appear: the Job controller's part once a pod
+    succeeded (the simulator runs without it)."""
+
+    interval = COMPLETE_EVERY_S
+
+    def __init__(self, raw, cache):
+        super().__init__()
+        self.raw, self.cache = raw, cache
+
+    def step(self):
+        scale.complete_jobs(self.raw, "gkm.io/cache=%s" % self.cache)
+        scale.complete_jobs(self.raw, "%s=true" % SCRUB_LABEL)
+
+
+class Heartbeats(Repeating):
     """A heartbeat-only status update (the Ready condition's heartbeat time) of every pool node once per period,
-    spread over it second by second, in a thread; counts what it sent."""
+    spread over it second by second; counts what it sent."""
 
     def __init__(self, raw, nodes, period):
+        super().__init__()
         self.raw, self.nodes, self.period = raw, nodes, period
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.sent = self.second = 0
 
     def _beat(self, node):
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -106,41 +125,23 @@ class Heartbeats:
         self.raw.request("PATCH", "/api/v1/nodes/%s/status" % node, body={"status": {"conditions": [
             {"type": "Ready", "lastHeartbeatTime": now}]}}, content_type="application/strategic-merge-patch+json")
 
-    def _run(self):
-        second = 0
-        while not self._stop.is_set():
-            started = time.monotonic()
-            due = self.nodes[second % self.period::self.period]
-            self.raw.map(self._beat, due)
-            self.sent += len(due)
-            second += 1
-            self._stop.wait(max(0.0, 1 - (time.monotonic() - started)))
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc):
-        self._stop.set()
-        self._thread.join()
+    def step(self):
+        due = self.nodes[self.second % self.period::self.period]
+        self.raw.map(self._beat, due)
+        self.sent += len(due)
+        self.second += 1
 
 
 def controller_requests(offset):
     """{"verb resource": count} of the requests in the audit log past offset that neither the control plane, kwok nor
     this benchmark sent: the controller's, when it is the only other client."""
     counts = {}
-    with open(AUDIT_LOG, encoding="utf-8") as audit:
-        audit.seek(offset)
-        for line in audit:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            agent = event.get("userAgent", "")
-            if event.get("stage") not in (None, "ResponseComplete") or agent.startswith(NOT_THE_CONTROLLER):
-                continue
-            key = "%s %s" % (event.get("verb"), (event.get("objectRef") or {}).get("resource"))
-            counts[key] = counts.get(key, 0) + 1
+    for event in audit_events(offset):
+        if event.get("stage") not in (None, "ResponseComplete") or event.get("userAgent", "").startswith(
+                NOT_THE_CONTROLLER):
+            continue
+        key = "%s %s" % (event.get("verb"), (event.get("objectRef") or {}).get("resource"))
+        counts[key] = counts.get(key, 0) + 1
     return counts
 
 

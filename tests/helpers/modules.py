@@ -79,16 +79,21 @@ class AuditWrites:
 
     def since(self, *markers):
         writes = []
-        with open(AUDIT_LOG, encoding="utf-8") as log:
-            log.seek(self.offset)
-            for line in log:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                uri = event.get("requestURI", "")
-                if event.get("userAgent", "").startswith(CONTROL_PLANE_AGENTS):
-                    continue
-                if event.get("verb") in WRITE_VERBS and any(marker in uri for marker in markers):
-                    writes.append("%s %s" % (event["verb"], uri))
+        for event in audit_events(self.offset):
+            uri = event.get("requestURI", "")
+            if event.get("userAgent", "").startswith(CONTROL_PLANE_AGENTS):
+                continue
+            if event.get("verb") in WRITE_VERBS and any(marker in uri for marker in markers):
+                writes.append("%s %s" % (event["verb"], uri))
         return writes
+
+
+def audit_events(offset):
+    """The API server's audit events logged past offset (bytes into its log), parsed; a line cut short is skipped."""
+    with open(AUDIT_LOG, encoding="utf-8") as log:
+        log.seek(offset)
+        for line in log:
+            try:
+                yield json.loads(line)
+            except ValueError:
+                continue

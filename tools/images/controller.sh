@@ -24,14 +24,9 @@ controller_kopf_stage() {
 }
 
 controller_code_stage() {
-  local tree=$1/controller
   tools_code_layer "$1"
-  mkdir -p "$tree$CONTROLLER_HOME"
-  cp -r controller/gkm_controller "$tree$CONTROLLER_HOME/"
-  find "$tree" -depth \( -name __pycache__ -o -name '*.pyc' \) -exec rm -rf {} +
-  compile_tree "$tree$CONTROLLER_HOME" "$CONTROLLER_HOME"
-  pack_layer "$tree" "$1/controller.tar"
-  add_layer "$1/layout:$TAG" "$1/controller.tar" "controller/gkm_controller of gkm.cluster $TAG"
+  python_tree_layer "$1" controller controller/gkm_controller "$CONTROLLER_HOME" \
+    "controller/gkm_controller of gkm.cluster $TAG"
   # The root file system stays read-only and nothing is written at run time (the byte code is in the image).
   umoci config --image "$1/layout:$TAG" --created "$IMAGE_CREATED" --history.created "$IMAGE_CREATED" \
     --history.created_by "image configuration" --os linux --architecture amd64 \

@@ -19,6 +19,17 @@ compile_tree() {  # DIR PATH_IN_IMAGE
   PYTHONHASHSEED=0 "$BUILD_PYTHON" -m compileall -q -j1 --invalidation-mode unchecked-hash -d "$2" "$1" >&2
 }
 
+# A directory of this checkout at PARENT_IN_IMAGE/<its name>, byte-compiled, as a layer of its own (NAME.tar).
+python_tree_layer() {  # STAGE_DIR NAME SOURCE_DIR PARENT_IN_IMAGE DESCRIPTION
+  local tree=$1/$2
+  mkdir -p "$tree$4"
+  cp -r "$3" "$tree$4/"
+  find "$tree" -depth \( -name __pycache__ -o -name '*.pyc' \) -exec rm -rf {} +
+  compile_tree "$tree$4" "$4"
+  pack_layer "$tree" "$1/$2.tar"
+  add_layer "$1/layout:$TAG" "$1/$2.tar" "$5"
+}
+
 tools_root_stage() {
   local include
   include=$(grep -v '^#' "$DEBIAN_LOCK" | paste -sd,)

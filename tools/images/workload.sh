@@ -36,13 +36,7 @@ run tools/images/lock-debian.sh and commit $DEBIAN_LOCK"
 }
 
 workload_code_stage() {
-  local tree=$1/tree
-  mkdir -p "$tree$WORKLOAD_HOME/tools"
-  cp -r tools/triton_kernels "$tree$WORKLOAD_HOME/tools/"
-  find "$tree" -depth \( -name __pycache__ -o -name '*.pyc' \) -exec rm -rf {} +
-  compile_tree "$tree$WORKLOAD_HOME" "$WORKLOAD_HOME"
-  pack_layer "$tree" "$1/code.tar"
-  add_layer "$1/layout:$TAG" "$1/code.tar" "tools/triton_kernels of gkm.cluster $TAG"
+  python_tree_layer "$1" code tools/triton_kernels "$WORKLOAD_HOME/tools" "tools/triton_kernels of gkm.cluster $TAG"
   # HOME: Triton's default directories are below it; the pod sets TRITON_CACHE_DIR and GKM_WARMUP_TARGET.
   umoci config --image "$1/layout:$TAG" --created "$IMAGE_CREATED" --history.created "$IMAGE_CREATED" \
     --history.created_by "image configuration" --os linux --architecture amd64 \

@@ -64,18 +64,9 @@ def test_a_tenants_pvc_named_as_a_cluster_cache_refuses_it_in_that_namespace_onl
              "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}}
     assert tenant.kube.request("POST", "/api/v1/namespaces/%s/persistentvolumeclaims" % tenant.namespace,
                                body=squat)[0] == 201
-    cache = pinned_gkmcache(name, None, image.ref)
-    cache["kind"] = "ClusterGKMCache"
-    cache["metadata"] = {"name": name}
-    cache["spec"]["workloadNamespaces"] = [tenant.namespace, namespace]
-    crds.create_cluster_custom_object("gkm.io", "v1alpha1", "clustergkmcaches", cache)
+    cluster_cache(crds, name, image, [tenant.namespace, namespace])
     try:
-        result = reconcile(sim, "ClusterGKMCache", name)
-        assert not result.get("failed"), result.get("msg")
-        # Served in the admin's workload namespace: its node slot PVC and its serving PVC.
-        core = client.CoreV1Api(kube)
-        served = core.list_namespaced_persistent_volume_claim(namespace, label_selector="%s=%s" % (CACHE_LABEL, name))
-        assert len(served.items) == 2, [pvc.metadata.name for pvc in served.items]
+        core = served_in(sim, kube, name, namespace)
         # Nothing of the cache in the tenant's namespace; the tenant's PVC as it was.
         assert not core.list_namespaced_persistent_volume_claim(
             tenant.namespace, label_selector="%s=%s" % (CACHE_LABEL, name)).items
@@ -99,6 +90,17 @@ def cluster_cache(crds, name, image, namespaces):
     cache["metadata"] = {"name": name}
     cache["spec"]["workloadNamespaces"] = namespaces
     return crds.create_cluster_custom_object("gkm.io", "v1alpha1", "clustergkmcaches", cache)
+
+
+def served_in(sim, kube, name, namespace):
+    """Reconcile the ClusterGKMCache; it must be served in the admin's workload namespace (its node slot PVC and its
+    serving PVC). The CoreV1Api, for what the test checks next."""
+    result = reconcile(sim, "ClusterGKMCache", name)
+    assert not result.get("failed"), result.get("msg")
+    core = client.CoreV1Api(kube)
+    served = core.list_namespaced_persistent_volume_claim(namespace, label_selector="%s=%s" % (CACHE_LABEL, name))
+    assert len(served.items) == 2, [pvc.metadata.name for pvc in served.items]
+    return core
 
 
 def remove_cluster_cache(sim, crds, name, namespaces):
@@ -161,11 +163,7 @@ def test_a_tenants_pvc_labelled_as_the_cluster_caches_own_is_not_taken_for_it(
     namespaces = [tenant.namespace, namespace]
     cluster_cache(crds, name, image, namespaces)
     try:
-        result = reconcile(sim, "ClusterGKMCache", name)
-        assert not result.get("failed"), result.get("msg")
-        core = client.CoreV1Api(kube)
-        served = core.list_namespaced_persistent_volume_claim(namespace, label_selector="%s=%s" % (CACHE_LABEL, name))
-        assert len(served.items) == 2, [pvc.metadata.name for pvc in served.items]
+        core = served_in(sim, kube, name, namespace)
         # The tenant's PVC is left as the tenant made it, and its namespace is refused, naming it.
         pvc = core.read_namespaced_persistent_volume_claim(name, tenant.namespace)
         assert not owners(pvc) and not pvc.spec.volume_name, pvc
