@@ -151,12 +151,13 @@ def delete_applied(raw, name, timeout):
     wait_gone(raw, name, timeout)
 
 
-def rendered_objects(raw, name, image):
-    """The PVCs, PVs and Jobs the planner renders for the cache on this cluster (what kubectl applies)."""
-    resource = cache_manifest(name, image)
+def rendered_objects(raw, name):
+    """The PVCs, PVs and Jobs the planner renders for the live cache on this cluster (what kubectl applies): owned by
+    it, as the planner reads ownership by the owner reference's uid."""
+    resource = raw.request("GET", cache_cr.resource_path("ClusterGKMCache", name))[1]
     defaults = {key: option.get("default") for key, option in DISTRIBUTION_ARG_SPEC.items()}
     params = cache_cr.distribute_params(resource, dict(defaults, **OPTIONS))
-    params["owner"] = resource_owner(dict(resource, metadata=dict(resource["metadata"], uid="", creationTimestamp="")))
+    params["owner"] = resource_owner(resource)
     spec = build_spec(params)
     return planner.plan(spec, gather_facts(raw, spec)).desired
 
@@ -199,7 +200,7 @@ def measure(kubeconfig, raw, image, nodes, repeat):
             noop_writes.append(again["api_writes"] + int(again.get("status_changed", False)))
             rss["noop"].append(peak)
             floor.append(ansible_cli_floor())
-        desired = rendered_objects(raw, name, image)
+        desired = rendered_objects(raw, name)
         max_bytes = max(max_bytes, largest_object(raw, name, desired))
         log("%d nodes: no-op runs done" % nodes)
         removal.append(remove(kubeconfig, raw, name, timeout))
