@@ -1,4 +1,5 @@
-"""The index fed by watch events: each event kopf delivers for a watched kind goes to the ClusterIndex once.
+"""The index fed by watch events: each event kopf delivers for a watched kind goes to the ClusterIndex once (the
+Nodes' come from the controller's own watch, node_watch.py).
 
 kopf passes the raw event ({"type": ..., "object": ...}); objects of its initial listing come with type None and
 carry their kind (kopf sets it from the list's kind). What a changed object wakes is the index's business
@@ -22,6 +23,9 @@ EVENT_TYPES = (None, "ADDED", "MODIFIED", "DELETED")
 # after itself is checked against everyone's PVCs of that name (facts/cluster.py, the rivals and named claims).
 MANAGED_ONLY = ("PersistentVolume", "Job", "Secret")
 MANAGED_SELECTOR = "%s=%s" % (MANAGED_BY_LABEL, MANAGER)
+# Kinds the controller watches itself, not through kopf: a Node heartbeat costs a parse and a comparison there, where
+# kopf's per-event processing cost about 1.9 ms (docs/controller-design.md, section 10).
+OWN_WATCHES = ("Node",)
 
 
 def watched_kinds():
@@ -39,6 +43,11 @@ def watched_kinds():
     kinds = dict(core, **ours)
     assert set(kinds) == set(INDEXED_KINDS), sorted(set(kinds) ^ set(INDEXED_KINDS))
     return {kind: (*kinds[kind], MANAGED_SELECTOR if kind in MANAGED_ONLY else None) for kind in INDEXED_KINDS}
+
+
+def kopf_kinds():
+    """watched_kinds() less the OWN_WATCHES: the kinds kopf watches for the index."""
+    return {kind: value for kind, value in watched_kinds().items() if kind not in OWN_WATCHES}
 
 
 def feed(index, event, kind=None):

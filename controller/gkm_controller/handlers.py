@@ -1,11 +1,11 @@
 """kopf's side of the controller: its settings and the handlers, registered on a registry the caller passes (never
 kopf's default one at import), so a test or a second operator task builds its own.
 
-- Every kind the index holds (feed.watched_kinds) has an index handler, which feeds the ClusterIndex before kopf's
-  readiness gate: no cache handler runs before every kind's initial listing is in the index. Deletions reach the
-  index through an event handler (kopf calls no index handler for them).
-- Nodes: the index handler applies the Node (NodeFilter.indexed), the event handler decides (NodeFilter.decide);
-  only a decision that starts something reaches Controller.node_changed.
+- Every kind the index holds but the Nodes (feed.kopf_kinds) has an index handler, which feeds the ClusterIndex before
+  kopf's readiness gate: no cache handler runs before each of these kinds' initial listing is in the index.
+  Deletions reach the index through an event handler (kopf calls no index handler for them).
+- Nodes: the controller's own watch (node_watch.NodeWatch) feeds them; the cache handlers wait for its first listing
+  (Controller.nodes_listed), the same guarantee kopf's gate gives for the other kinds.
 - Cache kinds: create, update and resume reconcile the cache, and refuse to for one with a deletion timestamp;
   the delete handler (not optional, so kopf keeps the finalizer gkm.io/cache-cleanup on every cache) is the
   finalizer, the only reconcile allowed to write for a cache being deleted (deletion.DeletionGuard).
@@ -26,10 +26,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 )
 
 from .deletion import deletion_requested
-from .feed import feed, watched_kinds
-from .node_filter import NodeFilter
+from .feed import feed, kopf_kinds
 
 LOG = logging.getLogger(__name__)
+# How long a cache handler waits for the Nodes' first listing before kopf is told to retry it later (a listing that
+# fails for that long: the node watch logs why).
+NODES_LISTED_WAIT_SECONDS = 60
 
 
 def selector_key(group, version, plural):
@@ -51,7 +53,7 @@ def configure(settings):
     # the controller's ClusterRole does not grant), the resources discovered once at start.
     settings.scanning.disabled = True
     settings.watching.chunk_size = LIST_PAGE_SIZE
-    for _kind, (group, version, plural, selector) in sorted(watched_kinds().items()):
+    for _kind, (group, version, plural, selector) in sorted(kopf_kinds().items()):
         if selector:
             settings.watching.label_selectors[selector_key(group, version, plural)] = selector
 
@@ -60,68 +62,70 @@ class Controller:
     """What the handlers share and call.
 
     index: the ClusterIndex. reconcile(kind, body, finalizing) runs one cache's reconcile (the pipeline over
-    IndexSource, writing through a GuardedKube); node_changed(decision) takes a Node event that may affect caches.
-    Both run in kopf's executor threads (sync handlers), never on its event loop.
-    ready: set at the first event handler's call. kopf holds every event handler until each indexed kind's initial
-    listing is in the index (its readiness gate), and the Namespaces always list some, so that call is the moment
-    the controller may plan; on_ready() is called then, once.
+    IndexSource, writing through a GuardedKube), in kopf's executor threads (sync handlers), never on its event loop.
+    nodes_listed: set by nodes_in(), the node watch's first listing in the index; the cache handlers wait for it.
+    ready: set once kopf's kinds (its first event handler call: kopf holds them until every indexed kind's initial
+    listing is in, and the Namespaces always list some) and the Nodes are in: the moment the controller may plan;
+    on_ready() is called then, once.
     """
 
-    def __init__(self, index, reconcile, node_changed, on_ready=None):
+    def __init__(self, index, reconcile, on_ready=None):
         self.index = index
-        self.nodes = NodeFilter(index)
         self.reconcile = reconcile
-        self.node_changed = node_changed
+        self.nodes_listed = threading.Event()
         self.ready = threading.Event()
         self.on_ready = on_ready
+        self._kopf_listed = False
         self._ready_lock = threading.Lock()
 
     # ---------------------------------------------------------------- caches
+
+    def _wait_for_nodes(self):
+        if not self.nodes_listed.wait(NODES_LISTED_WAIT_SECONDS):
+            raise kopf.TemporaryError("the Nodes are not listed into the index yet", delay=5)
 
     def cache_changed(self, kind, body):
         """create, update, resume: reconcile, unless the cache is being deleted (then only the finalizer writes)."""
         if deletion_requested(body):
             LOG.info("%s %s is being deleted: nothing but its finalizer runs", kind, body["metadata"]["name"])
             return None
+        self._wait_for_nodes()
         return self.reconcile(kind, body, False)
 
     def cache_deleted(self, kind, body):
         """The finalizer: the cache's objects removed (today's state=absent reconcile); kopf then drops the mark."""
+        self._wait_for_nodes()
         return self.reconcile(kind, body, True)
 
     # ---------------------------------------------------------------- the index
 
     def indexed(self, kind, body):
-        if kind == "Node":
-            self.nodes.indexed(dict(body, kind=kind))
-        else:
-            feed(self.index, {"type": "MODIFIED", "object": dict(body)}, kind)
+        feed(self.index, {"type": "MODIFIED", "object": dict(body)}, kind)
 
-    def _opened(self):
+    def nodes_in(self):
+        """The node watch's first listing is in the index."""
+        self.nodes_listed.set()
+        self._open()
+
+    def _open(self):
         with self._ready_lock:
-            if self.ready.is_set():
+            if self.ready.is_set() or not (self._kopf_listed and self.nodes_listed.is_set()):
                 return
             self.ready.set()
         if self.on_ready:
             self.on_ready()
 
     def watched(self, kind, event):
-        if not self.ready.is_set():
-            self._opened()
-        if kind == "Node":
-            decision = self.nodes.decide(event.get("type"), dict(event["object"], kind=kind))
-            LOG.debug("node event %s: %r", event.get("type"), decision)
-            if decision.starts:
-                self.node_changed(decision)
-            return decision
+        if not self._kopf_listed:
+            self._kopf_listed = True
+            self._open()
         if event.get("type") == "DELETED":
             feed(self.index, event, kind)
-        return None
 
 
 def register(registry, controller):
     """Register every handler of the controller on a kopf.OperatorRegistry."""
-    for kind, (group, version, plural, _selector) in sorted(watched_kinds().items()):
+    for kind, (group, version, plural, _selector) in sorted(kopf_kinds().items()):
         resource = {"group": group, "version": version, "plural": plural, "registry": registry}
 
         # An index handler returning None keeps nothing in kopf's own store; it is here for the readiness gate.

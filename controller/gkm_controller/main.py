@@ -4,10 +4,11 @@ ansible_collections.gkm.cluster.
 
 kopf's operator loop, cluster-wide and standalone (no peering), with this package's handlers and settings; a cache's
 create, update, resume and delete run the collection's reconcile (distribute/reconcile.py) over the index, writing
-through the deletion guard; a Node event that passes the filter has the caches it affects reconciled whole, coalesced
-over 0.5 s, on an executor of its own. kopf starts only once this replica holds the Lease gkm-cluster-operator in
-the controller's namespace (lease_loop.py); every reconcile's write is checked against the Lease's deadline, a lost
-Lease ends the process, and a clean stop (SIGTERM, SIGINT) releases it.
+through the deletion guard; the Nodes are watched by the controller's own loop (node_watch.py), and a Node event that
+passes the filter has the caches it affects reconciled whole, coalesced over 0.5 s, on an executor of its own. kopf
+(and with it the node watch) starts only once this replica holds the Lease gkm-cluster-operator in the controller's
+namespace (lease_loop.py); every reconcile's write is checked against the Lease's deadline, a lost Lease ends the
+process, and a clean stop (SIGTERM, SIGINT) releases it.
 
 Settings by flag, or by the environment variable each flag names: the Kubernetes access (a kubeconfig and its
 context, else the pod's service account, as the collection's programs), the tools image the extraction Jobs run,
@@ -40,6 +41,7 @@ from .coalesce import Coalescer
 from .lease import LeaseDeadline, LeaseElector
 from .lease_loop import LeaseLoop
 from .node_reconciles import NodeReconciles
+from .node_watch import NodeWatch
 from .reconciles import Reconciler
 
 LOG = logging.getLogger("gkm_controller")
@@ -108,8 +110,9 @@ def connection_info(configuration):
 
 
 def build(args, api_client, started=None, lease=None):
-    """(registry, settings, controller) for kopf.run, every part wired; lease: the LeaseDeadline every reconcile's
-    write is checked against."""
+    """(registry, settings, controller, node watch) for kopf.run, every part wired; lease: the LeaseDeadline every
+    reconcile's write is checked against. kopf's startup starts the node watch (once this replica leads), its cleanup
+    stops it."""
     started = time.monotonic() if started is None else started
     index = ClusterIndex()
     reconciler = Reconciler(api_client, index, args.options, lease=lease)
@@ -118,19 +121,28 @@ def build(args, api_client, started=None, lease=None):
     def ready():
         LOG.info("ready: every watched kind listed into the index, %.1f s after start", time.monotonic() - started)
 
-    controller = handlers.Controller(index, reconciler,
-                                     NodeReconciles(index, coalescer.submit, args.options["compatibility"]),
-                                     on_ready=ready)
+    controller = handlers.Controller(index, reconciler, on_ready=ready)
+    compatibility = args.options["compatibility"]
+    nodes = NodeWatch(Kube(api_client), index, NodeReconciles(index, coalescer.submit, compatibility),
+                      coalescer.submit, compatibility, on_listed=controller.nodes_in)
     registry = handlers.register(kopf.OperatorRegistry(), controller)
 
     def login(**_):
         return connection_info(api_client.configuration)
 
+    def start_nodes(**_):
+        nodes.start()
+
+    def stop_nodes(**_):
+        nodes.stop()
+
     kopf.on.login(registry=registry)(login)
+    kopf.on.startup(registry=registry)(start_nodes)
+    kopf.on.cleanup(registry=registry)(stop_nodes)
     settings = kopf.OperatorSettings()
     handlers.configure(settings)
     settings.execution.max_workers = args.workers
-    return registry, settings, controller
+    return registry, settings, controller, nodes
 
 
 class _Alive(http.server.BaseHTTPRequestHandler):
@@ -179,7 +191,7 @@ def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # kopf logs every event handler's success: a line per Node heartbeat. Its warnings and errors stay.
+    # kopf logs every event handler's success: a line per event of its kinds. Its warnings and errors stay.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # And the probes' requests to kopf's liveness endpoint, one every few seconds.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
@@ -190,7 +202,7 @@ def main(argv=None):
     # Up to `workers` reconciles at once, each sending up to DEFAULT_WORKERS requests at once.
     api_client = api_client_from_kubeconfig(args.kubeconfig, args.context, workers=args.workers * DEFAULT_WORKERS)
     loop = lead(args, api_client)
-    registry, settings, _controller = build(args, api_client, started, lease=loop.elector.deadline)
+    registry, settings, _controller, _nodes = build(args, api_client, started, lease=loop.elector.deadline)
     LOG.info("starting: tools image %s, %d workers", args.options.get("extract_image") or "(none)", args.workers)
     liveness = "http://0.0.0.0:%d%s" % (args.probe_port, PROBE_PATH) if args.probe_port else None
     # identity: kopf's own default asks the passwd database, where the image's uid 1000 has no entry.

@@ -6,12 +6,8 @@ one trim and one comparison. A change that is held goes further only for a node 
 node (gkm.io/gpu-backend set, before or after the event), or one that holds a cache's objects (its PVCs and PVs
 carry gkm.io/node). Which caches it affects is decided next (operator/node_events.affected_caches over the index).
 
-kopf calls an index handler for each event before the readiness gate (so the index is whole before any cache is
-reconciled) and an event handler after it, which knows the event's type; NodeFilter joins the two: indexed() applies
-the Node and remembers what changed, decide() says what that event comes to.
+The controller's own Node watch (node_watch.py) calls on_node_event once per event.
 """
-
-import threading
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import GPU_BACKEND_LABEL, NODE_LABEL
 
@@ -63,41 +59,3 @@ def on_node_event(index, event_type, node):
     before = index.get("Node", name)
     changed = index.apply(event_type, node)
     return decide(index, name, event_type, changed, before, node)
-
-
-class NodeFilter:
-    """on_node_event split over kopf's two calls for one event (index handler, then event handler).
-
-    indexed(node): from the index handler (every event but a deletion, before the readiness gate): apply the Node to
-    the index and keep (changed, before) for the event handler. decide(event_type, node): from the event handler,
-    for the same event (kopf handles one object's events in order); a deletion is applied here, as kopf calls no
-    index handler for it.
-    """
-
-    def __init__(self, index):
-        self.index = index
-        self._pending = {}
-        self._lock = threading.Lock()
-
-    def indexed(self, node):
-        name = node["metadata"]["name"]
-        before = self.index.get("Node", name)
-        changed = self.index.apply("MODIFIED", node)
-        with self._lock:
-            # Two events indexed before their event handlers ran: the node changed if either changed it.
-            earlier = self._pending.get(name)
-            if earlier is not None:
-                changed, before = changed or earlier[0], earlier[1]
-            self._pending[name] = (changed, before)
-
-    def decide(self, event_type, node):
-        name = node["metadata"]["name"]
-        with self._lock:
-            pending = self._pending.pop(name, None)
-        if event_type == "DELETED":
-            before = self.index.get("Node", name)
-            return decide(self.index, name, event_type, self.index.apply("DELETED", node), before, node)
-        if pending is None:  # not indexed first: apply it now
-            return on_node_event(self.index, event_type, node)
-        changed, before = pending
-        return decide(self.index, name, event_type, changed, before, node)

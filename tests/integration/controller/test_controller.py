@@ -123,8 +123,8 @@ def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_dele
     core = client.CoreV1Api(kube)
     for beat in range(HEARTBEATS):
         heartbeat(core, nodes[beat % len(nodes)], beat)
-        # Each node's beats 0.15 s apart, beyond kopf's batching window (0.1 s), which keeps only an object's
-        # latest event of a burst: every beat is then an event of its own.
+        # Each node's beats 0.15 s apart, each an event of its own (the Node watch is the controller's, no longer
+        # kopf's, whose 0.1 s batching window kept an object's latest event of a burst).
         time.sleep(0.05)
     time.sleep(3)  # the last events delivered and, were anything started, its 0.5 s coalescing window passed
     heartbeat_cpu, heartbeat_s = controller.cpu_seconds() - cpu, time.monotonic() - started

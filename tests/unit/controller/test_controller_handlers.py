@@ -1,30 +1,23 @@
 """The controller's kopf registration (controller/gkm_controller/handlers.py) and what its handlers do, driven
-without a cluster: every indexed kind feeds the index before kopf's readiness gate, heartbeats start nothing, a
-cache being deleted is reconciled by its finalizer only, and kopf keeps today's finalizer name.
+without a cluster: every indexed kind but the Nodes feeds the index before kopf's readiness gate, no cache handler
+reconciles before the Nodes' first listing is in, a cache being deleted is reconciled by its finalizer only, and kopf
+keeps today's finalizer name.
 
 kopf 1.45.2 is pinned in requirements/dev.txt for Python 3.11 and later; without it this file skips."""
 
 import logging
+import threading
 
 import pytest
 
 kopf = pytest.importorskip("kopf")
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (  # noqa: E402
-    CACHE_FINALIZER,
-    GPU_BACKEND_LABEL,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_FINALIZER  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import (  # noqa: E402
     INDEXED_KINDS,
     ClusterIndex,
 )
 from controller.gkm_controller import handlers  # noqa: E402
-
-
-def node(beat=1, **labels):
-    return {"kind": "Node", "metadata": {"name": "gpu-1", "labels": dict({GPU_BACKEND_LABEL: "hip"}, **labels),
-                                         "resourceVersion": str(beat)},
-            "status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": str(beat)}]}}
 
 
 def cache(deleting=False):
@@ -36,18 +29,27 @@ def cache(deleting=False):
 
 @pytest.fixture
 def controller():
-    calls = {"reconcile": [], "nodes": []}
+    calls = {"reconcile": [], "ready": []}
     built = handlers.Controller(ClusterIndex(), lambda kind, body, finalizing: calls["reconcile"].append(
-        (kind, body["metadata"]["name"], finalizing)), calls["nodes"].append)
+        (kind, body["metadata"]["name"], finalizing)), on_ready=lambda: calls["ready"].append(True))
     built.calls = calls
     return built
 
 
-def test_every_kind_gets_an_index_and_an_event_handler_and_the_caches_a_finalizer(controller):
+@pytest.fixture
+def listed(controller):
+    """The controller once the node watch's first listing is in."""
+    controller.nodes_in()
+    return controller
+
+
+def test_every_kind_gets_an_index_and_an_event_handler_and_the_caches_a_finalizer(listed):
+    controller = listed
     registry = handlers.register(kopf.OperatorRegistry(), controller)
     indexing = registry._indexing.get_all_handlers()
     watching = registry._watching.get_all_handlers()
-    assert len(indexing) == len(watching) == len(INDEXED_KINDS)
+    assert len(indexing) == len(watching) == len(INDEXED_KINDS) - 1
+    assert not [h for h in indexing + watching if h.selector.plural == "nodes"]  # the controller's own watch
     changing = registry._changing.get_all_handlers()
     deletes = [h for h in changing if h.reason is not None and h.reason.value == "delete"]
     assert len(deletes) == 2 and all(h.requires_finalizer for h in deletes)  # not optional: kopf keeps the mark
@@ -69,19 +71,30 @@ def test_settings_keep_todays_finalizer_and_write_no_event_for_a_success():
     assert len(list(settings.watching.label_selectors)) == 3
 
 
-def test_heartbeats_through_the_handlers_start_nothing_and_a_label_change_does(controller):
-    controller.indexed("Node", node())
-    controller.watched("Node", {"type": None, "object": node()})
-    for beat in range(2, 202):
-        controller.indexed("Node", node(beat))
-        controller.watched("Node", {"type": "MODIFIED", "object": node(beat)})
-    assert controller.calls["nodes"] == []
-    controller.indexed("Node", node(300, team="ml"))
-    controller.watched("Node", {"type": "MODIFIED", "object": node(300, team="ml")})
-    assert [d.name for d in controller.calls["nodes"]] == ["gpu-1"]
+def test_no_cache_handler_reconciles_before_the_nodes_first_listing_is_in(controller):
+    handled = threading.Thread(target=controller.cache_changed, args=("GKMCache", cache()))
+    handled.start()
+    handled.join(0.2)
+    assert handled.is_alive() and controller.calls["reconcile"] == []  # waiting for the Nodes
+    controller.watched("Namespace", {"type": None, "object": {"metadata": {"name": "default"}}})
+    assert not controller.ready.is_set()  # kopf's kinds are in, the Nodes not yet
+    controller.nodes_in()
+    handled.join(5)
+    assert controller.calls["reconcile"] == [("GKMCache", "vector-add", False)]
+    assert controller.ready.is_set() and controller.calls["ready"] == [True]
+    controller.nodes_in()
+    assert controller.calls["ready"] == [True]  # once
 
 
-def test_a_cache_being_deleted_is_reconciled_by_its_finalizer_only(controller):
+def test_a_listing_that_never_comes_has_kopf_retry_the_handler(controller, monkeypatch):
+    monkeypatch.setattr(handlers, "NODES_LISTED_WAIT_SECONDS", 0.01)
+    with pytest.raises(kopf.TemporaryError):
+        controller.cache_deleted("GKMCache", cache(deleting=True))
+    assert controller.calls["reconcile"] == []
+
+
+def test_a_cache_being_deleted_is_reconciled_by_its_finalizer_only(listed):
+    controller = listed
     controller.cache_changed("GKMCache", cache())
     assert controller.cache_changed("GKMCache", cache(deleting=True)) is None
     controller.cache_deleted("GKMCache", cache(deleting=True))

@@ -85,11 +85,16 @@ def test_kopf_reaches_the_api_server_as_the_client_does():
 def test_build_wires_the_reconciler_the_node_path_and_kopfs_settings():
     args = main.parse_args(["--tools-image", "t:1", "--workers", "4"], {})
     deadline = LeaseDeadline()
-    registry, settings, controller = main.build(args, client.ApiClient(), lease=deadline)
+    registry, settings, controller, nodes = main.build(args, client.ApiClient(), lease=deadline)
     assert isinstance(controller.reconcile, Reconciler) and controller.reconcile.options == args.options
     assert controller.reconcile.lease is deadline  # every reconcile's write is checked against the Lease
-    assert controller.node_changed.submit.__self__.run is controller.reconcile  # the coalescer runs the reconciler
+    assert nodes.node_changed.submit.__self__.run is controller.reconcile  # the coalescer runs the reconciler
+    assert nodes.relister.submit.__self__.run is controller.reconcile  # and the caches of vanished nodes
+    assert nodes.index is controller.index
     assert settings.execution.max_workers == 4 and settings.persistence.finalizer == "gkm.io/cache-cleanup"
-    assert len(registry._activities.get_all_handlers()) == 1  # the login
+    # the login, and the node watch started and stopped with kopf (which starts once this replica leads)
+    assert len(registry._activities.get_all_handlers()) == 3
     controller.watched("Namespace", {"type": None, "object": {"metadata": {"name": "default"}}})
-    assert controller.ready.is_set()
+    assert not controller.ready.is_set()
+    nodes.on_listed()
+    assert controller.ready.is_set() and nodes.on_listed == controller.nodes_in

@@ -2,7 +2,6 @@
 nothing; a change the facts read starts something only on a GPU node or one holding a cache's objects; and the index
 fed by the watch (feed.py) holds what the facts stage reads."""
 
-import copy
 
 import pytest
 
@@ -14,8 +13,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import INDEXED_KINDS, ClusterIndex
-from controller.gkm_controller.feed import MANAGED_SELECTOR, feed, watched_kinds
-from controller.gkm_controller.node_filter import NodeFilter, on_node_event
+from controller.gkm_controller.feed import MANAGED_SELECTOR, OWN_WATCHES, feed, kopf_kinds, watched_kinds
+from controller.gkm_controller.node_filter import on_node_event
 
 
 def node(name="gpu-1", beat=1, gpu=True, **labels):
@@ -84,23 +83,6 @@ def test_a_joining_gpu_node_starts_a_reconcile():
     assert on_node_event(index, "ADDED", node("gpu-9")).starts
 
 
-def test_the_filter_split_over_kopfs_index_and_event_handlers_decides_as_one_call():
-    index = ClusterIndex()
-    nodes = NodeFilter(index)
-    nodes.indexed(node())
-    assert nodes.decide(None, node()).starts is False  # listing
-    nodes.indexed(node(beat=2))
-    assert nodes.decide("MODIFIED", node(beat=2)).changed is False  # heartbeat
-    tainted = node(beat=3)
-    tainted["spec"]["taints"] = [{"key": "x", "effect": "NoSchedule"}]
-    nodes.indexed(tainted)
-    nodes.indexed(copy.deepcopy(tainted))  # a second event indexed before the first one's event handler ran
-    assert nodes.decide("MODIFIED", tainted).starts
-    assert nodes.decide("DELETED", tainted).starts and index.count("Node") == 0
-    # an event whose index handler did not run is applied by the event handler
-    assert nodes.decide("ADDED", node("gpu-2")).starts
-
-
 def test_the_feed_applies_watch_events_to_the_index():
     index = ClusterIndex()
     pvc = slot_pvc("gpu-1")
@@ -118,3 +100,5 @@ def test_every_indexed_kind_is_watched_and_only_ours_are_filtered_on_the_server(
     assert filtered == ["Job", "PersistentVolume", "Secret"]
     assert {kinds[kind][3] for kind in filtered} == {MANAGED_SELECTOR}
     assert kinds["Job"][:3] == ("batch", "v1", "jobs") and kinds["Node"][:3] == ("", "v1", "nodes")
+    # the Nodes through the controller's own watch (node_watch.py), every other kind through kopf
+    assert set(kopf_kinds()) == set(kinds) - {"Node"} and OWN_WATCHES == ("Node",)
