@@ -12,6 +12,9 @@ and in each mode:
   pointed at the read-only mount): no hit; Triton fails to write each recompile (docs/kernels.md);
 - a cache lacking one kernel, overlaid: one miss, compiled into the pod's writable overlay.
 
+and a pod mounting the PVC-mode cache itself by claim (gkm.io/pvc-mutation, its node's per-node PVC): the same overlay
+for its own mount, every kernel a hit (one miss for the cache lacking one).
+
 Each pod prints its warm-up lines, then `inspect` of its TRITON_CACHE_DIR (each kernel's group state); the times from
 pod creation to its end and the compile seconds are printed (docs/kernels.md, "Measured")."""
 
@@ -240,22 +243,26 @@ def test_a_kernel_the_cache_lacks_is_one_miss_compiled_into_the_overlay(cluster,
     assert compiled["hash_dir"] == layout.hash_directory_name(missed["hash"]), (compiled, missed)
 
 
-def test_a_pod_given_its_node_s_pvc_by_claim_gets_no_overlay_and_hits_nothing(cluster):
+@pytest.mark.parametrize("lacking", [False, True], ids=["full", "lacking a kernel"])
+def test_a_pod_given_its_node_s_pvc_by_claim_gets_the_overlay_for_its_own_mount(cluster, lacking):
     # The per-node PVC: a pod labelled gkm.io/pvc-mutation naming the cache as its claim gets its node's PVC from the
-    # webhook, which adds no overlay to a volume the pod mounts itself (docs/kernels.md, "Not built"). Mounted read-only
-    # as the data-path tests do, the slot's groups name the node's path: Triton hits nothing and cannot write.
-    full = _caches("PVC")[0]
-    body = _pod("per-node-" + full, cluster.image,
-                env=[{"name": "TRITON_CACHE_DIR", "value": MOUNT + "/io.triton.cache"}],
-                volumes=[{"name": "kernels", "persistentVolumeClaim": {"claimName": full}}],
+    # webhook and, in the same patch, the overlay for its own mount (the slot's `cache` at MOUNT, as the data-path
+    # tests mount it), its TRITON_CACHE_DIR left to the webhook.
+    name = _caches("PVC")[lacking]
+    body = _pod("per-node-" + name, cluster.image,
+                volumes=[{"name": "kernels", "persistentVolumeClaim": {"claimName": name}}],
                 mounts=[{"name": "kernels", "mountPath": MOUNT, "subPath": "cache", "readOnly": True}])
     body["metadata"]["labels"] = {"gkm.io/pvc-mutation": "true"}
     body["spec"]["nodeName"] = AMD_NODE  # the webhook picks the node's PVC only for a pod whose node is known
     admitted = cluster.create(body)
     [volume] = [v for v in admitted.spec.volumes if v.name == "kernels"]
-    assert volume.persistent_volume_claim.claim_name != full and not admitted.spec.init_containers, admitted.spec
-    pod, kernels, summary, report = cluster.finished("per-node-" + full)
-    assert report["states"] == {layout.DANGLING: KERNELS}, report["states"]
-    assert summary["hits"] == 0 and summary["errors"] == KERNELS, summary
-    assert all("Read-only file system" in k["error"] for k in kernels), kernels
-    assert pod.status.phase == "Failed"
+    [init] = admitted.spec.init_containers
+    assert volume.persistent_volume_claim.claim_name != name and init.name == "gkm-kernels-" + name, admitted.spec
+    cache_mount = init.volume_mounts[0]
+    assert (cache_mount.name, cache_mount.mount_path, cache_mount.sub_path) == ("kernels", MOUNT, "cache")
+    pod, kernels, summary, report = cluster.finished("per-node-" + name)
+    assert pod.status.phase == "Succeeded", (pod.status, kernels)
+    hits = KERNELS - 1 if lacking else KERNELS
+    assert (summary["hits"], summary["misses"], summary["errors"]) == (hits, KERNELS - hits, 0), summary
+    assert report["states"] == dict({layout.FOREIGN: hits}, **({layout.RESOLVES: 1} if lacking else {})), \
+        report["states"]

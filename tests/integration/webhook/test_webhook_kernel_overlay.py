@@ -3,7 +3,8 @@ image): a GKMCache of real Triton kernels (CacheSpec(compiled=True)) reconciled 
 status.kernelOverlay; a tenant's pod annotated gkm.io/cache, created through its ServiceAccount token in a namespace
 enforcing Pod Security `restricted`, is stored with the emptyDir, the init container of the tools image and
 TRITON_CACHE_DIR; annotated gkm.io/cache-overlay: disabled it keeps the plain mount; a pod mounting its own volume
-where the overlay goes is refused naming it."""
+where the overlay goes is refused naming it; a tenant's pod naming the serving PVC by claim gets the overlay for its
+own mount, unless it sets TRITON_CACHE_DIR itself."""
 
 import json
 import uuid
@@ -134,3 +135,24 @@ def test_a_pod_using_the_overlay_s_directory_itself_is_refused_naming_it(kube, s
         client.CoreV1Api(tenant_kube(kube, namespace).api).create_namespaced_pod(namespace, body)
     message = json.loads(refused.value.body)["message"]
     assert "volume mine" in message and OVERLAY_PATH in message and "mount it elsewhere" in message, message
+
+
+def test_a_tenant_s_pod_naming_the_serving_pvc_by_claim_gets_the_overlay_for_its_own_mount(kube, setup):
+    namespace, _reconciled = setup
+    tenant = tenant_kube(kube, namespace)
+
+    def claimed(name, **container):
+        body = _pod(name, {}, volumeMounts=[{"name": "mine", "mountPath": "/models", "readOnly": True}], **container)
+        body["spec"]["volumes"] = [{"name": "mine", "persistentVolumeClaim": {"claimName": CACHE, "readOnly": True}}]
+        return _create(tenant, body)["spec"]
+
+    stored = claimed("by-claim")
+    [init] = stored["initContainers"]
+    assert init["command"][3:5] == ["/models", OVERLAY_PATH]
+    assert {"name": "mine", "mountPath": "/models", "readOnly": True} in init["volumeMounts"]
+    [main] = stored["containers"]
+    assert main["env"] == [{"name": "TRITON_CACHE_DIR", "value": OVERLAY_PATH}]
+    # Its own variable is the pod author's choice: stored as written, no overlay.
+    own = claimed("by-claim-own", env=[{"name": "TRITON_CACHE_DIR", "value": "/models/io.triton.cache"}])
+    assert "initContainers" not in own and own["containers"][0]["env"] == [
+        {"name": "TRITON_CACHE_DIR", "value": "/models/io.triton.cache"}]

@@ -8,8 +8,8 @@ Three ways, in every mode:
 - the annotation `gkm.io/cache: <cache>` with `gkm.io/cache-mount-path: <absolute path>`: the webhook adds the volume
   (an image volume in imageVolume mode, the serving PVC otherwise) and mounts it in the containers
   (`gkm.io/cache-containers: a,b` limits which; all of them by default);
-- the annotation `gkm.io/cache-overlay: disabled` keeps the plain mount of a Triton cache given by annotation (no
-  kernel overlay: webhook/admission/kernel_overlay.py), for a workload that manages its own Triton directory;
+- the annotation `gkm.io/cache-overlay: disabled` keeps the plain mount of a Triton cache, by annotation or by claim
+  (no kernel overlay: webhook/admission/kernel_overlay.py), for a workload that manages its own Triton directory;
 - the annotation `gkm.io/cache-steering: disabled` keeps the pod's placement as written (the mount is still added);
   on a Deployment, StatefulSet or DaemonSet, `gkm.io/cache-steering: template` asks for its pod template to be steered
   as well (webhook/admission/steering.py).
@@ -38,16 +38,18 @@ BY_ANNOTATION = "annotation"
 
 class CacheUse:
     """A cache the pod uses: its CacheTarget (None when the annotation names no cache visible from the namespace),
-    how (BY_CLAIM or BY_ANNOTATION) and, for the annotation, where to mount it and in which containers (None: all)."""
+    how (BY_CLAIM or BY_ANNOTATION); for a claim, the pod's first volume naming it; for the annotation, where to
+    mount it and in which containers (None: all)."""
 
-    __slots__ = ("containers", "mount_path", "name", "target", "via")
+    __slots__ = ("containers", "mount_path", "name", "target", "via", "volume")
 
-    def __init__(self, name, target, via, mount_path=None, containers=None):
+    def __init__(self, name, target, via, mount_path=None, containers=None, volume=None):
         self.name = name
         self.target = target
         self.via = via
         self.mount_path = mount_path
         self.containers = containers
+        self.volume = volume
 
 
 def _mapping(value):
@@ -76,7 +78,7 @@ def cache_uses(metadata, spec, namespace, view):
             target = view.resolve(namespace, claim)
             if target is not None:
                 seen.add(claim)
-                uses.append(CacheUse(claim, target, BY_CLAIM))
+                uses.append(CacheUse(claim, target, BY_CLAIM, volume=_mapping(volume).get("name")))
     annotations = _mapping(metadata.get("annotations"))
     name = annotations.get(CACHE_ANNOTATION)
     if isinstance(name, str) and name and name not in seen:

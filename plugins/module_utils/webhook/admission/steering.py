@@ -13,9 +13,10 @@ nodes labelled at the new digest. A pod that fits no node now is denied when it 
 is admitted with the affinity and waits Pending until a node is ready (a denial would only put the controller into its
 retry backoff).
 
-A pod given a cache by annotation whose image is in Triton's format (its reconcile recorded status.kernelOverlay) also
-gets the kernel overlay beside the mount: an emptyDir, an init container running the server's tools image and the
-variable naming it (webhook/admission/kernel_overlay.py, docs/kernels.md), unless annotated
+A pod given a cache whose image is in Triton's format (its reconcile recorded status.kernelOverlay), by annotation or
+by naming it as a volume's claimName (the serving PVC, or the per-node PVC a gkm.io/pvc-mutation pod's claim is
+rewritten to), also gets the kernel overlay beside the mount: an emptyDir, an init container running the server's
+tools image and the variable naming it (webhook/admission/kernel_overlay.py, docs/kernels.md), unless annotated
 gkm.io/cache-overlay: disabled.
 
 A Deployment, StatefulSet or DaemonSet is checked (a cache it names must exist, an annotated mount must be valid)
@@ -170,6 +171,7 @@ def steer(request, view, serving_claims=False):
     if not uses:
         return Steering(note="%s uses no cache" % label)
     problems, operations = [], []
+    overlaid = set()  # containers given a kernel overlay: one per container, the first cache's in use order
     for use in uses:
         if use.target is None:
             problems.append('annotation %s names "%s", which is neither a GKMCache in namespace %s nor a '
@@ -184,12 +186,15 @@ def steer(request, view, serving_claims=False):
                                     use.target.describe(), namespace, PVC_MUTATION_LABEL))
                 continue
             try:
-                pod_operations = mount_operations(spec, use) + _overlay_operations(spec, pod_metadata, use, view)
+                pod_operations = mount_operations(spec, use) + _overlay_operations(spec, pod_metadata, use, view,
+                                                                                   overlaid)
             except MountError as error:
                 problems.append(str(error))
                 continue
             if is_pod:  # a template is only checked: pods get their mounts when they are created
                 operations.extend(pod_operations)
+        elif is_pod:  # by claim: the pod mounts the cache itself; the overlay never refuses it
+            operations.extend(_overlay_operations(spec, pod_metadata, use, view, overlaid))
     if problems:
         return Steering(denial="%s: %s" % (label, "; ".join(problems)))
     if not is_pod:
@@ -204,13 +209,13 @@ def steer(request, view, serving_claims=False):
     return _steered(label, _controlled(metadata), mutation_labelled, spec, spec_path, uses, view, operations)
 
 
-def _overlay_operations(spec, pod_metadata, use, view):
-    """The kernel overlay of a cache given by annotation whose reconcile recorded a plan (a Triton image), when the
-    server knows its tools image and the pod does not decline it (gkm.io/cache-overlay: disabled); raises MountError
-    when the overlay's directory is taken."""
+def _overlay_operations(spec, pod_metadata, use, view, overlaid):
+    """The kernel overlay of a cache whose reconcile recorded a plan (a Triton image), when the server knows its tools
+    image and the pod does not decline it (gkm.io/cache-overlay: disabled); by annotation, raises MountError when
+    the overlay's directory is taken. overlaid: the containers earlier caches overlaid, updated."""
     if not use.target.overlay_variable or not view.tools_image or overlay_disabled(pod_metadata):
         return []
-    return kernel_overlay.overlay_operations(spec, use, use.target.overlay_variable, view.tools_image)
+    return kernel_overlay.overlay_operations(spec, use, use.target.overlay_variable, view.tools_image, overlaid)
 
 
 def waiting_on_its_node(request, view):

@@ -1,6 +1,7 @@
 """The kernel overlay through steering: the view reads the variable the reconcile recorded (status.kernelOverlay)
 and the server's tools image, and a pod given a Triton cache by annotation gets the emptyDir, the init container and
-the variable; declined by annotation, without a plan or a tools image, or for a claim, it gets the plain mount."""
+the variable, and so does a pod naming it by claim for its own mount; declined by annotation, or without a plan or a
+tools image, it gets the plain mount."""
 
 import pytest
 
@@ -73,9 +74,93 @@ def test_the_plain_mount_only(steering_view, annotations):
     assert "initContainers" not in spec and "env" not in spec["containers"][0]
 
 
-def test_a_pod_naming_the_cache_by_claim_mounts_it_itself_and_gets_no_overlay():
-    spec = admitted(triton_view(), pod_request(pod_spec("vector-add")))
-    assert "initContainers" not in spec and [v["name"] for v in spec["volumes"]] == ["kernels"]
+def claimed(mounts_by_container, volumes=("vector-add",), env=None):
+    """A pod naming caches by claim (volume name = claim name); mounts_by_container: {container: [mount fields]}."""
+    spec = pod_spec(containers=tuple(mounts_by_container),
+                    volumes=[{"name": v, "persistentVolumeClaim": {"claimName": v, "readOnly": True}} for v in volumes])
+    for container in spec["containers"]:
+        container["volumeMounts"] = [dict(m, readOnly=True) for m in mounts_by_container[container["name"]]]
+        if env and container["name"] in env:
+            container["env"] = env[container["name"]]
+    return spec
+
+
+def test_a_pod_naming_the_cache_by_claim_gets_the_overlay_for_its_own_mount_path_and_sub_path():
+    spec = admitted(triton_view(), pod_request(claimed({
+        "main": [{"name": "vector-add", "mountPath": "/models/k", "subPath": "cache"}],
+        "sidecar": [{"name": "vector-add", "mountPath": "/models/k", "subPath": "cache"}]})))
+    [init] = spec["initContainers"]
+    # The cache where the containers see it: the groups the init container writes name that path.
+    assert init["command"][3:5] == ["/models/k", OVERLAY_PATH]
+    assert init["volumeMounts"][0] == {"name": "vector-add", "mountPath": "/models/k", "readOnly": True,
+                                       "subPath": "cache"}
+    for container in spec["containers"]:
+        assert container["env"] == [{"name": "TRITON_CACHE_DIR", "value": OVERLAY_PATH}]
+        assert [m["mountPath"] for m in container["volumeMounts"]] == ["/models/k", OVERLAY_PATH]
+    assert steer(pod_request(spec), triton_view()).operations == []
+
+
+def test_by_claim_only_the_containers_that_see_the_first_mount_s_path_get_it_and_a_set_variable_is_kept():
+    spec = admitted(triton_view(), pod_request(claimed({
+        "main": [{"name": "vector-add", "mountPath": "/kernels"}],
+        "elsewhere": [{"name": "vector-add", "mountPath": "/other"}],
+        "own-variable": [{"name": "vector-add", "mountPath": "/kernels"}],
+        "expr": [{"name": "vector-add", "mountPath": "/kernels", "subPathExpr": "$(POD)"}],
+        "none": []}, env={"own-variable": [{"name": "TRITON_CACHE_DIR", "value": "/kernels/io.triton.cache"}]})))
+    assert [c.get("env") for c in spec["containers"]] == [
+        [{"name": "TRITON_CACHE_DIR", "value": OVERLAY_PATH}], None,
+        [{"name": "TRITON_CACHE_DIR", "value": "/kernels/io.triton.cache"}], None, None]
+    assert [len(c["volumeMounts"]) for c in spec["containers"]] == [2, 1, 1, 1, 0]
+    assert spec["initContainers"][0]["command"][3] == "/kernels"
+
+
+@pytest.mark.parametrize("mounts, env, annotations", [
+    ({"main": [{"name": "vector-add", "mountPath": "/kernels"}]},
+     {"main": [{"name": "TRITON_CACHE_DIR", "value": "/kernels"}]}, None),
+    ({"main": [{"name": "vector-add", "mountPath": "/kernels"}, {"name": "mine", "mountPath": OVERLAY_PATH}]},
+     None, None),
+    ({"main": [{"name": "vector-add", "mountPath": "/kernels"}]}, None, {OVERLAY_ANNOTATION: OVERLAY_DISABLED}),
+    ({"main": []}, None, None),
+], ids=["its own variable", "the overlay's directory taken", "declined", "not mounted"])
+def test_a_pod_by_claim_that_cannot_take_the_overlay_is_admitted_as_written(mounts, env, annotations):
+    spec = claimed(mounts, env=env)
+    given = admitted(triton_view(), pod_request(spec, annotations=annotations))
+    given.pop("affinity")  # steered as any pod of the cache
+    assert given == spec
+
+
+def two_caches_view():
+    return view([cache(name, overlay="TRITON_CACHE_DIR") for name in ("vector-add", "softmax")],
+                pvcs=[serving_pvc("vector-add"), serving_pvc("softmax")], tools_image=TOOLS)
+
+
+# Placement is not what these test (the view's nodes hold only vector-add).
+UNSTEERED = {"gkm.io/cache-steering": "disabled"}
+
+
+def test_two_caches_by_claim_each_get_an_overlay_and_a_container_mounting_both_gets_the_first_s():
+    steering_view = two_caches_view()
+    spec = admitted(steering_view, pod_request(claimed({
+        "both": [{"name": "softmax", "mountPath": "/s"}, {"name": "vector-add", "mountPath": "/v"}],
+        "softmax-only": [{"name": "softmax", "mountPath": "/s"}],
+        "vector-add-only": [{"name": "vector-add", "mountPath": "/v"}]}, volumes=("vector-add", "softmax")),
+        annotations=UNSTEERED))
+    # Volume order decides: vector-add's overlay first; the pod had no init containers, the list is made once.
+    assert [(i["name"], i["command"][3]) for i in spec["initContainers"]] == [
+        ("gkm-kernels-vector-add", "/v"), ("gkm-kernels-softmax", "/s")]
+    assert [[m["name"] for m in c["volumeMounts"] if m["mountPath"] == OVERLAY_PATH] for c in spec["containers"]] == [
+        ["gkm-kernels-vector-add"], ["gkm-kernels-softmax"], ["gkm-kernels-vector-add"]]
+    assert all(len(c["env"]) == 1 for c in spec["containers"])
+
+
+def test_an_annotated_cache_skips_a_container_a_claimed_cache_overlaid_instead_of_refusing_it():
+    steering_view = two_caches_view()
+    request = pod_request(claimed({"main": [{"name": "softmax", "mountPath": "/s"}]}, volumes=("softmax",)),
+                          annotations=dict(ANNOTATIONS, **UNSTEERED))
+    spec = admitted(steering_view, request)
+    [main] = spec["containers"]
+    assert [i["name"] for i in spec.get("initContainers", [])] == ["gkm-kernels-softmax"]
+    assert [m["mountPath"] for m in main["volumeMounts"]] == ["/s", OVERLAY_PATH, "/kernels"]
 
 
 def test_a_pod_whose_overlay_directory_is_taken_is_denied_naming_it_and_so_is_such_a_template():

@@ -46,10 +46,10 @@ def pinned(node_name):
     return terms({"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]})
 
 
-def views():
+def views(tools_image=None, overlay=None):
     """The claim rewrite's and steering's views of one WatchedCluster, and amd-1's slot PVC name."""
-    cluster = WatchedCluster()
-    cluster.replace_caches(CACHE_KIND, [cache("vector-add")])
+    cluster = WatchedCluster("PVC", tools_image)
+    cluster.replace_caches(CACHE_KIND, [cache("vector-add", overlay=overlay)])
     slot = Slot("vector-add", "apps", "apps", "amd-1", DIGEST_A)
     # Marked extracted: the webhook hands out no other node PVC (make before break).
     cluster.replace_pvcs([{"metadata": {"name": slot.pvc_name(), "namespace": "apps", "labels": slot.labels(),
@@ -76,6 +76,22 @@ def test_a_labelled_daemonset_pod_gets_its_node_pvc_and_the_digest_in_one_patch(
     assert "volume kernels -> " + node_pvc in decision.message and "steered" in decision.message
     # The reinvocation sees the rewritten claim: neither part changes anything.
     assert decide(review(dict(request, object=pod)), cache_view, steering_view).outcome == ALLOWED
+
+
+def test_a_labelled_pod_mounting_its_node_s_pvc_of_a_triton_cache_gets_the_kernel_overlay_in_the_same_patch():
+    cache_view, steering_view, node_pvc = views("tools:1", "TRITON_CACHE_DIR")
+    spec = pod_spec("vector-add", affinity=pinned("amd-1"))
+    spec["containers"][0]["volumeMounts"] = [{"name": "kernels", "mountPath": "/k", "subPath": "cache",
+                                              "readOnly": True}]
+    request = pod_request(spec, labels=MUTATION)
+    pod = apply_patch(request["object"], operations(decide(review(request), cache_view, steering_view)))["spec"]
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == node_pvc
+    [init] = pod["initContainers"]
+    # The init container mounts the pod's volume, whose claim the same patch rewrote, as the container does.
+    assert init["volumeMounts"][0] == {"name": "kernels", "mountPath": "/k", "subPath": "cache", "readOnly": True}
+    assert pod["containers"][0]["env"] == [{"name": "TRITON_CACHE_DIR", "value": "/var/run/gkm/kernels"}]
+    assert decide(review(dict(request, object={"metadata": request["object"]["metadata"], "spec": pod})),
+                  cache_view, steering_view).outcome == ALLOWED
 
 
 def test_either_part_denies():
