@@ -1,6 +1,6 @@
 """The kernel overlay a pod annotated gkm.io/cache gets (admission/kernel_overlay.py, the variable from
-kernels/plan.py), applied after the cache's own mount operations as the webhook's one patch would be. Not wired into
-steer() yet (docs/kernels.md): these call the pure parts directly."""
+kernels/plan.py), applied after the cache's own mount operations as the webhook's one patch would be: these call the
+pure parts directly (steer() wires them; test_steering_overlay.py)."""
 
 import pytest
 
