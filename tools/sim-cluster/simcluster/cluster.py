@@ -78,7 +78,9 @@ def up():
         control_plane.ensure_default_storage_class(state, pki)
         groups, real_groups = split_node_groups()
         kwok_nodes.apply_nodes(state, pki, groups)
-        kwok_nodes.wait_ready(state, pki, groups, 60, control_plane.CONTROL_PLANE)
+        # 180 s, as apply-nodes' 120 s and more: the test lanes start four clusters at once on two cores, and in
+        # one run two of them waited over 60 s for kwok to report its nodes Ready.
+        kwok_nodes.wait_ready(state, pki, groups, 180, control_plane.CONTROL_PLANE)
         if real_groups:
             real_nodes.start(state, pki, real_groups, binaries)
     elif real_nodes.any_stopped(state):
