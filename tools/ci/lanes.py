@@ -6,10 +6,10 @@
 The lanes and their budgets are in tools/ci/lanes.yml; the integration tests are shared out among the
 integration lanes from the seconds each test file took, measured and kept in tools/ci/durations.json
 (--record-durations writes it from this run). Builds run first, in one queue; a lane starts as soon as the
-builds it needs are there, and every lane runs to its end. The summary gives each lane's wall time, CPU time,
-budget and result, and the 20 slowest tests; the logs stay in .cache/lanes/. The run fails if a lane fails or
-runs more than 25% over its budget (waits for builds not counted), and ends with one line
-`total: N passed, M failed, K skipped`.
+builds it needs are there, and every lane runs to its end. The summary gives the 20 slowest tests, then each
+lane's wall time, CPU time, budget and result (last, for logs shown by their tail); the logs stay in
+.cache/lanes/. The run fails if a lane fails or runs more than 25% over its budget (waits for builds not
+counted), and ends with one line `total: N passed, M failed, K skipped`.
 """
 
 import argparse

@@ -223,9 +223,17 @@ def _minutes(seconds):
 
 
 def summary(config, lanes_run, outcomes, reports, build_results, wall):
-    """The closing table: each lane against its budget, the builds, the slowest tests, and the totals."""
+    """The closing report: the slowest and the failed tests, the builds, then each lane against its budget. The lane
+    table comes last because a CI log is often shown by its tail only."""
     tolerance = config.get("budget_tolerance", 0.25)
-    lines = ["", "builds:"]
+    cases = sorted((case for lane_reports in reports.values() for lane_cases in lane_reports.values()
+                    for case in lane_cases), key=lambda c: -c.seconds)
+    lines = ["", "%d slowest tests:" % SLOWEST]
+    lines += ["  %7.1fs  %s" % (case.seconds, case.name) for case in cases[:SLOWEST]]
+    failed_cases = [case.name for case in cases if case.outcome == "failed"]
+    if failed_cases:
+        lines += ["", "failed tests:"] + ["  " + name for name in failed_cases]
+    lines += ["", "builds:"]
     lines += ["  %-18s %-8s %s" % (name, "ok" if code == 0 else "FAILED", _minutes(seconds))
               for name, (code, seconds) in build_results.items()] or ["  (none needed)"]
     lines += ["", "%-15s %-7s %8s %8s %8s %6s  %s" % ("lane", "result", "wall", "cpu", "budget", "use", "tests")]
@@ -234,8 +242,9 @@ def summary(config, lanes_run, outcomes, reports, build_results, wall):
     for lane in lanes_run:
         outcome = outcomes.get(lane.name) or LaneOutcome(lane.name, [], 0.0, 0.0, "did not run")
         reports_of_lane = reports.get(lane.name) or {}
-        cases = [case for lane_cases in reports_of_lane.values() for case in lane_cases]
-        counts = {kind: sum(1 for case in cases if case.outcome == kind) for kind in ("passed", "failed", "skipped")}
+        lane_cases = [case for step_reports in reports_of_lane.values() for case in step_reports]
+        counts = {kind: sum(1 for case in lane_cases if case.outcome == kind)
+                  for kind in ("passed", "failed", "skipped")}
         for step, code in outcome.steps:
             reported = step_cases(step, reports_of_lane)
             if not reported:
@@ -256,13 +265,6 @@ def summary(config, lanes_run, outcomes, reports, build_results, wall):
             "; failed steps: %s" % ", ".join(failing) if failing else (" (%s)" % outcome.note if outcome.note else "")))
     lines.append("%-15s %-7s %8s" % ("run", "failed" if lanes_failed else "passed", _minutes(wall)))
     if lanes_failed:
-        lines.append("a lane fails when a step fails or its wall time is over %d%% above its budget "
-                     "(tools/ci/lanes.yml)" % round(100 * tolerance))
-    cases = sorted((case for lane_reports in reports.values() for lane_cases in lane_reports.values()
-                    for case in lane_cases), key=lambda c: -c.seconds)
-    lines += ["", "%d slowest tests:" % SLOWEST]
-    lines += ["  %7.1fs  %s" % (case.seconds, case.name) for case in cases[:SLOWEST]]
-    failed_cases = [case.name for case in cases if case.outcome == "failed"]
-    if failed_cases:
-        lines += ["", "failed tests:"] + ["  " + name for name in failed_cases]
+        lines.append("failed lanes: %s; a lane fails when a step fails or its wall time is more than %d%% over its "
+                     "budget (tools/ci/lanes.yml)" % (", ".join(lanes_failed), round(100 * tolerance)))
     return Summary("\n".join(lines) + "\n", passed, failed, skipped, lanes_failed)

@@ -120,6 +120,10 @@ def test_a_lane_over_its_budget_fails_the_run_and_checks_without_reports_count_o
     assert "OVER" in result.text and "failed steps: sanity" in result.text
     slowest = result.text.split("slowest tests:\n")[1].splitlines()[:plan.SLOWEST]
     assert slowest[0].endswith("::t29") and len(slowest) == plan.SLOWEST
+    # A CI log shown by its tail shows the lanes and why the run failed.
+    tail = result.text.splitlines()[-3:]
+    assert tail[0].startswith("integration-1   OVER") and tail[1].startswith("run             failed")
+    assert tail[2].startswith("failed lanes: static, integration-1;")
 
 
 def test_durations_keep_files_this_run_did_not_measure(tmp_path):
