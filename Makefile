@@ -45,7 +45,7 @@ junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno ansible-operator venv-triton test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
-        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-operator image-controller image-pause image-workload
+        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes bench-warm-start images image-tools image-operator image-controller image-pause image-workload
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -241,6 +241,11 @@ bench-operator: setup sim-up ## Operator beside playbooks: apply->Extracted at 3
 bench-real-nodes: export GKM_SIM_REAL_NODES ?= 2
 bench-real-nodes: setup sim-up ## Real nodes: cache applied -> readable in a pod, extraction Job vs host -> bench/results/real_nodes.json
 	$(PY) bench/real_nodes.py
+
+# Only the simulated cluster with its real nodes, the Triton venv and the images: no oras, cosign or Kyverno.
+bench-warm-start: export GKM_SIM_REAL_NODES ?= 2
+bench-warm-start: sim-up ## Warm start: 56 Triton kernels in a pod on a real node, cold against the distributed cache -> bench/results/warm_start.json
+	$(PY) bench/warm_start.py $(BENCH_WARM_START_ARGS)
 
 bench-deploy: setup ## deploy.yml, its no-change re-run and undeploy.yml on a cluster of its own -> bench/results/deploy.json
 	$(PY) bench/deploy.py
