@@ -140,12 +140,14 @@ sim-status: venv ## Show the simulated cluster's processes, ports and nodes
 
 # The demo's cluster has two real nodes (one AMD, one NVIDIA) beside the kwok ones.
 demo: export GKM_SIM_REAL_NODES ?= 2
-demo: sim-up ## Simulated GPU cluster with real nodes, sample caches, deploy.yml, the cache table, a pod reading a kernel
+demo: sim-up ## Simulated GPU cluster with real nodes, sample caches, deploy.yml, the cache table, a pod reading a kernel, a cold and a warm start
 	$(SIM) nodes
 	$(SIM) tools-image
+	$(SIM) workload-image
 	$(PY) tools/sample_caches.py
 	$(VENV)/bin/ansible-playbook -i inventories/sim playbooks/deploy.yml
 	$(PY) tools/demo_read_kernel.py
+	$(PY) tools/demo_warm_start.py
 
 # Lanes side by side, each on a cluster of its own (tools/ci/lanes.py, tools/ci/lanes.yml); builds only what a lane
 # needs, before that lane starts. Logs and the summary go to .cache/lanes/<time>/.
