@@ -28,8 +28,14 @@ ACCESS_MODES = (READ_WRITE_ONCE, READ_ONLY_MANY, "ReadWriteMany", "ReadWriteOnce
 COMPATIBILITY_MODES = ("skip", "fail", "ignore")
 CREATE_PVS_MODES = ("auto", "always", "never")
 SET_VOLUME_OWNER_MODES = ("auto", "always", "never")
-POD_TEMPLATE_METADATA_FIELDS = ("labels", "annotations")
-POD_TEMPLATE_SPEC_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName")
+POD_TEMPLATE_METADATA_FIELDS = ("labels",)
+POD_TEMPLATE_SPEC_FIELDS = ("nodeSelector", "tolerations", "affinity")
+# GKM's podTemplate fields the extraction Jobs refuse: they run in the system namespace, where a priority class
+# preempts others' pods and an annotation can ask a mutating webhook there for sidecars, mounts or a profile.
+POD_TEMPLATE_REFUSED = {
+    "metadata": {"annotations": "annotations could ask the system namespace's admission webhooks for more"},
+    "spec": {"priorityClassName": "a priority class there could preempt the cluster's own pods"},
+}
 
 # Unpacked caches are many small files: filesystem blocks and inodes cost more than the label says.
 SIZE_HEADROOM_FACTOR = 1.5
@@ -133,10 +139,15 @@ def validate_pod_template(pod_template):
     unknown = sorted(set(pod_template) - {"metadata", "spec"})
     if unknown:
         raise SpecError("pod_template has unknown keys %s; it takes metadata and spec, as GKM's podTemplate" % unknown)
+    for part, refused in POD_TEMPLATE_REFUSED.items():
+        for field, why in refused.items():
+            if (pod_template.get(part) or {}).get(field):
+                raise SpecError("pod_template.%s.%s is refused: the extraction Jobs run in the system namespace, "
+                                "and %s; remove it" % (part, field, why))
     metadata = pod_template.get("metadata") or {}
     unknown = sorted(set(metadata) - set(POD_TEMPLATE_METADATA_FIELDS))
     if unknown:
-        raise SpecError("pod_template.metadata has unknown keys %s; allowed: labels, annotations" % unknown)
+        raise SpecError("pod_template.metadata has unknown keys %s; allowed: labels" % unknown)
     spec = pod_template.get("spec") or {}
     unknown = sorted(set(spec) - set(POD_TEMPLATE_SPEC_FIELDS))
     if unknown:

@@ -239,13 +239,9 @@ def render_job(spec, slot, node, set_volume_owner=False):
         pod_spec["nodeSelector"] = node_selector
     if affinity:
         pod_spec["affinity"] = affinity
-    for field in ("tolerations", "priorityClassName"):
-        value = spec.pod_spec(field)
-        if value:
-            pod_spec[field] = value
+    if spec.pod_spec("tolerations"):
+        pod_spec["tolerations"] = spec.pod_spec("tolerations")
     template_metadata = {"labels": pod_labels}
-    if spec.pod_metadata("annotations"):
-        template_metadata["annotations"] = spec.pod_metadata("annotations")
     body = {
         "backoffLimit": spec.job_limits["backoff_limit"],
         "activeDeadlineSeconds": spec.job_limits["active_deadline_seconds"],

@@ -129,9 +129,8 @@ def test_a_node_that_misses_a_heartbeat_keeps_its_slots_and_a_new_one_waits_for_
 
 
 def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
-    template = {"metadata": {"labels": {"team": "ml"}, "annotations": {"note": "x"}},
-                "spec": {"tolerations": [GPU_TOLERATION], "nodeSelector": {"hardware-type": "gpu"},
-                         "priorityClassName": "gkm-high"}}
+    template = {"metadata": {"labels": {"team": "ml"}},
+                "spec": {"tolerations": [GPU_TOLERATION], "nodeSelector": {"hardware-type": "gpu"}}}
     result = planner.plan(make_spec(pod_template=template), facts())
     pvs, pvcs, jobs = (by_kind(result.desired, k) for k in ("PersistentVolume", "PersistentVolumeClaim", "Job"))
     assert len(pvs) == len(pvcs) == len(jobs) == 3
@@ -149,10 +148,10 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
         pod_spec = job["spec"]["template"]["spec"]
         assert pod_spec["nodeSelector"] == {"hardware-type": "gpu", "kubernetes.io/hostname": worker}
         assert pod_spec["tolerations"] == [GPU_TOLERATION]
-        assert pod_spec["priorityClassName"] == "gkm-high"
+        assert "priorityClassName" not in pod_spec
         assert job["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
         assert job["spec"]["template"]["metadata"]["labels"]["gkm.io/node"] == worker
-        assert job["spec"]["template"]["metadata"]["annotations"] == {"note": "x"}
+        assert "annotations" not in job["spec"]["template"]["metadata"]
         assert pod_spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
                                                "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
         container = pod_spec["containers"][0]
