@@ -71,7 +71,8 @@ options:
       - GKM's C(podTemplate) for the extraction Jobs' pods. C(metadata) may hold C(labels); C(spec) may hold
         C(nodeSelector), C(tolerations) and C(affinity).
       - C(metadata.annotations) and C(spec.priorityClassName), which GKM's API has, are refused with the field named,
-        since the Jobs run in the system namespace, where they could reach its admission webhooks or preempt its pods.
+        since the Jobs may run in the system namespace (O(system_namespace_jobs)), where they could reach its admission
+        webhooks or preempt its pods.
       - C(spec.nodeSelector) is merged with the per-node pin, never replacing it.
     type: dict
 requirements:

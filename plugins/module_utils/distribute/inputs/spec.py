@@ -19,6 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     IMAGE_VOLUME,
     MOUNT_MODES,
     PVC,
+    SYSTEM_NAMESPACE,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.kernels.plan import overlay_plan
 
@@ -105,6 +106,9 @@ class CacheSpec:
         # The resource's UpgradePolicy (upgrade_policy.py) when it declares one: a new digest rolls out in waves
         # (rollout.py); None moves every node at once (still make before break).
         self.upgrade_policy = fields.get("upgrade_policy")
+        # The collection's own namespace, where the extraction Jobs of hostPath slots and their Secret live.
+        self.system_namespace = fields.get("system_namespace") or SYSTEM_NAMESPACE
+        self.system_namespace_jobs = fields.get("system_namespace_jobs", False)
 
     @property
     def per_node(self):
@@ -142,7 +146,8 @@ def validate_pod_template(pod_template):
     for part, refused in POD_TEMPLATE_REFUSED.items():
         for field, why in refused.items():
             if (pod_template.get(part) or {}).get(field):
-                raise SpecError("pod_template.%s.%s is refused: the extraction Jobs run in the system namespace, "
+                raise SpecError("pod_template.%s.%s is refused: the extraction Jobs may run in the system namespace "
+                                "(system_namespace_jobs), "
                                 "and %s; remove it" % (part, field, why))
     metadata = pod_template.get("metadata") or {}
     unknown = sorted(set(metadata) - set(POD_TEMPLATE_METADATA_FIELDS))
@@ -220,7 +225,8 @@ def cache_spec_from_params(params):
     optional = {key: params[key] for key in ("size", "compatibility", "create_pvs", "host_path_root", "prune",
                                              "force", "create_namespaces", "state", "extract_args",
                                              "set_volume_owner", "owner", "verification", "serving_pvc",
-                                             "upgrade_policy", "mount_mode", "host_path_read_only_many")
+                                             "upgrade_policy", "mount_mode", "host_path_read_only_many",
+                                             "system_namespace", "system_namespace_jobs")
                 if params.get(key) is not None}
     return CacheSpec(
         name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,
