@@ -14,10 +14,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     API_VERSION,
     MANAGED_BY_LABEL,
     MANAGER,
+    SLOT_NAMESPACE_LABEL,
+    SYSTEM_NAMESPACE,
 )
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
-from tests.integration.tenants.test_tenant_signatures import keys  # noqa: F401 (a fixture)
+from tests.integration.tenants.test_tenant_rbac import refusal
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry, pytest.mark.tenant]
 
@@ -25,7 +27,12 @@ GPU_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 @pytest.fixture(scope="module")
-def signed_image(registry, keys):  # noqa: F811 (the fixture imported above)
+def keys():
+    return kcache_images.key_pair()
+
+
+@pytest.fixture(scope="module")
+def signed_image(registry, keys):
     image = kcache_images.build_image(registry.host, "tenant-secrets/%s" % uuid.uuid4().hex[:6], "v1",
                                       kcache_images.CacheSpec(backend="hip", seed=51))
     kcache_images.sign_cosign_v3(image, keys[0])
@@ -46,13 +53,13 @@ def cache(kube, tenant, signed_image):
             admin.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: classes 3 and 4, the Jobs' Secret and key in the tenant's namespace")
 def test_no_registry_credentials_signature_key_or_job_of_ours_in_the_tenant_s_namespace(
-        sim, crds, tenant, cache, keys):  # noqa: F811 (the fixture imported above)
+        sim, kube, crds, tenant, cache, keys):
     result = run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=cache, namespace=tenant.namespace,
                         registry_plain_http=True, extract_image="gkm-cluster-tools:test", host_path_root=NODE_DISK,
                         registry_username="admin", registry_password="admins-secret", registry_host=sim.registry,
-                        signature_public_key=keys[1], signature_required=True, wait=False)
+                        signature_public_key=keys[1], signature_required=True, system_namespace_jobs=True,
+                        wait=False)
     assert not result.get("failed"), result.get("msg")
     created = result["plan"]["summary"].get("create") or {}
     assert created.get("Job") and created.get("Secret"), result["plan"]["summary"]
@@ -63,3 +70,11 @@ def test_no_registry_credentials_signature_key_or_job_of_ours_in_the_tenant_s_na
     ours = tenant.kube.request("GET", "/apis/batch/v1/namespaces/%s/jobs" % tenant.namespace,
                                query=[("labelSelector", "%s=%s" % (MANAGED_BY_LABEL, MANAGER))])[1]["items"]
     assert [job["metadata"]["name"] for job in ours] == []
+    # Where they are: the system namespace, which the tenant cannot read.
+    admin = Kube(kube)
+    selector = cache_selector(cache, tenant.namespace)
+    moved = {kind: admin.list(kind, namespace=SYSTEM_NAMESPACE, label_selector=selector) for kind in ("Job", "Secret")}
+    assert len(moved["Job"]) == created["Job"] and {
+        job["metadata"]["labels"][SLOT_NAMESPACE_LABEL] for job in moved["Job"]} == {tenant.namespace}
+    assert [sorted(secret["data"]) for secret in moved["Secret"]] == [["config.json", "cosign.pub"]]
+    assert refusal(tenant.kube, "GET", "/api/v1/namespaces/%s/secrets" % SYSTEM_NAMESPACE) == 403

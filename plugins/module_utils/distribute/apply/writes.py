@@ -62,8 +62,9 @@ def execute(kube, plan, replace_timeout, scrub):
     # scheduled at once only if its PVC is bound; otherwise the controllers retry seconds later.
     # A new access PV (render.render_access) waits for its PVC, whose uid binds it to that claim alone.
     bound_later = [a for a in applies if a.kind == "PersistentVolume" and a.verb == "create" and _access(a.body)]
+    later = {id(a) for a in bound_later}
     for kind in planner.KIND_ORDER[1:]:
-        batch = [a for a in applies if a.kind == kind and a not in bound_later]
+        batch = [a for a in applies if a.kind == kind and id(a) not in later]
         record(batch, kube.map(apply, batch))
         if kind == "PersistentVolume" and not kube.dry_run:
             _wait_pvs_synced(kube, [a.name for a in batch if a.verb != "update"])
