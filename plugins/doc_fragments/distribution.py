@@ -69,7 +69,8 @@ options:
       - Run the extraction Jobs of hostPath slots (see O(create_pvs)) in O(system_namespace), with their registry
         Secret (Docker config, CA, C(cosign.pub)), so that no tenant's namespace holds the admin's credentials or key
         or a Job that mounts them. Each Job writes its slot's directory through a PVC of that namespace and a PV of
-        the slot's host path bound to that PVC's uid, both deleted once the slot is extracted.
+        the slot's host path bound to that PVC's uid; once the slot's PVC is marked extracted, the Job and both are
+        deleted (its finished pod would hold that PVC until the Job's TTL).
       - Jobs and Secrets a cache has in its workload namespaces from before are deleted (a completed Job still counts
         as the slot's extraction). A provisioned volume can only be mounted through the slot's own PVC, so those Jobs
         stay in the workload namespace.

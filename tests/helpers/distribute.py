@@ -10,6 +10,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     EXTRACTED_DIGEST_ANNOTATION,
     IMAGE_ANNOTATION,
     SLOT_ACCESS_LABEL,
+    SLOT_NAMESPACE_LABEL,
     SYSTEM_NAMESPACE,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
@@ -64,11 +65,13 @@ def facts(nodes=None, objects=None, pods=(), namespaces=("team-a", "team-b", SYS
 def as_live(desired, complete_jobs=False, marked=False):
     """What the API server would return for the applied objects: same fields plus server-side ones. Extracted
     (complete_jobs, marked): without the slots' access PVCs and PVs, which the run that saw the Jobs complete
-    deleted."""
+    deleted; marked: without the Jobs of the system namespace either."""
     objects = {}
     for obj in desired:
         if (complete_jobs or marked) and is_access(obj):
             continue
+        if marked and obj["kind"] == "Job" and SLOT_NAMESPACE_LABEL in obj["metadata"]["labels"]:
+            continue  # the run that saw the mark deleted the system namespace's Job
         live = copy.deepcopy(obj)
         live["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]
         live["status"] = {}

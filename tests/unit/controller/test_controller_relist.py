@@ -77,11 +77,12 @@ def test_a_pvc_deleted_while_the_watch_was_down_is_dropped_and_its_cache_replann
     assert relisting.changed and [obj["metadata"]["name"] for obj in relisting.vanished] == [gone["metadata"]["name"]]
     assert gone["metadata"]["name"] not in [obj["metadata"]["name"] for obj in index.select("PersistentVolumeClaim")]
     assert [resource["metadata"]["name"] for resource in affected] == ["vector-add"]
-    # The slot is extracted again: its PVC, and the PVC and PV of the system namespace its Job writes through.
-    access = Slot("vector-add", "team-a", "team-a", gone["metadata"]["labels"]["gkm.io/node"],
-                  spec.digest).access_name()
+    # The slot is extracted again: its PVC, its Job and the PVC and PV of the system namespace the Job writes through.
+    slot = Slot("vector-add", "team-a", "team-a", gone["metadata"]["labels"]["gkm.io/node"], spec.digest)
+    access, job = slot.access_name(), slot.job_name()
     assert planned == [(("GKMCache", "vector-add"),
-                        [("PersistentVolume", "", access), ("PersistentVolumeClaim", "gkm-system", access),
+                        [("Job", "gkm-system", job), ("PersistentVolume", "", access),
+                         ("PersistentVolumeClaim", "gkm-system", access),
                          ("PersistentVolumeClaim", gone["metadata"]["namespace"], gone["metadata"]["name"])])]
 
 

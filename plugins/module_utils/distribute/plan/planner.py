@@ -400,6 +400,12 @@ class _Planner:
                     plan.add("update", desired, "labels or annotations differ")
                 elif live is pvc_live and failure is None and failure_record.has_record(live):
                     plan.add("update", desired, "the failure record is for another Job template: retried")
+        if in_system and marked and not fresh and job_live is not None:
+            # Its finished pod keeps the PVC it wrote through from going (PVC protection counts every scheduled pod);
+            # the mark on the slot's PVC is the extraction's record now.
+            self.claimed.add(object_ref(job_live))
+            plan.add("delete", job_live, "the slot is extracted and marked so")
+            return
         if job_live is None:
             if not extracted and failure is None:
                 plan.add("create", job, "missing")
