@@ -64,6 +64,19 @@ options:
         labels and must admit C(baseline). While it terminates, no scrub runs and the PVs stay.
     type: str
     default: gkm-system
+  system_namespace_jobs:
+    description:
+      - Run the extraction Jobs of hostPath slots (see O(create_pvs)) in O(system_namespace), with their registry
+        Secret (Docker config, CA, C(cosign.pub)), so that no tenant's namespace holds the admin's credentials or key
+        or a Job that mounts them. Each Job writes its slot's directory through a PVC of that namespace and a PV of
+        the slot's host path bound to that PVC's uid; once the slot's PVC is marked extracted, the Job and both are
+        deleted (its finished pod would hold that PVC until the Job's TTL).
+      - Jobs and Secrets a cache has in its workload namespaces from before are deleted (a completed Job still counts
+        as the slot's extraction). A provisioned volume can only be mounted through the slot's own PVC, so those Jobs
+        stay in the workload namespace.
+      - Off by default until the rest of the collection (operator RBAC, tests) follows; issue 31, docs/security.md.
+    type: bool
+    default: false
   serving_pvc:
     description:
       - For a ReadWriteOnce cache whose PVs this collection creates (see O(create_pvs)), also create in each namespace

@@ -15,7 +15,8 @@ description:
   - Objects of caches distributed without a resource (M(gkm.cluster.cache_distribute)) carry no kind label and
     are never returned.
   - Only objects the collection made count (the C(gkm.cluster.cache_foreign) filter lists the others), that is a
-    PersistentVolume, or an object with an owner reference to the resource its labels name.
+    PersistentVolume, an object of the system namespace with the resource's uid in C(gkm.io/owner-uid), or an object
+    with an owner reference to the resource its labels name.
 options:
   _input:
     description: Live objects labelled C(gkm.io/cache-kind), of any kind (for example C(k8s_info) results).
@@ -27,6 +28,10 @@ options:
     type: list
     elements: dict
     required: true
+  system_namespace:
+    description: The collection's own namespace, where the extraction Jobs, their Secret and PVCs run.
+    type: str
+    default: gkm-system
 """
 
 EXAMPLES = r"""
@@ -46,11 +51,12 @@ _value:
   elements: dict
 """
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import SYSTEM_NAMESPACE  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.lifecycle import orphaned_caches  # noqa: E402
 
 
-def cache_orphans(objects, resources):
-    return orphaned_caches(objects or [], resources or [])
+def cache_orphans(objects, resources, system_namespace=SYSTEM_NAMESPACE):
+    return orphaned_caches(objects or [], resources or [], system_namespace)
 
 
 class FilterModule(object):

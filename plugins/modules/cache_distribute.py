@@ -68,8 +68,11 @@ options:
     type: str
   pod_template:
     description:
-      - GKM's C(podTemplate) for the extraction Jobs' pods. C(metadata) may hold C(labels) and C(annotations);
-        C(spec) may hold C(nodeSelector), C(tolerations), C(affinity) and C(priorityClassName).
+      - GKM's C(podTemplate) for the extraction Jobs' pods. C(metadata) may hold C(labels); C(spec) may hold
+        C(nodeSelector), C(tolerations) and C(affinity).
+      - C(metadata.annotations) and C(spec.priorityClassName), which GKM's API has, are refused with the field named,
+        since the Jobs may run in the system namespace (O(system_namespace_jobs)), where they could reach its admission
+        webhooks or preempt its pods.
       - C(spec.nodeSelector) is merged with the per-node pin, never replacing it.
     type: dict
 requirements:

@@ -9,6 +9,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     EXTRACTED_DIGEST_ANNOTATION,
     IMAGE_ANNOTATION,
+    SLOT_ACCESS_LABEL,
+    SLOT_NAMESPACE_LABEL,
+    SYSTEM_NAMESPACE,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
     ClusterFacts,
@@ -42,6 +45,8 @@ def make_spec(digest=DIGEST_A, **params):
     params.setdefault("pod_template", {"spec": {"tolerations": [GPU_TOLERATION]}})
     # These tests count the slots' objects; the serving PVC has its own tests (test_serving_plan.py).
     params.setdefault("serving_pvc", False)
+    # The layout issue 31 moves to (system_namespace_jobs); test_plan.py checks the one before it too.
+    params.setdefault("system_namespace_jobs", True)
     spec = cache_spec.cache_spec_from_params(params)
     return cache_spec.pin_image(spec, "registry.local/caches/vector-add@" + digest, digest,
                                 {"targets": TARGETS, "size_bytes": 80_000})
@@ -51,15 +56,22 @@ def default_nodes(extra_groups=()):
     return gpu_nodes.render_nodes([*gpu_nodes.DEFAULT_NODE_GROUPS, *extra_groups])
 
 
-def facts(nodes=None, objects=None, pods=(), namespaces=("team-a", "team-b"), storage_class=None):
+def facts(nodes=None, objects=None, pods=(), namespaces=("team-a", "team-b", SYSTEM_NAMESPACE),
+          storage_class=None):
     return ClusterFacts(nodes if nodes is not None else default_nodes(), namespaces, objects or {},
                         list(pods), NO_PROVISIONER_CLASS if storage_class is None else storage_class)
 
 
 def as_live(desired, complete_jobs=False, marked=False):
-    """What the API server would return for the applied objects: same fields plus server-side ones."""
+    """What the API server would return for the applied objects: same fields plus server-side ones. Extracted
+    (complete_jobs, marked): without the slots' access PVCs and PVs, which the run that saw the Jobs complete
+    deleted; marked: without the Jobs of the system namespace either."""
     objects = {}
     for obj in desired:
+        if (complete_jobs or marked) and is_access(obj):
+            continue
+        if marked and obj["kind"] == "Job" and SLOT_NAMESPACE_LABEL in obj["metadata"]["labels"]:
+            continue  # the run that saw the mark deleted the system namespace's Job
         live = copy.deepcopy(obj)
         live["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]
         live["status"] = {}
@@ -95,8 +107,14 @@ def verbs(result):
     return sorted((a.verb, a.kind, a.name) for a in result.actions)
 
 
-def by_kind(objects, kind):
-    return [obj for obj in objects if obj["kind"] == kind]
+def is_access(obj):
+    """A slot's access PVC or PV in the system namespace (render.render_access)."""
+    return SLOT_ACCESS_LABEL in (obj["metadata"].get("labels") or {})
+
+
+def by_kind(objects, kind, access=False):
+    """The objects of a kind: the slots' own, or (access) their access PVCs and PVs."""
+    return [obj for obj in objects if obj["kind"] == kind and is_access(obj) == access]
 
 
 # ---------------------------------------------------------------- a rolling upgrade inside one reconcile

@@ -581,6 +581,16 @@ def _pae(payload_type, payload):
     return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
 
 
+def key_pair():
+    """(private key, its public key as PEM text): an admin's cosign key for the signing helpers here."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    return private, private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
 def sign_cosign_v3(image, private_key):
     """Attach a sigstore bundle (DSSE in-toto statement) to `image` as an OCI 1.1 referrer.
 

@@ -27,6 +27,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_KINDS,
     NODE_LABEL,
     READINESS_LABEL_PREFIX,
+    SLOT_NAMESPACE_LABEL,
     UPGRADE_STATE_LABEL_PREFIX,
     VERSION,
 )
@@ -146,6 +147,12 @@ class Slot:
     def job_name(self):
         return self._remember("job", lambda: _join_with_hash([self.cache, self.node], self._hashed("job")))
 
+    def access_name(self):
+        """The PVC (in the system namespace) and PV its extraction Job writes the slot through: the hash covers the
+        slot's namespace, so no two slots share it there."""
+        return self._remember("access", lambda: _join_with_hash(["gkm", self.cache, self.node],
+                                                                self._hashed("access")))
+
     def pv_name(self):
         """PVs are cluster-scoped: the hash also covers the namespace, so names never collide."""
         return self._remember("pv", lambda: _join_with_hash(["gkm", self.cache, self.node], self._hashed("pv")))
@@ -175,6 +182,17 @@ class Slot:
         if self.node:
             labels[NODE_LABEL] = label_value(self.node)
         return labels
+
+    def system_labels(self):
+        """The labels of the slot's objects in the system namespace: the slot's, and its namespace's name."""
+        return dict(self.labels(), **{SLOT_NAMESPACE_LABEL: self.namespace})
+
+
+def slot_namespace(obj):
+    """The workload namespace of the slot a cache's object serves: its own, or for an object in the system namespace
+    the one its label names."""
+    metadata = obj.get("metadata") or {}
+    return (metadata.get("labels") or {}).get(SLOT_NAMESPACE_LABEL) or metadata.get("namespace") or ""
 
 
 def cache_selector(cache, cache_namespace):

@@ -44,6 +44,10 @@ NODE_LABEL = DOMAIN + "/node"
 DIGEST_LABEL = DOMAIN + "/digest"
 SERVING_LABEL = DOMAIN + "/serving"
 SCRUB_LABEL = DOMAIN + "/scrub"
+# On a cache's objects in the system namespace (its extraction Jobs, the PVC and PV they write a slot through): the
+# workload namespace of the slot they serve. SLOT_ACCESS_LABEL marks that PVC and PV (not a slot's own, never scrubbed).
+SLOT_NAMESPACE_LABEL = DOMAIN + "/slot-namespace"
+SLOT_ACCESS_LABEL = DOMAIN + "/slot-access"
 EXTRACTION_FAILED_LABEL = DOMAIN + "/extraction-failed"
 PROBE_LABEL = DOMAIN + "/probe"
 # Pod Security's level on the namespaces the collection creates for its own pods (the webhook's, the scrub's).
@@ -54,6 +58,8 @@ SPEC_HASH_ANNOTATION = DOMAIN + "/spec-hash"
 IMAGE_ANNOTATION = DOMAIN + "/image"
 EXTRACTED_DIGEST_ANNOTATION = DOMAIN + "/extracted-digest"
 EXTRACTION_FAILURE_ANNOTATION = DOMAIN + "/extraction-failure"
+# The uid of the cache resource an object outside its namespace belongs to: owner references cannot cross namespaces.
+OWNER_UID_ANNOTATION = DOMAIN + "/owner-uid"
 
 # ------------------------------------------------------------------ labels on cache resources
 SIGNATURE_FORMAT_LABEL = DOMAIN + "/signature-format"

@@ -159,6 +159,48 @@ def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(
     assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest, job_namespace)), removed.get("scrub")
 
 
+def test_with_system_namespace_jobs_the_job_extracts_the_slot_from_the_system_namespace(
+        sim, kube, tools_image, image, job_namespace):
+    """Issue 31, classes 3 and 4: the Job and its Secret in the system namespace write the workload namespace's slot
+    through a PVC there and a PV of the slot's directory bound to its uid; once the slot is marked extracted, the
+    Job and that pair go."""
+    pushed, spec = image
+    name = unique("sys")
+    batch, core = client.BatchV1Api(kube), client.CoreV1Api(kube)
+    selector = "gkm.io/cache=%s,gkm.io/cache-namespace=%s" % (name, job_namespace)
+    try:
+        result = distribute(sim, tools_image, name=name, namespace=job_namespace, image=pushed.ref,
+                            system_namespace_jobs=True, registry_username="admin", registry_password="unused",
+                            registry_host=pushed.ref.split("/", 1)[0])
+        assert not result.get("failed"), result
+        assert entry(result, AMD_NODE)["phase"] == "Extracted", result["status"]
+        on_disk = files_under(os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache"))
+        assert len(on_disk) == len(kcache_images.cache_entries(spec)[0]) + 1
+        assert batch.list_namespaced_job(job_namespace, label_selector=selector).items == []
+        assert core.list_namespaced_secret(job_namespace, label_selector=selector).items == []
+        jobs = batch.list_namespaced_job("gkm-system", label_selector=selector).items
+        assert [job.metadata.labels["gkm.io/slot-namespace"] for job in jobs] == [job_namespace]
+        assert [sorted(s.data) for s in core.list_namespaced_secret("gkm-system", label_selector=selector).items] == [
+            ["config.json"]]
+        again = distribute(sim, tools_image, name=name, namespace=job_namespace, image=pushed.ref,
+                           system_namespace_jobs=True, registry_username="admin", registry_password="unused",
+                           registry_host=pushed.ref.split("/", 1)[0])
+        assert not again.get("failed"), again
+        access = selector + ",gkm.io/slot-access=true"
+        # The slot is marked extracted: its Job goes, and with its pod (which PVC protection counts while it exists)
+        # the PVC and PV it wrote through.
+        assert again["plan"]["summary"] == {"delete": {"PersistentVolume": 1, "PersistentVolumeClaim": 1, "Job": 1}}
+        wait_until("the access PVC and PV gone", lambda: not core.list_namespaced_persistent_volume_claim(
+            "gkm-system", label_selector=access).items and not core.list_persistent_volume(label_selector=access).items,
+            timeout=60)
+        assert files_under(os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache"))
+    finally:
+        removed = remove(sim, tools_image, name=name, namespace=job_namespace)
+    assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest, job_namespace)), removed.get("scrub")
+    assert batch.list_namespaced_job("gkm-system", label_selector=selector).items == []
+    assert core.list_namespaced_secret("gkm-system", label_selector=selector).items == []
+
+
 def test_rox_and_cluster_caches_over_two_namespaces_land_on_the_real_node(sim, kube, tools_image, image,
                                                                           job_namespace):
     pushed, _spec = image

@@ -17,13 +17,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.registry, pytest.mark.tenant]
 
 @pytest.fixture(scope="module")
 def keys():
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    private = ec.generate_private_key(ec.SECP256R1())
-    public_key = private.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-    return private, public_key
+    return kcache_images.key_pair()
 
 
 @pytest.fixture(scope="module")

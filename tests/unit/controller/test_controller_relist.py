@@ -4,6 +4,7 @@ object back; a listing that matches the index changes nothing and re-plans nothi
 
 import copy
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
@@ -43,7 +44,11 @@ def converged():
     objects = [*({**node, "kind": "Node"} for node in nodes),
                {"kind": "Namespace", "metadata": {"name": "team-a"}},
                {"kind": "Namespace", "metadata": {"name": "team-b"}},
-               {**copy.deepcopy(NO_PROVISIONER_CLASS), "kind": "StorageClass"},
+               {"kind": "Namespace", "metadata": {"name": "gkm-system"}},
+               # The cluster's default class, as the planner saw it.
+               {**copy.deepcopy(NO_PROVISIONER_CLASS), "kind": "StorageClass", "metadata": {
+                   "name": NO_PROVISIONER_CLASS["metadata"]["name"],
+                   "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}}},
                *(obj for items in live.values() for obj in items), resource()]
     return spec, index_of(*objects)
 
@@ -72,8 +77,13 @@ def test_a_pvc_deleted_while_the_watch_was_down_is_dropped_and_its_cache_replann
     assert relisting.changed and [obj["metadata"]["name"] for obj in relisting.vanished] == [gone["metadata"]["name"]]
     assert gone["metadata"]["name"] not in [obj["metadata"]["name"] for obj in index.select("PersistentVolumeClaim")]
     assert [resource["metadata"]["name"] for resource in affected] == ["vector-add"]
+    # The slot is extracted again: its PVC, its Job and the PVC and PV of the system namespace the Job writes through.
+    slot = Slot("vector-add", "team-a", "team-a", gone["metadata"]["labels"]["gkm.io/node"], spec.digest)
+    access, job = slot.access_name(), slot.job_name()
     assert planned == [(("GKMCache", "vector-add"),
-                        [("PersistentVolumeClaim", gone["metadata"]["namespace"], gone["metadata"]["name"])])]
+                        [("Job", "gkm-system", job), ("PersistentVolume", "", access),
+                         ("PersistentVolumeClaim", "gkm-system", access),
+                         ("PersistentVolumeClaim", gone["metadata"]["namespace"], gone["metadata"]["name"])])]
 
 
 def test_a_relisting_that_matches_the_index_changes_nothing_and_replans_nothing():

@@ -33,7 +33,6 @@ _JOB_FIELDS = (
     ("spec.template.spec.", "pod_template.spec."),
     ("spec.template.metadata.", "pod_template.metadata."),
     ("spec.template.labels", "pod_template.metadata.labels"),
-    ("spec.template.annotations", "pod_template.metadata.annotations"),
 )
 
 

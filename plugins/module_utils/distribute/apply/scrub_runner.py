@@ -29,7 +29,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_po
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import pod_mounts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scrub import (
-    bind_scrub_pv,
+    bind_to_claim,
     failure_message,
     is_slot_pv,
     job_image,
@@ -144,7 +144,7 @@ class NodeDiskScrub:
                 if isinstance(outcome, Exception):
                     run[0]["error"] = "creating the scrub objects failed: %s" % outcome
                 elif position == 0:
-                    run[1][1] = bind_scrub_pv(run[1][1], outcome)
+                    run[1][1] = bind_to_claim(run[1][1], outcome)
         self._wait([run for run in runs if not run[0].get("error")])
         self._remove_scrub_objects([objects for _entry, objects, _pinned in runs])
 

@@ -9,7 +9,10 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import SLOT_ACCESS_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scrub import bind_to_claim
 
 # A PVC binds at once only if the PV controller already has its PV when it first syncs the claim; otherwise it binds
 # at the controller's next resync, up to 15 s later. A PV the controller has synced leaves phase Pending (Available,
@@ -57,12 +60,31 @@ def execute(kube, plan, replace_timeout, scrub):
         applies += [a for a in replaced if (a.kind, a.namespace, a.name) not in stuck_refs]
     # Kind by kind: a PVC binds at once only if the PV controller has seen its PV, and a Job's pod is
     # scheduled at once only if its PVC is bound; otherwise the controllers retry seconds later.
+    # A new access PV (render.render_access) waits for its PVC, whose uid binds it to that claim alone.
+    bound_later = [a for a in applies if a.kind == "PersistentVolume" and a.verb == "create" and _access(a.body)]
+    later = {id(a) for a in bound_later}
     for kind in planner.KIND_ORDER[1:]:
-        batch = [a for a in applies if a.kind == kind]
+        batch = [a for a in applies if a.kind == kind and id(a) not in later]
         record(batch, kube.map(apply, batch))
         if kind == "PersistentVolume" and not kube.dry_run:
             _wait_pvs_synced(kube, [a.name for a in batch if a.verb != "update"])
+        if kind == "PersistentVolumeClaim" and bound_later:
+            record(bound_later, kube.map(lambda a: _apply_bound(kube, a), bound_later))
     return errors
+
+
+def _access(pv):
+    return SLOT_ACCESS_LABEL in (pv["metadata"].get("labels") or {})
+
+
+def _apply_bound(kube, action):
+    """The access PV with its claim's uid; in a dry run the claim was not created, so the PV is checked unbound."""
+    claim_ref = action.body["spec"]["claimRef"]
+    claim = None if kube.dry_run else kube.get("PersistentVolumeClaim", claim_ref["name"], claim_ref["namespace"])
+    if claim is None and not kube.dry_run:
+        raise KubeError("PVC %s/%s to bind PV %s to is missing" % (claim_ref["namespace"], claim_ref["name"],
+                                                                   action.name))
+    kube.apply(bind_to_claim(action.body, claim) if claim else action.body)
 
 
 def _wait_pvs_synced(kube, names):

@@ -19,6 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     IMAGE_VOLUME,
     MOUNT_MODES,
     PVC,
+    SYSTEM_NAMESPACE,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.kernels.plan import overlay_plan
 
@@ -28,8 +29,14 @@ ACCESS_MODES = (READ_WRITE_ONCE, READ_ONLY_MANY, "ReadWriteMany", "ReadWriteOnce
 COMPATIBILITY_MODES = ("skip", "fail", "ignore")
 CREATE_PVS_MODES = ("auto", "always", "never")
 SET_VOLUME_OWNER_MODES = ("auto", "always", "never")
-POD_TEMPLATE_METADATA_FIELDS = ("labels", "annotations")
-POD_TEMPLATE_SPEC_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName")
+POD_TEMPLATE_METADATA_FIELDS = ("labels",)
+POD_TEMPLATE_SPEC_FIELDS = ("nodeSelector", "tolerations", "affinity")
+# GKM's podTemplate fields the extraction Jobs refuse: they run in the system namespace, where a priority class
+# preempts others' pods and an annotation can ask a mutating webhook there for sidecars, mounts or a profile.
+POD_TEMPLATE_REFUSED = {
+    "metadata": {"annotations": "annotations could ask the system namespace's admission webhooks for more"},
+    "spec": {"priorityClassName": "a priority class there could preempt the cluster's own pods"},
+}
 
 # Unpacked caches are many small files: filesystem blocks and inodes cost more than the label says.
 SIZE_HEADROOM_FACTOR = 1.5
@@ -99,6 +106,9 @@ class CacheSpec:
         # The resource's UpgradePolicy (upgrade_policy.py) when it declares one: a new digest rolls out in waves
         # (rollout.py); None moves every node at once (still make before break).
         self.upgrade_policy = fields.get("upgrade_policy")
+        # The collection's own namespace, where the extraction Jobs of hostPath slots and their Secret live.
+        self.system_namespace = fields.get("system_namespace") or SYSTEM_NAMESPACE
+        self.system_namespace_jobs = fields.get("system_namespace_jobs", False)
 
     @property
     def per_node(self):
@@ -133,10 +143,16 @@ def validate_pod_template(pod_template):
     unknown = sorted(set(pod_template) - {"metadata", "spec"})
     if unknown:
         raise SpecError("pod_template has unknown keys %s; it takes metadata and spec, as GKM's podTemplate" % unknown)
+    for part, refused in POD_TEMPLATE_REFUSED.items():
+        for field, why in refused.items():
+            if (pod_template.get(part) or {}).get(field):
+                raise SpecError("pod_template.%s.%s is refused: the extraction Jobs may run in the system namespace "
+                                "(system_namespace_jobs), "
+                                "and %s; remove it" % (part, field, why))
     metadata = pod_template.get("metadata") or {}
     unknown = sorted(set(metadata) - set(POD_TEMPLATE_METADATA_FIELDS))
     if unknown:
-        raise SpecError("pod_template.metadata has unknown keys %s; allowed: labels, annotations" % unknown)
+        raise SpecError("pod_template.metadata has unknown keys %s; allowed: labels" % unknown)
     spec = pod_template.get("spec") or {}
     unknown = sorted(set(spec) - set(POD_TEMPLATE_SPEC_FIELDS))
     if unknown:
@@ -209,7 +225,8 @@ def cache_spec_from_params(params):
     optional = {key: params[key] for key in ("size", "compatibility", "create_pvs", "host_path_root", "prune",
                                              "force", "create_namespaces", "state", "extract_args",
                                              "set_volume_owner", "owner", "verification", "serving_pvc",
-                                             "upgrade_policy", "mount_mode", "host_path_read_only_many")
+                                             "upgrade_policy", "mount_mode", "host_path_read_only_many",
+                                             "system_namespace", "system_namespace_jobs")
                 if params.get(key) is not None}
     return CacheSpec(
         name=params["name"], cache_namespace=cache_namespace, namespaces=namespaces,

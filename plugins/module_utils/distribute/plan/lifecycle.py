@@ -6,8 +6,10 @@ declares. The caches role removes both at every run that reconciles caches (depl
 An object names its resource through its labels (ownership.py: cache kind, cache namespace, cache name), so
 objects of caches distributed without a resource (cache_distribute) are never taken for orphans. Labels are not
 ownership, since anyone who may create an object may label it: an object counts as the collection's only when it
-is a PV (cluster-scoped, which no tenant creates; they never get an owner reference, ownership.py) or references
-the resource its labels name (a GKMCache's in that GKMCache's namespace), and the names are resource names.
+is a PV (cluster-scoped, which no tenant creates; they never get an owner reference, ownership.py), is in the system
+namespace (no tenant writes there) carrying the uid of the resource it was made for (a GKMCache's Jobs, their
+Secret and access PVCs, which no owner reference can reach across namespaces), or references the resource its
+labels name (a GKMCache's in that GKMCache's namespace), and the names are resource names.
 Anything else labelled so is foreign: reported, never a removal's target. A resource is
 the inventory's through DECLARED_LABEL, which the role sets on what it applies from `caches_declared`; one
 created with kubectl lacks it and is never removed for being undeclared.
@@ -23,6 +25,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_NAMESPACE_LABEL,
     DECLARED_LABEL,
     GROUP,
+    OWNER_UID_ANNOTATION,
+    SYSTEM_NAMESPACE,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.ownership import owner_key
 
@@ -47,7 +51,7 @@ def _labelled(obj):
     return key if key and key[0] in CACHE_KINDS else None
 
 
-def _foreign(obj, key):
+def _foreign(obj, key, system_namespace):
     """Why an object labelled with the cache resource `key` is not the collection's, or None when it is."""
     problem = name_problem(CACHE_LABEL, key[2]) or (key[1] and name_problem(CACHE_NAMESPACE_LABEL, key[1]))
     if problem:
@@ -55,6 +59,8 @@ def _foreign(obj, key):
     if obj.get("kind") == "PersistentVolume":
         return None
     metadata = obj.get("metadata") or {}
+    if metadata.get("namespace") == system_namespace and (metadata.get("annotations") or {}).get(OWNER_UID_ANNOTATION):
+        return None
     if key[0] == "GKMCache" and metadata.get("namespace") != key[1]:
         return "outside the namespace of the GKMCache its labels name"
     if not any(str(ref.get("apiVersion", "")).startswith(GROUP + "/") and (ref.get("kind"), ref.get("name")) ==
@@ -63,27 +69,28 @@ def _foreign(obj, key):
     return None
 
 
-def orphaned_caches(objects, resources):
+def orphaned_caches(objects, resources, system_namespace=SYSTEM_NAMESPACE):
     """One target per cache whose objects are labelled with a resource that does not exist, in key order; foreign
     objects (foreign_objects) name none.
 
-    objects: live objects of any kind (PVCs, PVs, Jobs, Secrets); resources: every cache resource found.
+    objects: live objects of any kind (PVCs, PVs, Jobs, Secrets); resources: every cache resource found;
+    system_namespace: the collection's own, where the extraction Jobs run.
     """
     existing = {resource_key(resource) for resource in resources}
     orphans = set()
     for obj in objects:
         key = _labelled(obj)
-        if key and key not in existing and not _foreign(obj, key):
+        if key and key not in existing and not _foreign(obj, key, system_namespace):
             orphans.add(key)
     return [_target(key) for key in sorted(orphans)]
 
 
-def foreign_objects(objects):
+def foreign_objects(objects, system_namespace=SYSTEM_NAMESPACE):
     """One line per object labelled with a cache resource that the collection did not make, and why, in order."""
     lines = []
     for obj in objects:
         key = _labelled(obj)
-        reason = key and _foreign(obj, key)
+        reason = key and _foreign(obj, key, system_namespace)
         if reason:
             metadata = obj.get("metadata") or {}
             where = "%s/%s" % (metadata["namespace"], metadata.get("name")) if metadata.get("namespace") \

@@ -18,6 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_KIND_LABEL,
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
+    OWNER_UID_ANNOTATION,
 )
 
 __metaclass__ = type
@@ -63,6 +64,10 @@ def mark(obj, owner):
     obj["metadata"].setdefault("labels", {})[CACHE_KIND_LABEL] = owner["kind"]
     if may_reference(owner, obj):
         obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
+    elif owner.get("uid") and obj["kind"] not in CLUSTER_SCOPED:
+        # A GKMCache's object in the system namespace: the labels name the resource, the uid tells a resource
+        # created again under its name from the one the object was made for (lifecycle.py).
+        obj["metadata"].setdefault("annotations", {})[OWNER_UID_ANNOTATION] = owner["uid"]
     return obj
 
 

@@ -28,11 +28,12 @@ __metaclass__ = type
 
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import holds_extracted
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import Slot, short_digest, slot_namespace
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     DIGEST_LABEL,
     IMAGE_ANNOTATION,
     NODE_LABEL,
+    SLOT_NAMESPACE_LABEL,
     SPEC_HASH_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
@@ -44,10 +45,14 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
     failure_record,
     ownership,
     previous_slots,
+    scrub,
     serving,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import pod_user, workload_pod
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import (
+    in_system_namespace,
+    job_namespace,
+    render_access,
     render_job,
     render_namespace,
     render_pv,
@@ -91,11 +96,12 @@ def _differs(live, desired):
     )
 
 
-def _job_metadata(spec, slot):
+def _job_metadata(spec, slot, in_system):
     """A slot's Job as render_job names, labels, annotates and owns it, without its spec or spec hash: all an
     extracted slot's live Job is compared with (a Job whose spec differs is replaced only before extraction)."""
     return ownership.mark({"kind": "Job", "metadata": {
-        "name": slot.job_name(), "namespace": slot.namespace, "labels": slot.labels(),
+        "name": slot.job_name(), "namespace": job_namespace(spec, slot, in_system),
+        "labels": slot.system_labels() if in_system else slot.labels(),
         "annotations": {IMAGE_ANNOTATION: spec.image}}}, spec.owner)
 
 
@@ -121,10 +127,11 @@ def pod_mounts(pods):
 
 
 def _group_key(kind, obj):
-    """Objects of one slot share labels: (namespace, node label, short digest); PVs name theirs in claimRef."""
+    """Objects of one slot share labels: (namespace, node label, short digest); PVs name theirs in claimRef, those in
+    the system namespace (and the PVs bound there) in a label."""
     labels = obj["metadata"].get("labels") or {}
-    namespace = obj["metadata"].get("namespace") or ""
-    if kind == "PersistentVolume":
+    namespace = slot_namespace(obj)
+    if kind == "PersistentVolume" and not labels.get(SLOT_NAMESPACE_LABEL):
         namespace = ((obj.get("spec") or {}).get("claimRef") or {}).get("namespace") or ""
     return (namespace, labels.get(NODE_LABEL, ""), labels.get(DIGEST_LABEL, ""))
 
@@ -244,6 +251,9 @@ class _Planner:
         # its serving PVC keeps: what make before break keeps previous slots for.
         self.current_extracted = {}
         self.serving_kept = {}
+        # Where the Jobs, so their registry Secret, are: the system namespace, or the workload namespaces when the
+        # slots are provisioned volumes (render.job_namespace). A Secret elsewhere is from before (issue 31).
+        self.secret_namespaces = set()
         self.plan = None
 
     def users(self, pvc):
@@ -262,12 +272,21 @@ class _Planner:
             self._namespaces()
             storage = _storage(spec, self.facts)
             _refuse_shared_host_path(spec, storage[1])
+            in_system = in_system_namespace(spec, storage[1])
+            if in_system:
+                if spec.system_namespace not in self.facts.namespaces:
+                    self.plan.add("create", scrub.system_namespace(spec.system_namespace),
+                                  "the system namespace, where the extraction Jobs run, does not exist")
+                self.secret_namespaces = {spec.system_namespace}
+                self._registry_secret(spec.system_namespace)
             for namespace in spec.namespaces:
                 if namespace in refused:
                     self.plan.slots.append(SlotState(REFUSED, namespace, None, short_digest(spec.digest), spec.name,
                                                      None, reason=refused[namespace]))
                     continue
-                self._registry_secret(namespace)
+                if not in_system:
+                    self.secret_namespaces.add(namespace)
+                    self._registry_secret(namespace)
                 if spec.per_node:
                     for node in self.plan.eligibility.eligible:
                         slot = Slot(spec.name, spec.cache_namespace, namespace, node["metadata"]["name"], spec.digest)
@@ -317,11 +336,18 @@ class _Planner:
         pv = ownership.mark(render_pv(spec, slot, node if spec.per_node else None, storage_class_name)
                             if make_pvs else None, spec.owner)
         pvc_ref = ("PersistentVolumeClaim", slot.namespace, slot.pvc_name())
-        job_ref = ("Job", slot.namespace, slot.job_name())
+        in_system = in_system_namespace(spec, make_pvs)
+        job_ref = ("Job", job_namespace(spec, slot, in_system), slot.job_name())
         pv_ref = ("PersistentVolume", "", slot.pv_name())
         pvc_live, job_live = self.live.get(pvc_ref), self.live.get(job_ref)
         pv_live = self.live.get(pv_ref) if make_pvs else None
-        job_done = job_live is not None and job_condition(job_live, "Complete") is not None
+        # The slot's Job from before the Jobs moved to the system namespace: its completion counts (make before
+        # break), then it goes.
+        moved = self.live.get(("Job", slot.namespace, slot.job_name())) if job_ref[1] != slot.namespace else None
+        job_done = any(job is not None and job_condition(job, "Complete") is not None for job in (job_live, moved))
+        if moved is not None:
+            self.claimed.add(object_ref(moved))
+            plan.add("delete", moved, "extraction Jobs run in namespace %s now" % job_ref[1])
         marked = holds_extracted(pvc_live, spec.digest)
         pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, False), spec.owner)
         fresh = pvc_live is None or _differs(pvc_live, pvc) or (pv is not None and (
@@ -341,9 +367,14 @@ class _Planner:
                 return
         extracted = not fresh and (marked or job_done)
         job = None
-        if fresh or not extracted or (job_live is not None and _metadata_outdated(job_live, _job_metadata(spec, slot))):
-            job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner), spec.owner)
+        if fresh or not extracted or (job_live is not None and _metadata_outdated(
+                job_live, _job_metadata(spec, slot, in_system))):
+            job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner, in_system),
+                                 spec.owner)
         failure = None if fresh or extracted else self._failure(pvc_live, job_live, job)
+        if in_system:
+            self._access(slot, node if spec.per_node else None, storage_class_name,
+                         fresh or (not extracted and failure is None))
         if slot.node:
             # Released once the live PVC carries the mark: the webhook then hands out the new PVC (view.py).
             self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = marked and not fresh
@@ -369,6 +400,12 @@ class _Planner:
                     plan.add("update", desired, "labels or annotations differ")
                 elif live is pvc_live and failure is None and failure_record.has_record(live):
                     plan.add("update", desired, "the failure record is for another Job template: retried")
+        if in_system and marked and not fresh and job_live is not None:
+            # Its finished pod keeps the PVC it wrote through from going (PVC protection counts every scheduled pod);
+            # the mark on the slot's PVC is the extraction's record now.
+            self.claimed.add(object_ref(job_live))
+            plan.add("delete", job_live, "the slot is extracted and marked so")
+            return
         if job_live is None:
             if not extracted and failure is None:
                 plan.add("create", job, "missing")
@@ -381,6 +418,23 @@ class _Planner:
                 plan.add("replace", job, "pod template changed before extraction finished")
         elif _metadata_outdated(job_live, job):
             plan.add("update", job, "labels or annotations differ")
+
+    def _access(self, slot, node, storage_class_name, wanted):
+        """The PVC and PV of the system namespace the slot's Job writes through: while the slot waits for its
+        extraction, then deleted (the slot's own PV keeps the directory), so an extracted cache has no more objects
+        than before the Jobs moved."""
+        spec = self.spec
+        for desired in render_access(spec, slot, node, storage_class_name):
+            desired = ownership.mark(desired, spec.owner)
+            live = self.live.get(object_ref(desired))
+            if live is not None:
+                self.claimed.add(object_ref(live))
+            if wanted:
+                self.plan.desired.append(desired)
+                if live is None:
+                    self.plan.add("create", desired, "missing")
+            elif live is not None:
+                self.plan.add("delete", live, "the slot's extraction finished")
 
     def _failure(self, pvc_live, job_live, job):
         """The slot's failed extraction with the Job as now rendered: recorded on its PVC, or said by its failed Job
@@ -448,11 +502,12 @@ class _Planner:
             if ref in self.claimed:
                 continue
             if ref[0] == "Secret":
-                # A registry Secret serves a namespace, not a slot: removed once unused, never reported.
-                if spec.prune or spec.state == "absent":
+                # A registry Secret serves the Jobs of a namespace, not a slot: removed once unused, never reported;
+                # one where no Job of ours runs any more at once, whatever prune says (the admin's credentials).
+                if spec.prune or spec.state == "absent" or ref[1] not in self.secret_namespaces:
                     plan.add("delete", obj, "no longer desired (%s)" % (
                         "state is absent" if spec.state == "absent" else "no registry credentials, CA or signature "
-                        "key, or namespace %s is no longer a workload namespace" % ref[1]))
+                        "key, or no Job of the cache runs in namespace %s" % ref[1]))
                 continue
             groups.setdefault(_group_key(ref[0], obj), []).append(obj)
         previous = set()

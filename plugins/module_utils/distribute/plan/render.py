@@ -17,6 +17,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     HOSTNAME_LABEL,
     IMAGE_ANNOTATION,
+    SLOT_ACCESS_LABEL,
     SPEC_HASH_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret, verification
@@ -66,22 +67,46 @@ def _node_name_term(node_name):
     return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
 
 
-def render_pv(spec, slot, node, storage_class_name):
-    """A hostPath PV pre-bound to the slot's PVC; per-node PVs carry node affinity for the scheduler."""
+def render_pv(spec, slot, node, storage_class_name, access=False):
+    """A hostPath PV pre-bound to the slot's PVC; per-node PVs carry node affinity for the scheduler.
+
+    access: the PV of the slot's directory the extraction Job's PVC in the system namespace binds (render_access).
+    """
+    claim = (spec.system_namespace, slot.access_name()) if access else (slot.namespace, slot.pvc_name())
     body = {
         "capacity": {"storage": spec.size},
         "accessModes": list(spec.access_modes),
         "persistentVolumeReclaimPolicy": "Retain",
         "storageClassName": storage_class_name,
         "hostPath": {"path": slot.host_path(spec.host_path_root), "type": "DirectoryOrCreate"},
-        "claimRef": {"namespace": slot.namespace, "name": slot.pvc_name()},
+        "claimRef": {"namespace": claim[0], "name": claim[1]},
     }
     if node is not None:
         hostname = _hostname(node)
         term = ({"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}]}
                 if hostname else _node_name_term(node["metadata"]["name"]))
         body["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
+    if access:
+        return _object("PersistentVolume", slot.access_name(), None, _access_labels(slot),
+                       {IMAGE_ANNOTATION: spec.image}, body)
     return _object("PersistentVolume", slot.pv_name(), None, slot.labels(), {IMAGE_ANNOTATION: spec.image}, body)
+
+
+def _access_labels(slot):
+    return dict(slot.system_labels(), **{SLOT_ACCESS_LABEL: "true"})
+
+
+def render_access(spec, slot, node, storage_class_name):
+    """(PVC, PV) through which the slot's extraction Job, in the system namespace, writes the slot's directory.
+
+    The PV is written after the PVC, its claimRef then given the PVC's uid (scrub.bind_to_claim, apply/writes.py),
+    so it binds that claim alone. Neither is ever scrubbed (scrub.is_slot_pv): the slot's own PV owns the directory.
+    """
+    pvc = _object("PersistentVolumeClaim", slot.access_name(), spec.system_namespace, _access_labels(slot),
+                  {IMAGE_ANNOTATION: spec.image}, _claim_body(tuple(spec.access_modes), spec.size, storage_class_name),
+                  content_hash=_claim_hash(tuple(spec.access_modes), spec.size, storage_class_name,
+                                           spec.verification))
+    return pvc, render_pv(spec, slot, node, storage_class_name, access=True)
 
 
 def render_pvc(spec, slot, storage_class_name, extracted):
@@ -203,22 +228,36 @@ def _extract_container(spec, node):
     }
 
 
-def render_job(spec, slot, node, set_volume_owner=False):
+def in_system_namespace(spec, make_pvs):
+    """Whether a cache's extraction Jobs run in the system namespace: when they write hostPath slots (through
+    render_access) and the admin asks it, so the registry Secret and key they mount are in no tenant's reach; a
+    provisioned volume can only be mounted through the slot's own PVC, in the slot's namespace."""
+    return bool(make_pvs and spec.system_namespace_jobs)
+
+
+def job_namespace(spec, slot, in_system):
+    return spec.system_namespace if in_system else slot.namespace
+
+
+def render_job(spec, slot, node, set_volume_owner=False, in_system=False):
     """The extraction Job, with bounded retries and lifetime; `set_volume_owner` adds the permission step.
 
-    Without that step the pod meets Pod Security `restricted`, with it `baseline`.
+    Without that step the pod meets Pod Security `restricted`, with it `baseline`. `in_system` (in_system_namespace):
+    it runs in the system namespace and mounts the slot's access PVC there.
     """
+    namespace = job_namespace(spec, slot, in_system)
     node_selector, affinity = _pinned_scheduling(spec, node)
+    labels = slot.system_labels() if in_system else slot.labels()
     pod_labels = spec.pod_metadata("labels")
-    pod_labels.update(slot.labels())
+    pod_labels.update(labels)
     volumes = [
-        {"name": "cache", "persistentVolumeClaim": {"claimName": slot.pvc_name()}},
+        {"name": "cache", "persistentVolumeClaim": {"claimName": slot.access_name() if in_system else slot.pvc_name()}},
         {"name": "tmp", "emptyDir": {}},
     ]
     if spec.registry_files:
         # 0440 and fsGroup: the extractor reads it through its group, nobody else can.
         volumes.append({"name": registry_secret.VOLUME_NAME, "secret": {
-            "secretName": registry_secret.secret_name(spec.name, spec.cache_namespace, slot.namespace),
+            "secretName": registry_secret.secret_name(spec.name, spec.cache_namespace, namespace),
             "defaultMode": 0o440}})
     pod_spec = {
         "restartPolicy": "Never",
@@ -239,13 +278,9 @@ def render_job(spec, slot, node, set_volume_owner=False):
         pod_spec["nodeSelector"] = node_selector
     if affinity:
         pod_spec["affinity"] = affinity
-    for field in ("tolerations", "priorityClassName"):
-        value = spec.pod_spec(field)
-        if value:
-            pod_spec[field] = value
+    if spec.pod_spec("tolerations"):
+        pod_spec["tolerations"] = spec.pod_spec("tolerations")
     template_metadata = {"labels": pod_labels}
-    if spec.pod_metadata("annotations"):
-        template_metadata["annotations"] = spec.pod_metadata("annotations")
     body = {
         "backoffLimit": spec.job_limits["backoff_limit"],
         "activeDeadlineSeconds": spec.job_limits["active_deadline_seconds"],
@@ -257,7 +292,7 @@ def render_job(spec, slot, node, set_volume_owner=False):
         ]},
         "template": {"metadata": template_metadata, "spec": pod_spec},
     }
-    return _object("Job", slot.job_name(), slot.namespace, slot.labels(), {IMAGE_ANNOTATION: spec.image}, body)
+    return _object("Job", slot.job_name(), namespace, labels, {IMAGE_ANNOTATION: spec.image}, body)
 
 
 def render_namespace(name):

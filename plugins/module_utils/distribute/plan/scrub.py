@@ -31,6 +31,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     POD_SECURITY_LABEL,
     SCRUB_LABEL,
     SERVING_LABEL,
+    SLOT_ACCESS_LABEL,
 )
 
 SCRUB_MOUNT_PATH = "/gkm-root"
@@ -71,10 +72,11 @@ class ScrubTarget:
 
 
 def is_slot_pv(pv):
-    """A cache slot's hostPath PV (not a scrub Job's own, nor a serving PV, which only points into the slots)."""
+    """A cache slot's hostPath PV (not a scrub Job's own, nor a serving or an extraction Job's access PV, which only
+    point into the slots)."""
     labels = pv["metadata"].get("labels") or {}
     return (labels.get(MANAGED_BY_LABEL) == MANAGER and CACHE_LABEL in labels and SCRUB_LABEL not in labels
-            and SERVING_LABEL not in labels
+            and SERVING_LABEL not in labels and SLOT_ACCESS_LABEL not in labels
             and bool(((pv.get("spec") or {}).get("hostPath") or {}).get("path")))
 
 
@@ -170,7 +172,7 @@ def _node_term(node):
 
 def render_scrub(target, namespace, name, image, deadline_seconds):
     """[PVC, PV, Job] of one scrub: the claim in `namespace`, the root of the node's disk, and the Job. The PV's
-    claimRef has no uid yet: bind_scrub_pv adds the created claim's."""
+    claimRef has no uid yet: bind_to_claim adds the created claim's."""
     labels = _labels(target.node)
     pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
            "metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": {
@@ -224,8 +226,8 @@ def render_scrub(target, namespace, name, image, deadline_seconds):
     return [pvc, pv, job]
 
 
-def bind_scrub_pv(pv, claim):
-    """The scrub's PV bound to the created claim alone: its uid in the claimRef."""
+def bind_to_claim(pv, claim):
+    """A PV bound to the created claim alone, its uid in the claimRef: the scrub's, and a slot's access PV."""
     metadata = claim["metadata"]
     claim_ref = {"namespace": metadata["namespace"], "name": metadata["name"], "uid": metadata["uid"]}
     return dict(pv, spec=dict(pv["spec"], claimRef=claim_ref))

@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import holds_extracted
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import slot_namespace
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     ERROR,
     EXTRACTED,
@@ -143,7 +144,8 @@ def slot_entries(slots, incompatible, excluded, live, pods, untolerated_taints=N
     incompatible: nodes whose GPUs the image does not fit, with their reasons in excluded. live: {kind: [objects]}.
     """
     pvcs = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in live.get("PersistentVolumeClaim", [])}
-    jobs = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in live.get("Job", [])}
+    # A slot's Job by the slot's namespace: it runs in the system namespace, or in the slot's (slot_namespace).
+    jobs = {(slot_namespace(o), o["metadata"]["name"]): o for o in live.get("Job", [])}
     job_pods = _index_job_pods(pods)
     # Who mounts each PVC, so every entry says it (undeploy lists these pods before it removes anything).
     mounts = pod_mounts(pods)
@@ -159,9 +161,9 @@ def slot_entries(slots, incompatible, excluded, live, pods, untolerated_taints=N
             serving.append({"namespace": slot.namespace, "pvc": slot.pvc, "pv": slot.pv, "digest": slot.digest,
                             "mounted_by": ["%s/%s" % (u["namespace"], u["name"]) for u in users]})
             continue
-        job_key = (slot.namespace, slot.job)
-        phase, message, fixes, reason = slot_phase(slot, pvcs.get((slot.namespace, slot.pvc)), jobs.get(job_key),
-                                                   job_pods.get(job_key, []))
+        job = jobs.get((slot.namespace, slot.job))
+        pods_of_job = job_pods.get((job["metadata"].get("namespace"), slot.job), []) if job else []
+        phase, message, fixes, reason = slot_phase(slot, pvcs.get((slot.namespace, slot.pvc)), job, pods_of_job)
         entries.append(_entry(slot, phase, message, fixes, users=mounts.get((slot.namespace, slot.pvc)),
                               reason=reason))
         if reason == UNSCHEDULABLE:

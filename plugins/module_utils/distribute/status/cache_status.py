@@ -16,6 +16,7 @@ __metaclass__ = type
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import (
     is_serving,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import slot_namespace
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
@@ -28,6 +29,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     OUTDATED,
     PENDING,
     RUNNING,
+    SLOT_ACCESS_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.conflicts import CONFLICT
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import (
@@ -135,7 +137,10 @@ def slots_from_live(objects):
 
     The newest digest is taken as current; PVCs of other digests are outdated.
     """
-    pvcs, jobs = objects.get("PersistentVolumeClaim", []), objects.get("Job", [])
+    jobs = objects.get("Job", [])
+    # The PVCs the system namespace's Jobs write through are no slots (render.render_access).
+    pvcs = [pvc for pvc in objects.get("PersistentVolumeClaim", [])
+            if SLOT_ACCESS_LABEL not in (pvc["metadata"].get("labels") or {})]
     newest = max(pvcs + jobs, key=_created, default=None)
     if newest is None:
         return [], []
@@ -158,7 +163,7 @@ def slots_from_live(objects):
 def _slot_key(obj):
     labels = obj["metadata"].get("labels") or {}
     # Objects labelled by hand or by an older version may lack the digest: they still belong to the cache.
-    return (obj["metadata"].get("namespace"), labels.get(NODE_LABEL, ""), labels.get(DIGEST_LABEL, ""))
+    return (slot_namespace(obj), labels.get(NODE_LABEL, ""), labels.get(DIGEST_LABEL, ""))
 
 
 def status_of(spec, plan, facts):

@@ -34,6 +34,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGER,
     NODE_LABEL,
     SERVING_LABEL,
+    SLOT_ACCESS_LABEL,
 )
 
 # Selector for the only PVCs the webhook needs to see.
@@ -123,8 +124,10 @@ def pvc_record(obj):
     """A _PvcRecord for a PVC written by cache_distribute, or None for anything else."""
     metadata = obj.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    if labels.get(MANAGED_BY_LABEL) != MANAGER or not labels.get(CACHE_LABEL) or labels.get(SERVING_LABEL):
-        # A serving PVC (distribute/serving.py) is no node's PVC: pods mount it by the cache's name as it is.
+    if labels.get(MANAGED_BY_LABEL) != MANAGER or not labels.get(CACHE_LABEL) or labels.get(SERVING_LABEL) or (
+            labels.get(SLOT_ACCESS_LABEL)):
+        # A serving PVC (distribute/serving.py) is no node's PVC: pods mount it by the cache's name as it is; nor is
+        # the PVC of the system namespace an extraction Job writes a slot through (render.render_access).
         return None
     digest = labels.get(DIGEST_LABEL) or ""
     return _PvcRecord(

@@ -61,9 +61,15 @@ def test_a_gkmcache_owns_its_namespaced_objects_and_labels_its_pvs_without_a_ref
     objects = by_kind(planner.plan(spec, facts()))
     for kind in ("PersistentVolumeClaim", "Job"):
         for obj in objects[kind]:
-            assert obj["metadata"]["ownerReferences"] == [
-                {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "name": "vector-add", "uid": "uid-1"}]
             assert obj["metadata"]["labels"][CACHE_KIND_LABEL] == "GKMCache"
+            if obj["metadata"]["namespace"] == "team-a":
+                assert obj["metadata"]["ownerReferences"] == [
+                    {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "name": "vector-add", "uid": "uid-1"}]
+                continue
+            # In the system namespace (its Jobs, their access PVCs): no reference can cross namespaces, the labels
+            # and the resource's uid say whose they are.
+            assert obj["metadata"]["namespace"] == "gkm-system" and "ownerReferences" not in obj["metadata"]
+            assert obj["metadata"]["annotations"]["gkm.io/owner-uid"] == "uid-1"
     for pv in objects["PersistentVolume"]:
         # Cluster-scoped: no namespaced owner; and the collector would beat the scrub to it.
         assert "ownerReferences" not in pv["metadata"]
@@ -74,7 +80,8 @@ def test_a_cluster_cache_owns_objects_in_every_workload_namespace_but_not_its_pv
     spec = make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"],
                      owner=owner("ClusterGKMCache", namespace=None))
     objects = by_kind(planner.plan(spec, facts()))
-    assert {pvc["metadata"]["namespace"] for pvc in objects["PersistentVolumeClaim"]} == {"team-a", "team-b"}
+    assert {pvc["metadata"]["namespace"] for pvc in objects["PersistentVolumeClaim"]} == {
+        "team-a", "team-b", "gkm-system"}
     assert all(pvc["metadata"]["ownerReferences"][0]["kind"] == "ClusterGKMCache"
                for pvc in objects["PersistentVolumeClaim"] + objects["Job"])
     assert all("ownerReferences" not in pv["metadata"] for pv in objects["PersistentVolume"])
@@ -102,8 +109,9 @@ def test_cache_distribute_objects_stay_as_rendered():
 def test_objects_from_before_owner_references_or_of_a_recreated_resource_are_updated_in_place():
     old = planner.plan(make_spec(), facts()).desired
     updated = planner.plan(make_spec(owner=owner()), facts(objects=as_live(old, complete_jobs=True, marked=True)))
+    # The marked slots' Jobs in the system namespace are gone already (as_live): the PVCs and PVs are updated.
     assert {(a.verb, a.kind) for a in updated.actions} == {
-        ("update", "PersistentVolumeClaim"), ("update", "PersistentVolume"), ("update", "Job")}
+        ("update", "PersistentVolumeClaim"), ("update", "PersistentVolume")}
     live = as_live(updated.desired, complete_jobs=True, marked=True)
     assert planner.plan(make_spec(owner=owner()), facts(objects=live)).actions == []
     recreated = planner.plan(make_spec(owner=owner(uid="uid-2")), facts(objects=live))
@@ -284,7 +292,9 @@ def test_the_outranked_gkmcaches_live_pvc_refuses_the_cluster_cache_in_that_name
     rival["metadata"] = dict(rival["metadata"], uid="uid-tenant")
     held = live_pvc("team-a", "vector-add", {}, owner_uid="uid-tenant")
     plan = planner.plan(spec, facts_with([rival], [held]))
-    assert {a.namespace for a in plan.actions if a.kind in ("PersistentVolumeClaim", "Job")} == {"team-b"}
+    assert {a.namespace for a in plan.actions if a.kind in ("PersistentVolumeClaim", "Job")} == {"team-b", "gkm-system"}
+    assert all(a.body["metadata"]["labels"]["gkm.io/slot-namespace"] == "team-b" for a in plan.actions
+               if a.namespace == "gkm-system")
     [refused] = [slot for slot in plan.slots if slot.outcome == planner.REFUSED]
     assert refused.namespace == "team-a" and ("belongs to GKMCache team-a/vector-add, which ClusterGKMCache "
                                               "vector-add outranks (that one is refused): delete GKMCache "
@@ -296,7 +306,9 @@ def test_someone_elses_pvc_in_one_namespace_of_a_cluster_cache_refuses_it_there_
                      owner=owner("ClusterGKMCache", namespace=None))
     squatted = live_pvc("team-a", "vector-add", {"app": "mine"})
     plan = planner.plan(spec, facts_with([], [squatted]))
-    assert {a.namespace for a in plan.actions if a.kind in ("PersistentVolumeClaim", "Job")} == {"team-b"}
+    assert {a.namespace for a in plan.actions if a.kind in ("PersistentVolumeClaim", "Job")} == {"team-b", "gkm-system"}
+    assert all(a.body["metadata"]["labels"]["gkm.io/slot-namespace"] == "team-b" for a in plan.actions
+               if a.namespace == "gkm-system")
     refused = [slot for slot in plan.slots if slot.outcome == planner.REFUSED]
     assert [(slot.namespace, slot.pvc) for slot in refused] == [("team-a", "vector-add")]
     assert refused[0].reason.startswith("PVC team-a/vector-add, which ClusterGKMCache vector-add names after itself, "
@@ -313,3 +325,21 @@ def test_someone_elses_pvc_in_one_namespace_of_a_cluster_cache_refuses_it_there_
     with pytest.raises(conflicts.CacheConflictError) as whole:
         planner.plan(spec, facts_with([], [squatted, live_pvc("team-b", "vector-add", {})]))
     assert "PVC team-a/vector-add" in str(whole.value) and "PVC team-b/vector-add" in str(whole.value)
+
+
+def test_a_gkmcache_s_objects_in_the_system_namespace_are_ours_by_the_uid_annotation_there_only():
+    """No owner reference crosses namespaces: a GKMCache's Jobs, their Secret and access PVCs in the system namespace
+    carry its uid instead, which counts only there (no tenant writes in it)."""
+    def job(namespace, annotated=True):
+        obj = labelled("GKMCache", namespace, "gone", "team-a", object_kind="Job", owned=False)
+        if annotated:
+            obj["metadata"]["annotations"] = {"gkm.io/owner-uid": "uid-1"}
+        return obj
+
+    assert cache_orphans([job("gkm-system")], []) == [{"kind": "GKMCache", "namespace": "team-a", "name": "gone"}]
+    assert cache_orphans([job("operators")], [], "operators") == [
+        {"kind": "GKMCache", "namespace": "team-a", "name": "gone"}]
+    forged = [job("team-a"), job("team-b"), job("gkm-system", annotated=False)]
+    assert cache_orphans(forged, []) == []
+    assert len(cache_foreign(forged)) == 3
+    assert cache_foreign([job("gkm-system")]) == []

@@ -18,7 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.slot_states import (
     slot_phase,
 )
-from tests.helpers.distribute import DIGEST_A, DIGEST_B, as_live, facts, make_spec
+from tests.helpers.distribute import DIGEST_A, DIGEST_B, as_live, by_kind, facts, is_access, make_spec
 
 SHORT_A = naming.short_digest(DIGEST_A)
 
@@ -43,19 +43,31 @@ def failed(live, refusing_pods=True):
 
 
 def applied(result, live):
-    """The live objects after the plan's PVC updates were applied."""
+    """The live objects after the plan's PVC updates and its deletions (the failed slots' access PVCs and PVs) were
+    applied."""
     updates = {a.name: a.body for a in result.actions if a.verb == "update" and a.kind == "PersistentVolumeClaim"}
+    deleted = {(a.kind, a.name) for a in result.actions if a.verb == "delete"}
+    for kind in live:
+        live[kind] = [obj for obj in live[kind] if (kind, obj["metadata"]["name"]) not in deleted]
     live["PersistentVolumeClaim"] = [dict(updates.get(p["metadata"]["name"], p), status={})
                                      for p in live["PersistentVolumeClaim"]]
     return live
+
+
+def own(actions):
+    """(verb, kind) of the actions on the slots' own objects, not their access PVCs and PVs."""
+    return {(a.verb, a.kind) for a in actions if not is_access(a.body)}
 
 
 def test_a_failed_job_is_recorded_on_its_pvc_with_what_its_pod_said_and_no_job_is_created_again():
     spec = make_spec()
     live, pods = failed(as_live(planner.plan(spec, facts()).desired))
     result = planner.plan(spec, facts(objects=live, pods=pods))
-    assert {(a.verb, a.kind) for a in result.actions} == {("update", "PersistentVolumeClaim")}
-    pvc = result.actions[0].body
+    assert own(result.actions) == {("update", "PersistentVolumeClaim")}
+    # No Job runs again: the PVCs and PVs it would write through go.
+    assert {(a.verb, a.kind) for a in result.actions if is_access(a.body)} == {
+        ("delete", "PersistentVolumeClaim"), ("delete", "PersistentVolume")}
+    pvc = next(a.body for a in result.actions if a.verb == "update")
     assert pvc["metadata"]["labels"][EXTRACTION_FAILED_LABEL] == SHORT_A
     said = failure_record.recorded(pvc, SHORT_A)
     assert said.reason == SIGNATURE_NOT_VERIFIED and "signature does not verify" in said.message
@@ -76,17 +88,17 @@ def test_a_job_failed_without_pod_messages_is_recorded_from_its_condition_and_a_
     spec = make_spec()
     live, _pods = failed(as_live(planner.plan(spec, facts()).desired), refusing_pods=False)
     recorded = applied(planner.plan(spec, facts(objects=live)), live)
-    said = failure_record.recorded(recorded["PersistentVolumeClaim"][0], SHORT_A)
+    said = failure_record.recorded(by_kind(recorded["PersistentVolumeClaim"], "PersistentVolumeClaim")[0], SHORT_A)
     assert said.reason == "BackoffLimitExceeded" and "backoff limit" in said.message
     assert planner.plan(spec, facts(objects=recorded)).actions == []
     # A new Job template (a fixed tools image, pod template or volume owner step) is a retry: the failed Jobs are
     # replaced and the records cleared; with the Jobs gone (TTL), they are created.
     other = make_spec(pod_template={"spec": {"tolerations": [{"operator": "Exists"}]}})
     retried = planner.plan(other, facts(objects=recorded))
-    assert {(a.verb, a.kind) for a in retried.actions} == {("replace", "Job"), ("update", "PersistentVolumeClaim")}
+    assert own(retried.actions) == {("replace", "Job"), ("update", "PersistentVolumeClaim")}
     assert not any(failure_record.has_record(a.body) for a in retried.actions)
     gone = dict(recorded, Job=[])
-    assert {(a.verb, a.kind) for a in planner.plan(other, facts(objects=gone)).actions} == {
+    assert own(planner.plan(other, facts(objects=gone)).actions) == {
         ("create", "Job"), ("update", "PersistentVolumeClaim")}
 
 
@@ -94,7 +106,8 @@ def test_deleting_the_pvc_retries_and_a_new_digest_starts_without_the_record():
     spec = make_spec()
     live, pods = failed(as_live(planner.plan(spec, facts()).desired))
     recorded = applied(planner.plan(spec, facts(objects=live, pods=pods)), live)
-    retried = dict(recorded, PersistentVolumeClaim=recorded["PersistentVolumeClaim"][1:])
+    own_pvcs = by_kind(recorded["PersistentVolumeClaim"], "PersistentVolumeClaim")
+    retried = dict(recorded, PersistentVolumeClaim=own_pvcs[1:])
     result = planner.plan(spec, facts(objects=retried, pods=pods))
     slot = naming.Slot("vector-add", "team-a", "team-a", planner.plan(spec, facts()).slots[0].node, DIGEST_A)
     assert {(a.verb, a.kind) for a in result.actions if a.name in (slot.pvc_name(), slot.job_name())} == {

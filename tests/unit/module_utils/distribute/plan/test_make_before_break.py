@@ -79,7 +79,8 @@ def test_a_held_node_gets_no_new_slot_keeps_its_previous_one_and_waits_for_its_w
     old = planner.plan(make_spec(), facts())
     live = as_live(old.desired, complete_jobs=True, marked=True)
     result = planner.plan(make_spec(DIGEST_B), facts(objects=live), hold={WORKERS[1], WORKERS[2]})
-    assert result.summary() == {"create": {"PersistentVolume": 1, "PersistentVolumeClaim": 1, "Job": 1}}
+    # One slot, and the PVC and PV its Job writes through.
+    assert result.summary() == {"create": {"PersistentVolume": 2, "PersistentVolumeClaim": 2, "Job": 1}}
     assert kept_nodes(result) == WORKERS
     entries = status.cache_status(result.slots, WORKERS, [], {}, live, [])
     held = [e for e in entries["entries"] if e.get("reason") == planner.WAITING_FOR_WAVE]

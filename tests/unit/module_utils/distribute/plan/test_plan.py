@@ -26,6 +26,7 @@ from tests.helpers.distribute import (
     by_kind,
     default_nodes,
     facts,
+    is_access,
     make_spec,
     merged,
     pod,
@@ -129,15 +130,24 @@ def test_a_node_that_misses_a_heartbeat_keeps_its_slots_and_a_new_one_waits_for_
 
 
 def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
-    template = {"metadata": {"labels": {"team": "ml"}, "annotations": {"note": "x"}},
-                "spec": {"tolerations": [GPU_TOLERATION], "nodeSelector": {"hardware-type": "gpu"},
-                         "priorityClassName": "gkm-high"}}
+    template = {"metadata": {"labels": {"team": "ml"}},
+                "spec": {"tolerations": [GPU_TOLERATION], "nodeSelector": {"hardware-type": "gpu"}}}
     result = planner.plan(make_spec(pod_template=template), facts())
     pvs, pvcs, jobs = (by_kind(result.desired, k) for k in ("PersistentVolume", "PersistentVolumeClaim", "Job"))
-    assert len(pvs) == len(pvcs) == len(jobs) == 3
-    assert sorted(a.verb for a in result.actions) == ["create"] * 9
-    for worker, pv, pvc, job in zip(WORKERS, pvs, pvcs, jobs, strict=True):
+    access_pvcs, access_pvs = (by_kind(result.desired, k, access=True)
+                               for k in ("PersistentVolumeClaim", "PersistentVolume"))
+    assert len(pvs) == len(pvcs) == len(jobs) == len(access_pvcs) == len(access_pvs) == 3
+    assert sorted(a.verb for a in result.actions) == ["create"] * 15
+    for worker, pv, pvc, job, access_pvc, access_pv in zip(WORKERS, pvs, pvcs, jobs, access_pvcs, access_pvs,
+                                                           strict=True):
         slot = naming.Slot("vector-add", "team-a", "team-a", worker, DIGEST_A)
+        # The Job runs in the system namespace and writes the slot's directory through a PVC and PV of its own.
+        assert job["metadata"]["namespace"] == access_pvc["metadata"]["namespace"] == "gkm-system"
+        assert job["metadata"]["labels"]["gkm.io/slot-namespace"] == "team-a"
+        assert access_pvc["metadata"]["name"] == access_pv["metadata"]["name"] == slot.access_name()
+        assert access_pv["spec"]["claimRef"] == {"namespace": "gkm-system", "name": slot.access_name()}
+        assert access_pv["spec"]["hostPath"] == pv["spec"]["hostPath"]
+        assert access_pv["spec"]["nodeAffinity"] == pv["spec"]["nodeAffinity"]
         assert pvc["metadata"]["name"] == slot.pvc_name() and pvc["metadata"]["namespace"] == "team-a"
         assert pvc["metadata"]["labels"] == slot.labels()
         assert pvc["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "33Mi"}},
@@ -149,10 +159,10 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
         pod_spec = job["spec"]["template"]["spec"]
         assert pod_spec["nodeSelector"] == {"hardware-type": "gpu", "kubernetes.io/hostname": worker}
         assert pod_spec["tolerations"] == [GPU_TOLERATION]
-        assert pod_spec["priorityClassName"] == "gkm-high"
+        assert "priorityClassName" not in pod_spec
         assert job["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
         assert job["spec"]["template"]["metadata"]["labels"]["gkm.io/node"] == worker
-        assert job["spec"]["template"]["metadata"]["annotations"] == {"note": "x"}
+        assert "annotations" not in job["spec"]["template"]["metadata"]
         assert pod_spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
                                                "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
         container = pod_spec["containers"][0]
@@ -165,7 +175,7 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
                                             "--gpu", "hip/gfx90a/64", "--compatibility", "fail"]
         assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
         assert pod_spec["automountServiceAccountToken"] is False
-        assert pod_spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == slot.pvc_name()
+        assert pod_spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == slot.access_name()
         assert job["spec"]["backoffLimit"] == 2
         assert job["spec"]["activeDeadlineSeconds"] == 900
         assert job["spec"]["ttlSecondsAfterFinished"] == 86400
@@ -259,8 +269,10 @@ def test_completed_job_marks_the_pvc_once_and_a_ttl_deleted_job_is_not_recreated
     # The PVC updates applied; the Jobs stay as they are (a rerun renders no Job of an extracted slot).
     marked = dict(applied, PersistentVolumeClaim=as_live(by_kind(done.desired, "PersistentVolumeClaim"))[
         "PersistentVolumeClaim"])
-    assert len(marked["Job"]) == 3 and planner.plan(spec, facts(objects=marked)).actions == []
-    del marked["Job"]  # the TTL controller removed the finished Jobs
+    # The system namespace's Jobs go once the marks are there: their finished pods held the PVCs they wrote through.
+    assert len(marked["Job"]) == 3 and {(a.verb, a.kind) for a in planner.plan(spec, facts(objects=marked)).actions
+                                        } == {("delete", "Job")}
+    del marked["Job"]
     assert planner.plan(spec, facts(objects=marked)).actions == []
 
 
@@ -275,7 +287,7 @@ def test_new_node_gets_objects_and_gone_node_is_pruned():
     assert {a.name for a in result.actions if a.verb == "create"} >= {
         naming.Slot("vector-add", "team-a", "team-a", "late-1", DIGEST_A).pvc_name()}
     deleted = [a for a in result.actions if a.verb == "delete"]
-    assert len(deleted) == 3 and all("gkm-gpu-worker-3" in a.reason for a in deleted)
+    assert len(deleted) == 5 and all("gkm-gpu-worker-3" in a.reason for a in deleted)
 
 
 def test_image_change_prunes_old_digest_but_keeps_a_mounted_pvc_as_outdated():
@@ -287,12 +299,12 @@ def test_image_change_prunes_old_digest_but_keeps_a_mounted_pvc_as_outdated():
     new_spec = make_spec(digest=DIGEST_B)
     # Make before break: while the new slots are not extracted every old slot stays.
     first = planner.plan(new_spec, facts(objects=live, pods=pods))
-    assert sum(1 for a in first.actions if a.verb == "create") == 9
+    assert sum(1 for a in first.actions if a.verb == "create") == 15
     assert not [a for a in first.actions if a.verb == "delete"]
     assert sorted(s.outcome for s in first.slots if s.digest == "a" * 12) == [planner.PREVIOUS] * 3
     done = planner.plan(new_spec, facts(objects=merged(live, as_live(first.desired, complete_jobs=True)), pods=pods))
     # The new Jobs completed: this run marks the new PVCs, the next one releases the old slots.
-    assert {a.verb for a in done.actions} == {"update"}
+    assert {a.verb for a in done.actions if not is_access(a.body)} == {"update"}
     marked = as_live(first.desired, complete_jobs=True, marked=True)
     result = planner.plan(new_spec, facts(objects=merged(live, marked), pods=pods))
     deleted = {a.name for a in result.actions if a.verb == "delete"}
@@ -310,7 +322,7 @@ def test_removed_workload_namespace_is_pruned():
     narrowed = make_spec(scope="cluster", workload_namespaces=["team-a"])
     result = planner.plan(narrowed, facts(objects=live))
     assert {a.verb for a in result.actions} == {"delete"}
-    assert len(result.actions) == 9
+    assert len(result.actions) == 15
     assert all("team-b is no longer a workload namespace" in a.reason for a in result.actions)
 
 
@@ -351,19 +363,20 @@ def test_pending_job_with_changed_template_is_replaced_but_a_finished_one_is_kep
 def test_size_change_replaces_unused_pvcs_with_their_pvs_and_jobs():
     live = as_live(planner.plan(make_spec(), facts()).desired, complete_jobs=True)
     result = planner.plan(make_spec(size="1Gi"), facts(objects=live))
-    assert {(a.verb, a.kind) for a in result.actions} == {
-        ("replace", "PersistentVolume"), ("replace", "PersistentVolumeClaim"), ("replace", "Job")}
+    assert {(a.verb, a.kind, is_access(a.body)) for a in result.actions} == {
+        ("replace", "PersistentVolume", False), ("replace", "PersistentVolumeClaim", False), ("replace", "Job", False),
+        ("create", "PersistentVolume", True), ("create", "PersistentVolumeClaim", True)}
 
 
 def test_state_absent_deletes_everything_but_mounted_pvcs_unless_forced():
     live = as_live(planner.plan(make_spec(), facts()).desired)
-    first_pvc = live["PersistentVolumeClaim"][0]["metadata"]["name"]
+    first_pvc = by_kind(live["PersistentVolumeClaim"], "PersistentVolumeClaim")[0]["metadata"]["name"]
     pods = [pod("app", "team-a", first_pvc)]
     absent = planner.plan(make_spec(state="absent"), facts(objects=live, pods=pods))
-    assert len([a for a in absent.actions if a.verb == "delete"]) == 6
+    assert len([a for a in absent.actions if a.verb == "delete"]) == 10
     assert [s.outcome for s in absent.slots] == ["outdated"]
     forced = planner.plan(make_spec(state="absent", force=True), facts(objects=live, pods=pods))
-    assert len(forced.actions) == 9
+    assert len(forced.actions) == 15
 
 
 def test_missing_namespace_fails_unless_it_may_be_created():
@@ -376,7 +389,7 @@ def test_missing_namespace_fails_unless_it_may_be_created():
 
 def test_plan_summary_counts_by_verb_and_kind():
     result = planner.plan(make_spec(), facts())
-    assert result.summary() == {"create": {"PersistentVolume": 3, "PersistentVolumeClaim": 3, "Job": 3}}
+    assert result.summary() == {"create": {"PersistentVolume": 6, "PersistentVolumeClaim": 6, "Job": 3}}
 
 
 def test_job_command_is_accepted_by_the_extraction_cli():
@@ -462,19 +475,23 @@ def secret_spec(files, **params):
     return spec
 
 
-def test_registry_secret_per_namespace_mounted_read_only_and_passed_as_files():
+def test_registry_secret_in_the_system_namespace_mounted_read_only_and_passed_as_files():
     files = {registry_secret.DOCKER_CONFIG_KEY: '{"auths": {}}', registry_secret.CA_KEY: "PEM"}
     spec = secret_spec(files, scope="cluster", workload_namespaces=["team-a", "team-b"])
     result = planner.plan(spec, facts())
     secrets = by_kind(result.desired, "Secret")
+    # One for every Job of the cache, where they all run: no tenant's namespace holds the admin's credentials.
     assert [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in secrets] == [
-        ("team-a", registry_secret.secret_name("vector-add", "", "team-a")),
-        ("team-b", registry_secret.secret_name("vector-add", "", "team-b"))]
+        ("gkm-system", registry_secret.secret_name("vector-add", "", "gkm-system"))]
     assert secrets[0]["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gkm.cluster",
                                                 "gkm.io/cache": "vector-add", "gkm.io/cache-namespace": ""}
     assert secrets[0]["data"] == {"ca.crt": "UEVN", "config.json": "eyJhdXRocyI6IHt9fQ=="}
-    assert [a.kind for a in result.ordered_actions()][:2] == ["Secret", "Secret"]  # before the Jobs mount them
-    for job in by_kind(result.desired, "Job"):
+    assert [a.kind for a in result.ordered_actions()][:1] == ["Secret"]  # before the Jobs mount it
+    # A provisioned volume is mounted through the slot's own PVC: those Jobs, and so their Secret, stay in each
+    # workload namespace.
+    provisioned = planner.plan(spec, facts(storage_class=CSI_CLASS))
+    assert [s["metadata"]["namespace"] for s in by_kind(provisioned.desired, "Secret")] == ["team-a", "team-b"]
+    for job in by_kind(result.desired, "Job") + by_kind(provisioned.desired, "Job"):
         pod_spec = job["spec"]["template"]["spec"]
         volume = next(v for v in pod_spec["volumes"] if v["name"] == "registry")
         namespace = job["metadata"]["namespace"]
@@ -536,8 +553,9 @@ def test_every_pvc_of_a_cache_carries_the_hash_of_its_spec_and_signature_check(k
 
 
 def test_a_rerun_renders_no_job_of_an_extracted_slot_unless_its_metadata_changed(monkeypatch):
-    """The Job is a rerun's largest rendering: an extracted slot's is only compared when a write could follow."""
-    spec = make_spec()
+    """The Job is a rerun's largest rendering: an extracted slot's is only compared when a write could follow (a Job
+    in the slot's namespace: one in the system namespace goes once its slot is marked)."""
+    spec = make_spec(system_namespace_jobs=False)
     first = planner.plan(spec, facts())
     live = as_live(first.desired, complete_jobs=True, marked=True)
     rendered = []
@@ -574,3 +592,50 @@ def test_rox_on_host_path_pvs_is_planned_when_the_admin_allows_it():
     result = planner.plan(make_spec(access_modes=["ReadOnlyMany"], host_path_read_only_many=True), facts())
     [pv] = by_kind(result.desired, "PersistentVolume")
     assert "nodeAffinity" not in pv["spec"] and pv["spec"]["hostPath"]["type"] == "DirectoryOrCreate"
+
+
+def from_before(desired, complete):
+    """The live objects of a cache whose Jobs and Secret were in the workload namespace (before issue 31's step 8)."""
+    live = as_live([obj for obj in desired if not is_access(obj)], complete_jobs=complete)
+    for obj in live.get("Job", []) + live.get("Secret", []):
+        labels = obj["metadata"]["labels"]
+        obj["metadata"]["namespace"] = labels.pop("gkm.io/slot-namespace", "team-a")
+    return live
+
+
+def test_jobs_and_secret_from_before_leave_the_workload_namespace_and_a_completed_job_still_counts():
+    spec = secret_spec({registry_secret.CA_KEY: "PEM"})
+    live = from_before(planner.plan(spec, facts()).desired, complete=True)
+    result = planner.plan(spec, facts(objects=live))
+    assert sorted((a.verb, a.kind, a.namespace) for a in result.actions) == [
+        ("create", "Secret", "gkm-system")] + [("delete", "Job", "team-a")] * 3 + [("delete", "Secret", "team-a")] + [
+        ("update", "PersistentVolumeClaim", "team-a")] * 3  # marked extracted: no Job again
+    assert all("run in namespace gkm-system now" in a.reason for a in result.actions if a.kind == "Job")
+    running = from_before(planner.plan(spec, facts()).desired, complete=False)
+    moved = planner.plan(spec, facts(objects=running))
+    assert {(a.verb, a.kind, a.namespace) for a in moved.actions if a.kind == "Job"} == {
+        ("delete", "Job", "team-a"), ("create", "Job", "gkm-system")}
+    assert len(by_kind(moved.desired, "PersistentVolumeClaim", access=True)) == 3
+
+
+def test_an_extracted_slot_s_access_pvc_and_pv_go_and_a_rerun_writes_nothing():
+    spec = make_spec()
+    desired = planner.plan(spec, facts()).desired
+    done = as_live([obj for obj in desired if is_access(obj)])
+    live = merged(as_live(desired, complete_jobs=True), done)
+    result = planner.plan(spec, facts(objects=live))
+    assert sorted((a.verb, a.kind, is_access(a.body)) for a in result.actions) == sorted(
+        [("delete", "PersistentVolume", True)] * 3 + [("delete", "PersistentVolumeClaim", True)] * 3
+        + [("update", "PersistentVolumeClaim", False)] * 3)
+    assert all(a.reason == "the slot's extraction finished" for a in result.actions if a.verb == "delete")
+    assert planner.plan(spec, facts(objects=as_live(desired, complete_jobs=True, marked=True))).actions == []
+
+
+def test_without_system_namespace_jobs_the_jobs_and_their_secret_stay_in_the_workload_namespace():
+    spec = secret_spec({registry_secret.CA_KEY: "PEM"}, system_namespace_jobs=False)
+    result = planner.plan(spec, facts())
+    assert {(obj["kind"], obj["metadata"].get("namespace")) for obj in result.desired} == {
+        ("PersistentVolume", None), ("PersistentVolumeClaim", "team-a"), ("Job", "team-a"), ("Secret", "team-a")}
+    for job in by_kind(result.desired, "Job"):
+        claim = job["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+        assert claim in {pvc["metadata"]["name"] for pvc in by_kind(result.desired, "PersistentVolumeClaim")}

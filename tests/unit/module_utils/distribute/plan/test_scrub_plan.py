@@ -96,7 +96,7 @@ def test_rendered_scrub_reaches_the_root_through_its_own_pv_pinned_to_the_node()
     # No uid until the claim exists; then that claim's alone.
     assert pv["spec"]["claimRef"] == {"namespace": "gkm-system", "name": pvc["metadata"]["name"]}
     created = dict(pvc, metadata=dict(pvc["metadata"], uid="4d1c-uid"))
-    assert scrub.bind_scrub_pv(pv, created)["spec"]["claimRef"] == {
+    assert scrub.bind_to_claim(pv, created)["spec"]["claimRef"] == {
         "namespace": "gkm-system", "name": "gkm-scrub-0a1b", "uid": "4d1c-uid"}
     assert "uid" not in pv["spec"]["claimRef"]
     assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pvc["spec"]["storageClassName"] == ""

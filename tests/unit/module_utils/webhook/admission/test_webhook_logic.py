@@ -12,7 +12,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CLUSTER_CACHE_KIND,
     EXTRACTED_DIGEST_ANNOTATION,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import serving
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import render, serving
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.claims import (
     ALLOWED,
     DENIED,
@@ -424,6 +424,14 @@ def test_a_serving_pvc_named_as_the_cache_leaves_daemonset_pods_on_their_node_pv
     assert view.counts()["pvcs"] == 2
     decision = admit(review(pod(affinity=daemonset_affinity("worker-2"))), view)
     assert patch_of(decision)[0]["value"] == Slot("vector-add", "apps", "apps", "worker-2", DIGEST_A).pvc_name()
+
+
+def test_the_pvc_an_extraction_job_writes_through_is_no_node_s_pvc(view):
+    spec = make_spec(digest=DIGEST_A, namespace="apps")
+    access = render.render_access(spec, Slot("vector-add", "apps", "apps", "worker-2", DIGEST_A), None, "")[0]
+    before = view.counts()["pvcs"]
+    view.apply_pvc_event("ADDED", access)
+    assert view.counts()["pvcs"] == before
 
 
 def test_only_extracted_pvcs_are_handed_out_the_previous_one_until_the_new_one_is():
