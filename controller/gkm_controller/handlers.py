@@ -6,7 +6,8 @@ kopf's default one at import), so a test or a second operator task builds its ow
   Deletions reach the index through an event handler (kopf calls no index handler for them).
 - Nodes: the controller's own watch (node_watch.NodeWatch) feeds them; the cache handlers wait for its first listing
   (Controller.nodes_listed), the same guarantee kopf's gate gives for the other kinds.
-- Cache kinds: create, update and resume reconcile the cache, and refuse to for one with a deletion timestamp;
+- Cache kinds: create, update and resume reconcile the cache, and refuse to for one with a deletion timestamp; a
+  reconcile that stopped waiting while the cache's rolling upgrade still moves has kopf run the handler again soon;
   the delete handler (not optional, so kopf keeps the finalizer gkm.io/cache-cleanup on every cache) is the
   finalizer, the only reconcile allowed to write for a cache being deleted (deletion.DeletionGuard).
 """
@@ -32,6 +33,10 @@ LOG = logging.getLogger(__name__)
 # How long a cache handler waits for the Nodes' first listing before kopf is told to retry it later (a listing that
 # fails for that long: the node watch logs why).
 NODES_LISTED_WAIT_SECONDS = 60
+# How soon kopf runs a cache's handler again when its reconcile ended at its wait's deadline with the rolling upgrade
+# still moving: nothing else starts the next wave (a finished Job starts no reconcile), and a reconcile over the index
+# reads nothing from the API server.
+ROLLOUT_RECHECK_SECONDS = 5
 
 
 def selector_key(group, version, plural):
@@ -90,7 +95,10 @@ class Controller:
             LOG.info("%s %s is being deleted: nothing but its finalizer runs", kind, body["metadata"]["name"])
             return None
         self._wait_for_nodes()
-        return self.reconcile(kind, body, False)
+        result = self.reconcile(kind, body, False)
+        if ((result or {}).get("rollout") or {}).get("moving"):
+            raise kopf.TemporaryError("the rolling upgrade still moves", delay=ROLLOUT_RECHECK_SECONDS)
+        return result
 
     def cache_deleted(self, kind, body):
         """The finalizer: the cache's objects removed (today's state=absent reconcile); kopf then drops the mark."""

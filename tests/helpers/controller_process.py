@@ -72,7 +72,7 @@ class Controller:
             self.process.wait()
 
 
-def start_controller(sim, log_path, lease_namespace, identity=None, probe_port=None):
-    """A controller as the tests run it on the simulated cluster's kwok nodes."""
-    return Controller(sim.kubeconfig, log_path, lease_namespace, kwok_tools_image(sim), TEST_OPTIONS,
-                      identity=identity, probe_port=probe_port)
+def start_controller(sim, log_path, lease_namespace, identity=None, probe_port=None, options=None):
+    """A controller as the tests run it on the simulated cluster's kwok nodes; options: over TEST_OPTIONS."""
+    return Controller(sim.kubeconfig, log_path, lease_namespace, kwok_tools_image(sim),
+                      dict(TEST_OPTIONS, **(options or {})), identity=identity, probe_port=probe_port)
