@@ -45,7 +45,7 @@ junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno venv-triton test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
-        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes images image-tools image-controller image-pause image-workload
+        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes bench-warm-start images image-tools image-controller image-pause image-workload
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -136,12 +136,14 @@ sim-status: venv ## Show the simulated cluster's processes, ports and nodes
 
 # The demo's cluster has two real nodes (one AMD, one NVIDIA) beside the kwok ones.
 demo: export GKM_SIM_REAL_NODES ?= 2
-demo: sim-up ## Simulated GPU cluster with real nodes, sample caches, deploy.yml, the cache table, a pod reading a kernel
+demo: sim-up ## Simulated GPU cluster with real nodes, sample caches, deploy.yml, the cache table, a pod reading a kernel, a cold and a warm start
 	$(SIM) nodes
 	$(SIM) tools-image
+	$(SIM) workload-image
 	$(PY) tools/sample_caches.py
 	$(VENV)/bin/ansible-playbook -i inventories/sim playbooks/deploy.yml
 	$(PY) tools/demo_read_kernel.py
+	$(PY) tools/demo_warm_start.py
 
 # Lanes side by side, each on a cluster of its own (tools/ci/lanes.py, tools/ci/lanes.yml); builds only what a lane
 # needs, before that lane starts. Logs and the summary go to .cache/lanes/<time>/.
@@ -233,6 +235,11 @@ bench-operator: setup sim-up ## Operator beside playbooks: apply->Extracted at 3
 bench-real-nodes: export GKM_SIM_REAL_NODES ?= 2
 bench-real-nodes: setup sim-up ## Real nodes: cache applied -> readable in a pod, extraction Job vs host -> bench/results/real_nodes.json
 	$(PY) bench/real_nodes.py
+
+# Only the simulated cluster with its real nodes, the Triton venv and the images: no oras, cosign or Kyverno.
+bench-warm-start: export GKM_SIM_REAL_NODES ?= 2
+bench-warm-start: sim-up ## Warm start: 56 Triton kernels in a pod on a real node, cold against the distributed cache -> bench/results/warm_start.json
+	$(PY) bench/warm_start.py $(BENCH_WARM_START_ARGS)
 
 bench-deploy: setup ## deploy.yml, its no-change re-run and undeploy.yml on a cluster of its own -> bench/results/deploy.json
 	$(PY) bench/deploy.py

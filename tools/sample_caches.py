@@ -35,15 +35,20 @@ def tag_exists(registry, repository, tag):
         raise
 
 
+def push(registry, repository, spec):
+    """The sample's v1 built and pushed unless the registry has it already."""
+    if tag_exists(registry, repository, "v1"):
+        print("%s/%s:v1 already there" % (registry, repository))
+        return
+    image = build_image(registry, repository, "v1", spec)
+    print("pushed %s (%s)" % (image.ref, image.digest))
+
+
 def main():
     with open(os.path.join(os.environ.get("GKM_SIM_DIR", os.path.join(ROOT, ".sim")), "state.json")) as handle:
         registry = json.load(handle)["registry"]
     for repository, spec in SAMPLES.items():
-        if tag_exists(registry, repository, "v1"):
-            print("%s/%s:v1 already there" % (registry, repository))
-            continue
-        image = build_image(registry, repository, "v1", spec)
-        print("pushed %s (%s)" % (image.ref, image.digest))
+        push(registry, repository, spec)
 
 
 if __name__ == "__main__":

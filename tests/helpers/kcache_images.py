@@ -146,8 +146,9 @@ def triton_cache_files(
 class CacheSpec:
     """What to put in an image. kind is 'triton' or 'vllm' (vLLM's Triton-format layout).
 
-    compiled: real kernels of the spec's target (at most the kernel set's six; `seed` chooses which, and
-    `kernel_bytes` does not apply); otherwise synthetic ones.
+    compiled: real kernels of the spec's target from the kernel set `kernel_set` (tools/triton_kernels; at most its
+    size, six for the small set, 56 for warm-start; `seed` chooses which, and `kernel_bytes` does not apply);
+    otherwise synthetic ones.
     """
 
     kind: str = "triton"
@@ -159,6 +160,7 @@ class CacheSpec:
     seed: int = 0
     extra_entries: list = field(default_factory=list)
     compiled: bool = False
+    kernel_set: str = "small"
 
     def targets(self):
         arch = self.arch or ("90" if self.backend == "cuda" else "gfx90a")
@@ -171,7 +173,8 @@ def compiled_cache_files(spec):
     from tools.triton_kernels import image, store
 
     target = spec.targets()[0]
-    directory, info = store.compiled_cache("%s:%s:%d" % (target["backend"], target["arch"], target["warp_size"]))
+    directory, info = store.compiled_cache("%s:%s:%d" % (target["backend"], target["arch"], target["warp_size"]),
+                                           kernel_set=spec.kernel_set)
     files, facts, debug = image.cache_content(os.path.join(directory, "cache"), spec.kernels, spec.seed)
     if len(facts) != spec.kernels:
         raise ValueError("the compiled kernel set has %d kernels for %s, the spec asks for %d"

@@ -1,6 +1,8 @@
 """CLI: python -m tools.triton_kernels {compile,report,predict,warmup,inspect,relocate,overlay} (from the checkout).
 
-compile, report, predict and warmup import Triton (run them with the Triton venv's python); the others do not.
+compile, report, predict and warmup import Triton (run them with the Triton venv's python); the others do not. Each of
+the four takes --set: the kernel set (kernels.py: small, the default, or warm-start; warmup's default is
+$GKM_WARMUP_SET, else small).
   compile  --target cuda:90 --cache-dir DIR   compile the kernel set into DIR; per kernel: hit/miss and seconds
   report   --target cuda:90 --cache-dir DIR   the same, with one line per kernel on stderr
   predict  --target cuda:90 --cache-dir DIR   per kernel, whether a compile would hit and why not, writing nothing
@@ -19,7 +21,7 @@ import sys
 import time
 
 from . import layout, relocate, scan
-from .targets import parse_target
+from .targets import DEFAULT_SET, KERNEL_SETS, parse_target
 
 
 def _compile(args):
@@ -31,9 +33,9 @@ def _compile(args):
 
     imported = time.perf_counter() - started
     backend, arch, warp_size = parse_target(args.target)
-    kernels = compile_run.compile_all(backend, arch, warp_size, only=set(args.only or ()))
+    kernels = compile_run.compile_all(backend, arch, warp_size, only=set(args.only or ()), set_name=args.set)
     hits = sum(1 for k in kernels if k["hit"])
-    return {"target": {"backend": backend, "arch": arch, "warp_size": warp_size},
+    return {"target": {"backend": backend, "arch": arch, "warp_size": warp_size}, "kernel_set": args.set,
             "cache_dir": os.environ["TRITON_CACHE_DIR"], "triton_version": compile_run.triton_version(),
             "triton_key": compile_run.triton_key_digest(), "import_seconds": round(imported, 4),
             "kernels": kernels, "hits": hits, "misses": len(kernels) - hits,
@@ -41,7 +43,11 @@ def _compile(args):
 
 
 def _warmup(args):
-    """Prints a line per kernel (kernel, result: hit, miss or error, seconds) and a summary; False when one failed."""
+    """Prints a line per kernel (kernel, result: hit, miss or error, seconds) and a summary; False when one failed.
+
+    The summary's started_at and ready_at (seconds since the epoch, this machine's clock) bracket the warm-up from
+    before Triton's import to the last kernel ready: a benchmark on the same clock times a pod's start to them."""
+    started_at = time.time()
     started = time.perf_counter()
     from . import compile_run
 
@@ -49,7 +55,8 @@ def _warmup(args):
     backend, arch, warp_size = parse_target(args.target)
     counts = {"hit": 0, "miss": 0, "error": 0}
     seconds = 0.0
-    for kernel in compile_run.compile_each(backend, arch, warp_size, only=set(args.only or ()), keep_going=True):
+    for kernel in compile_run.compile_each(backend, arch, warp_size, only=set(args.only or ()), keep_going=True,
+                                           set_name=args.set):
         result = "error" if "error" in kernel else "hit" if kernel["hit"] else "miss"
         counts[result] += 1
         seconds += kernel["seconds"]
@@ -58,6 +65,7 @@ def _warmup(args):
         print(json.dumps(line, sort_keys=True), flush=True)
     print(json.dumps({"summary": True, "hits": counts["hit"], "misses": counts["miss"], "errors": counts["error"],
                       "seconds": round(seconds, 4), "import_seconds": round(imported, 4), "target": args.target,
+                      "kernel_set": args.set, "started_at": round(started_at, 3), "ready_at": round(time.time(), 3),
                       "cache_dir": os.environ.get("TRITON_CACHE_DIR"),
                       "triton_version": compile_run.triton_version()}, sort_keys=True))
     return not counts["error"]
@@ -68,9 +76,9 @@ def _predict(args):
 
     backend, arch, warp_size = parse_target(args.target)
     kernels = compile_run.predict_all(backend, arch, warp_size, os.path.abspath(args.cache_dir),
-                                      only=set(args.only or ()))
+                                      only=set(args.only or ()), set_name=args.set)
     hits = sum(1 for k in kernels if k["hit"])
-    return {"target": {"backend": backend, "arch": arch, "warp_size": warp_size},
+    return {"target": {"backend": backend, "arch": arch, "warp_size": warp_size}, "kernel_set": args.set,
             "cache_dir": os.path.abspath(args.cache_dir), "triton_version": compile_run.triton_version(),
             "kernels": kernels, "hits": hits, "misses": len(kernels) - hits}
 
@@ -100,11 +108,14 @@ def main(argv=None):
         command.add_argument("--target", required=True, help="cuda:90, hip:gfx90a, optionally :<warp size>")
         command.add_argument("--cache-dir", required=True)
         command.add_argument("--only", action="append", help="a kernel label; repeat for several")
+        command.add_argument("--set", default=DEFAULT_SET, choices=KERNEL_SETS, help="the kernel set (kernels.py)")
     warmup = commands.add_parser("warmup")
     warmup.add_argument("--target", default=os.environ.get("GKM_WARMUP_TARGET"),
                         required="GKM_WARMUP_TARGET" not in os.environ, help="cuda:90, hip:gfx90a (default: "
                         "$GKM_WARMUP_TARGET)")
     warmup.add_argument("--only", action="append", help="a kernel label; repeat for several")
+    warmup.add_argument("--set", default=os.environ.get("GKM_WARMUP_SET", DEFAULT_SET), choices=KERNEL_SETS,
+                        help="the kernel set (default: $GKM_WARMUP_SET, else %s)" % DEFAULT_SET)
     commands.add_parser("inspect").add_argument("cache_dir")
     for name in ("relocate", "overlay"):
         command = commands.add_parser(name)

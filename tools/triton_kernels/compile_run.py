@@ -18,13 +18,14 @@ from triton.backends.compiler import GPUTarget
 
 from . import layout
 from .kernels import kernel_set
+from .targets import DEFAULT_SET
 
 
-def compile_each(backend, arch, warp_size, only=None, keep_going=False):
-    """Yields one dict per kernel as it is compiled: label, name, hash, hit (Triton's own verdict), seconds. `only`
-    limits by label. With keep_going, a compile that raises yields label, error and seconds instead (hit None: the
-    listener is not called), and the next kernel is compiled: a warm-up reports every kernel, and Triton raises
-    when its cache directory is read-only."""
+def compile_each(backend, arch, warp_size, only=None, keep_going=False, set_name=DEFAULT_SET):
+    """Yields one dict per kernel of the set `set_name` as it is compiled: label, name, hash, hit (Triton's own
+    verdict), seconds. `only` limits by label. With keep_going, a compile that raises yields label, error and
+    seconds instead (hit None: the listener is not called), and the next kernel is compiled: a warm-up reports
+    every kernel, and Triton raises when its cache directory is read-only."""
     seen = {}
 
     def listener(src, metadata, metadata_group, times, cache_hit):
@@ -34,7 +35,7 @@ def compile_each(backend, arch, warp_size, only=None, keep_going=False):
     previous = triton.knobs.compilation.listener
     triton.knobs.compilation.listener = listener
     try:
-        for spec in kernel_set():
+        for spec in kernel_set(set_name):
             if only and spec.label not in only:
                 continue
             seen.clear()
@@ -54,9 +55,9 @@ def compile_each(backend, arch, warp_size, only=None, keep_going=False):
         triton.knobs.compilation.listener = previous
 
 
-def compile_all(backend, arch, warp_size, only=None):
+def compile_all(backend, arch, warp_size, only=None, set_name=DEFAULT_SET):
     """compile_each's dicts as a list; the first compile that raises ends it."""
-    return list(compile_each(backend, arch, warp_size, only))
+    return list(compile_each(backend, arch, warp_size, only, set_name=set_name))
 
 
 def triton_version():
@@ -92,11 +93,12 @@ def _key_dir(spec, target):
     return kernel_hash, layout.hash_directory_name(kernel_hash), source.name[:150]
 
 
-def predict_all(backend, arch, warp_size, cache_dir, only=None):
-    """One dict per kernel: label, hash, hash_dir, state (layout's, None when absent), hit, reason. Writes nothing."""
+def predict_all(backend, arch, warp_size, cache_dir, only=None, set_name=DEFAULT_SET):
+    """One dict per kernel of the set: label, hash, hash_dir, state (layout's, None when absent), hit, reason. Writes
+    nothing."""
     target = GPUTarget(backend, arch, warp_size)
     results = []
-    for spec in kernel_set():
+    for spec in kernel_set(set_name):
         if only and spec.label not in only:
             continue
         kernel_hash, hash_dir, name = _key_dir(spec, target)

@@ -1,4 +1,8 @@
-"""The fixed kernel set a model's warm-up would compile: a vector add, a row softmax and matmul tile configurations.
+"""The fixed kernel sets a model's warm-up would compile: a vector add, a row softmax and matmul tile configurations.
+
+Two sets (targets.KERNEL_SETS): `small`, six kernels, what the tests' caches hold; `warm-start`, 56 configurations
+of the same three kernels (block sizes x dtypes, a matmul tile grid), what the warm-start benchmark and the demo
+compile.
 
 Imports Triton: run under the Triton venv. Each KernelSpec names a jitted function, the types of its arguments,
 its compile-time constants and its compile options; `source()` makes the ASTSource triton.compile takes.
@@ -9,6 +13,8 @@ from dataclasses import dataclass, field
 import triton
 import triton.language as tl
 from triton.compiler import ASTSource
+
+from .targets import DEFAULT_SET, KERNEL_SETS
 
 
 @triton.jit
@@ -74,8 +80,7 @@ _MATMUL_SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": 
 MATMUL_CONFIGS = ((128, 128, 32, 8, 3), (64, 128, 32, 4, 4), (128, 64, 64, 4, 3), (64, 64, 32, 4, 2))
 
 
-def kernel_set():
-    """The warm-up's kernels, in compile order."""
+def _small():
     specs = [
         KernelSpec("vector_add", vector_add, {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
                    {"BLOCK": 1024}, {"num_warps": 4}),
@@ -88,3 +93,47 @@ def kernel_set():
                                 _MATMUL_SIGNATURE, {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k},
                                 {"num_warps": warps, "num_stages": stages}))
     return specs
+
+
+# The warm-start set's axes: what a serving stack compiles for a few layer shapes and precisions.
+ELEMENTWISE_DTYPES = ("fp16", "bf16", "fp32")
+ELEMENTWISE_BLOCKS = (256, 512, 1024, 2048)
+MATMUL_DTYPES = ("fp16", "bf16")
+
+
+def _matmul_grid():
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): the 16 tiles of an autotuner's grid, 8 warps for the
+    largest tile."""
+    return [(m, n, k, 8 if m * n > 64 * 128 else 4, stages)
+            for m in (64, 128) for n in (64, 128) for k in (32, 64) for stages in (2, 3)]
+
+
+def _warm_start():
+    specs = []
+    for dtype in ELEMENTWISE_DTYPES:
+        pointer = "*" + dtype
+        for block in ELEMENTWISE_BLOCKS:
+            warps = 8 if block >= 2048 else 4
+            specs.append(KernelSpec("vector_add_%s_b%d" % (dtype, block), vector_add,
+                                    {"x_ptr": pointer, "y_ptr": pointer, "out_ptr": pointer, "n": "i32"},
+                                    {"BLOCK": block}, {"num_warps": warps}))
+            specs.append(KernelSpec("row_softmax_%s_b%d" % (dtype, block), row_softmax,
+                                    {"out_ptr": pointer, "in_ptr": pointer, "in_stride": "i32", "out_stride": "i32",
+                                     "n_cols": "i32"}, {"BLOCK": block}, {"num_warps": warps}))
+    for dtype in MATMUL_DTYPES:
+        signature = dict(_MATMUL_SIGNATURE, a_ptr="*" + dtype, b_ptr="*" + dtype)
+        for block_m, block_n, block_k, warps, stages in _matmul_grid():
+            specs.append(KernelSpec("matmul_%s_%dx%dx%d_w%d_s%d" % (dtype, block_m, block_n, block_k, warps, stages),
+                                    matmul, signature, {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k},
+                                    {"num_warps": warps, "num_stages": stages}))
+    return specs
+
+
+_BUILDERS = dict(zip(KERNEL_SETS, (_small, _warm_start)))
+
+
+def kernel_set(name=DEFAULT_SET):
+    """The named set's kernels (targets.KERNEL_SETS), in compile order."""
+    if name not in _BUILDERS:
+        raise ValueError("no kernel set %r; the sets are %s" % (name, ", ".join(KERNEL_SETS)))
+    return _BUILDERS[name]()

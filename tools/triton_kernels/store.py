@@ -1,11 +1,12 @@
 """Compiled Triton caches kept by the hash of what made them, so a test run compiles a target once per machine.
 
-`compiled_cache("hip:gfx90a")` returns a directory holding Triton's own cache of the kernel set for that target
+`compiled_cache("hip:gfx90a")` returns a directory holding Triton's own cache of a kernel set (targets.KERNEL_SETS;
+the small one unless `kernel_set` names another) for that target
 (`cache/`, as `TRITON_CACHE_DIR` left it) and `build.json` (what the compile reported: Triton's version, the
 digest of its `triton_key()`, each kernel's hash and seconds). The key hashes the inputs of a compile: the sources
 of this package that decide what is compiled and how (kernels, compile_run, targets, the CLI), the pin in
-requirements/triton.txt, the target, and the Triton venv's python (its real path, so $GKM_TRITON_PY pointing at
-another install compiles apart). The store is ${XDG_CACHE_HOME:-~/.cache}/gkm-cluster/triton-caches/.
+requirements/triton.txt, the target, the set, and the Triton venv's python (its real path, so $GKM_TRITON_PY
+pointing at another install compiles apart). The store is ${XDG_CACHE_HOME:-~/.cache}/gkm-cluster/triton-caches/.
 
 The compile runs the Triton venv's python in a fresh process with Triton's cache-invalidating variables removed
 (set, they would enter every key), under a lock, so pytest-xdist workers and parallel lanes compile once. Nothing
@@ -21,7 +22,7 @@ import shutil
 import subprocess
 import time
 
-from .targets import parse_target, target_name
+from .targets import DEFAULT_SET, parse_target, target_name
 from .venv import HINT, ROOT, triton_python
 
 # The files whose content decides the compiled bytes (the layout readers do not).
@@ -38,31 +39,34 @@ def store_root():
                         "triton-caches")
 
 
-def inputs_key(target, python):
-    """12 hex digits of sha256 over the INPUTS' bytes, the target's canonical name and the python's real path."""
+def inputs_key(target, python, kernel_set=DEFAULT_SET):
+    """12 hex digits of sha256 over the INPUTS' bytes, the target's canonical name, the set and the python's real
+    path."""
     digest = hashlib.sha256()
     for relative in INPUTS:
         digest.update(relative.encode() + b"\0")
         with open(os.path.join(ROOT, relative), "rb") as handle:
             digest.update(handle.read())
-    digest.update(b"\0" + target.encode() + b"\0" + os.path.realpath(python).encode())
+    digest.update(b"\0" + target.encode() + b"\0" + kernel_set.encode() + b"\0" + os.path.realpath(python).encode())
     return digest.hexdigest()[:12]
 
 
-def entry_name(target, python):
-    """The store directory's name: the target readable (cuda-90, hip-gfx90a), then the inputs key."""
-    return "%s_%s" % (target.replace(":", "-"), inputs_key(target, python))
+def entry_name(target, python, kernel_set=DEFAULT_SET):
+    """The store directory's name: the target readable (cuda-90, hip-gfx90a), the set unless the default, then the
+    inputs key."""
+    readable = target.replace(":", "-") + ("" if kernel_set == DEFAULT_SET else "-" + kernel_set)
+    return "%s_%s" % (readable, inputs_key(target, python, kernel_set))
 
 
-def _compile(python, target, cache_dir):
+def _compile(python, target, cache_dir, kernel_set):
     env = {key: value for key, value in os.environ.items() if not key.startswith("TRITON_")}
-    return subprocess.run([python, "-m", "tools.triton_kernels", "compile", "--target", target,
+    return subprocess.run([python, "-m", "tools.triton_kernels", "compile", "--target", target, "--set", kernel_set,
                            "--cache-dir", cache_dir], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=1800, check=False)
 
 
-def compiled_cache(target, python=None, root=None):
-    """The store directory for `target` (compiling it first when absent) and whether it was reused.
+def compiled_cache(target, python=None, root=None, kernel_set=DEFAULT_SET):
+    """The store directory for `target` and `kernel_set` (compiling it first when absent) and whether it was reused.
 
     Returns (directory, {"reused": bool, "seconds": wall time of this call, "build": build.json's content}).
     """
@@ -71,7 +75,7 @@ def compiled_cache(target, python=None, root=None):
         raise StoreError("no Triton venv: " + HINT)
     target = target_name(*parse_target(target))
     root = root or store_root()
-    directory = os.path.join(root, entry_name(target, python))
+    directory = os.path.join(root, entry_name(target, python, kernel_set))
     started = time.perf_counter()
     os.makedirs(root, exist_ok=True)
     with open(directory + ".lock", "w") as lock:
@@ -83,11 +87,11 @@ def compiled_cache(target, python=None, root=None):
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(directory)
             os.makedirs(directory)
-            run = _compile(python, target, os.path.join(directory, "cache"))
+            run = _compile(python, target, os.path.join(directory, "cache"), kernel_set)
             if run.returncode != 0:
                 raise StoreError("compiling %s failed: %s" % (target, run.stderr[-2000:]))
             report = json.loads(run.stdout)
-            build = {key: report[key] for key in ("target", "triton_version", "triton_key", "kernels",
+            build = {key: report[key] for key in ("target", "kernel_set", "triton_version", "triton_key", "kernels",
                                                   "compile_seconds", "import_seconds")}
             with open(os.path.join(directory, "build.json.tmp"), "w") as handle:
                 json.dump(build, handle, indent=2, sort_keys=True)

@@ -1,5 +1,9 @@
-"""Compile targets named the way the CLI takes them: `cuda:90` or `hip:gfx90a`, optionally `:<warp size>`."""
+"""Compile targets named the way the CLI takes them: `cuda:90` or `hip:gfx90a`, optionally `:<warp size>`; and the
+kernel sets' names (their kernels are in kernels.py, which imports Triton: the CLI and the store name a set without it).
+"""
 
+KERNEL_SETS = ("small", "warm-start")
+DEFAULT_SET = "small"
 DEFAULT_WARP_SIZE = {"cuda": 32, "hip": 64}
 
 

@@ -28,15 +28,8 @@ from kubernetes.client.rest import ApiException
 
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
-from tests.helpers.real_nodes import (
-    AMD_NODE,
-    BASELINE,
-    GPU_TOLERATION,
-    ON_REAL_NODES,
-    delete_namespace,
-    labelled_namespace,
-    real_pod_template,
-)
+from tests.helpers.real_nodes import AMD_NODE, BASELINE, delete_namespace, labelled_namespace, real_pod_template
+from tests.helpers.warmup_pods import cache_pod, cold_pod, finished_run, overlay_container, overlay_written, warmup_pod
 from tests.helpers.webhook import CertificateFiles, LocalWebhookServer, install, wait_until
 from tests.integration.webhook.test_steering_apiserver import GROUP, VERSION, reconcile
 from tools.triton_kernels import layout
@@ -47,9 +40,6 @@ TARGET = "hip:gfx90a"
 KERNELS = 6
 MODES = ("PVC", "imageVolume")
 MOUNT = "/kernels"
-# The warm-up, then what its TRITON_CACHE_DIR holds; the warm-up's exit code is the pod's.
-SCRIPT = ('python3 -m tools.triton_kernels warmup; status=$?; '
-          'python3 -m tools.triton_kernels inspect "$TRITON_CACHE_DIR"; exit $status')
 
 
 @pytest.fixture(scope="module")
@@ -69,24 +59,13 @@ def webhook(sim, tools_image, tmp_path_factory):
         server.stop()
 
 
-def _pod(name, image, annotations=None, env=(), volumes=(), mounts=()):
-    """A bare pod running the warm-up on the real AMD node (where the caches are) as an unprivileged user."""
-    return {"metadata": {"name": name, "annotations": dict(annotations or {})},
-            "spec": {"restartPolicy": "Never", "tolerations": [GPU_TOLERATION], "affinity": ON_REAL_NODES,
-                     "nodeSelector": {"kubernetes.io/hostname": AMD_NODE},
-                     "securityContext": {"runAsNonRoot": True, "runAsUser": 4321, "runAsGroup": 4321,
-                                         "seccompProfile": {"type": "RuntimeDefault"}},
-                     "volumes": list(volumes),
-                     "containers": [{"name": "app", "image": image, "command": ["sh", "-c", SCRIPT],
-                                     "env": [{"name": "GKM_WARMUP_TARGET", "value": TARGET}, *env],
-                                     "volumeMounts": list(mounts),
-                                     "securityContext": {"allowPrivilegeEscalation": False,
-                                                         "capabilities": {"drop": ["ALL"]}}}]}}
+def _pod(name, image, **extra):
+    """A bare pod running the warm-up on the real AMD node (where the caches are)."""
+    return warmup_pod(name, image, AMD_NODE, TARGET, **extra)
 
 
 def _cache_pod(name, image, cache, **extra):
-    return _pod(name, image, annotations=dict({"gkm.io/cache": cache, "gkm.io/cache-mount-path": MOUNT},
-                                              **extra.pop("annotations", {})), **extra)
+    return cache_pod(name, image, AMD_NODE, TARGET, cache, MOUNT, **extra)
 
 
 class Cluster:
@@ -109,26 +88,14 @@ class Cluster:
 
     def finished(self, name, timeout=120):
         """(pod, warm-up lines, summary, inspect's report); prints the seconds from its creation to its end."""
-        def done():
-            pod = self.core.read_namespaced_pod(name, self.namespace)
-            return pod if pod.status.phase in ("Succeeded", "Failed") else None
-
-        pod = wait_until("pod %s finished" % name, done, timeout=timeout, interval=0.5)
+        run = finished_run(self.core, self.namespace, name, timeout)
         observed = time.monotonic() - self.created[name]
-        [main] = pod.status.container_statuses
+        assert run.pod.spec.node_name == AMD_NODE, (run.pod.spec.node_name, run.logs)
         # The API's times (1 s resolution): the cold pod ends while the module's caches are still being reconciled.
-        elapsed = (main.state.terminated.finished_at - pod.metadata.creation_timestamp).total_seconds()
-        logs = self.core.read_namespaced_pod_log(name, self.namespace, container="app")
-        lines = logs.splitlines()
-        end = next(i for i, line in enumerate(lines) if line.startswith("{") and '"summary": true' in line)
-        kernels = [json.loads(line) for line in lines[:end] if line.startswith("{")]
-        rest = lines[end + 1:]  # Triton's warnings go to stderr, which the log interleaves
-        report = json.loads("\n".join(rest[rest.index("{"):]))
-        assert pod.spec.node_name == AMD_NODE, (pod.spec.node_name, logs)
         print("%s: pod created -> finished %.0f s (API), seen finished after %.1f s; %s; per kernel %s; groups %s" % (
-            name, elapsed, observed, lines[end], ["%s %s" % (k["result"], k["seconds"]) for k in kernels],
-            report["states"]))
-        return pod, kernels, json.loads(lines[end]), report
+            name, run.created_to_finished(), observed, json.dumps(run.summary, sort_keys=True),
+            ["%s %s" % (k["result"], k["seconds"]) for k in run.kernels], run.report["states"]))
+        return run.pod, run.kernels, run.summary, run.report
 
 
 def _caches(mode):
@@ -145,9 +112,7 @@ def cluster(sim, kube, crds, registry, real_nodes, tools_image, workload_image, 
     namespace = labelled_namespace(core, "t-real-overlay-%s" % uuid.uuid4().hex[:6], BASELINE)
     made = Cluster(core, namespace, workload_image)
     try:
-        made.create(_pod("cold", workload_image, env=[{"name": "TRITON_CACHE_DIR", "value": "/var/run/cold"}],
-                         volumes=[{"name": "cold", "emptyDir": {}}],
-                         mounts=[{"name": "cold", "mountPath": "/var/run/cold"}]))
+        made.create(cold_pod("cold", workload_image, AMD_NODE, TARGET))
         for mode in MODES:
             for name, count in zip(_caches(mode), (KERNELS, KERNELS - 1)):
                 pushed = kcache_images.build_image(registry.host, "real-overlay/" + name, "v1", kcache_images.CacheSpec(
@@ -195,15 +160,14 @@ def test_through_the_overlay_every_kernel_is_a_hit_and_none_is_compiled(cluster,
     full = _caches(mode)[0]
     admitted = cluster.create(_cache_pod("overlaid-" + full, cluster.image, full))
     _given(admitted, mode, full)
-    assert [c.name for c in admitted.spec.init_containers or []] == ["gkm-kernels-" + full]
+    assert [c.name for c in admitted.spec.init_containers or []] == [overlay_container(full)]
     pod, kernels, summary, report = cluster.finished("overlaid-" + full)
     assert pod.status.phase == "Succeeded", (pod.status, kernels)
     assert [k["result"] for k in kernels] == ["hit"] * KERNELS, kernels
     assert (summary["hits"], summary["misses"], summary["errors"]) == (KERNELS, 0, 0), summary
     # Every group of the overlay reads the mounted cache's files; no kernel directory holds a compile of the pod.
     assert report["states"] == {layout.FOREIGN: KERNELS}, report["states"]
-    written = json.loads(cluster.core.read_namespaced_pod_log(
-        "overlaid-" + full, cluster.namespace, container="gkm-kernels-" + full).strip().splitlines()[-1])
+    written = overlay_written(cluster.core, cluster.namespace, "overlaid-" + full, full)
     assert (written["kernels"], written["groups"], written["skipped"]) == (KERNELS, KERNELS, []), written
     [init] = pod.status.init_container_statuses
     print("overlay init container: %s, ran %.0f s (API timestamps, 1 s resolution)" % (
@@ -257,7 +221,7 @@ def test_a_pod_given_its_node_s_pvc_by_claim_gets_the_overlay_for_its_own_mount(
     admitted = cluster.create(body)
     [volume] = [v for v in admitted.spec.volumes if v.name == "kernels"]
     [init] = admitted.spec.init_containers
-    assert volume.persistent_volume_claim.claim_name != name and init.name == "gkm-kernels-" + name, admitted.spec
+    assert volume.persistent_volume_claim.claim_name != name and init.name == overlay_container(name), admitted.spec
     cache_mount = init.volume_mounts[0]
     assert (cache_mount.name, cache_mount.mount_path, cache_mount.sub_path) == ("kernels", MOUNT, "cache")
     pod, kernels, summary, report = cluster.finished("per-node-" + name)

@@ -172,6 +172,8 @@ def test_the_warm_up_prints_triton_s_verdict_per_kernel_and_a_summary(compiled, 
     assert (summary["hits"], summary["misses"], summary["errors"]) == (len(KERNELS), 0, 0)
     assert summary["cache_dir"] == str(moved) and summary["target"] == "cuda:90" and summary["summary"] is True
     assert summary["seconds"] == pytest.approx(sum(k["seconds"] for k in kernels), abs=1e-3)
+    # The wall clock around the warm-up, which a benchmark reads against a pod's start.
+    assert summary["kernel_set"] == "small" and summary["started_at"] + summary["seconds"] <= summary["ready_at"]
     # A cache directory that cannot be written: every kernel is reported with Triton's error, and the exit code says so.
     blocked = tmp_path / "a-file"
     blocked.write_text("")

@@ -56,6 +56,8 @@ def test_labels_are_mcvs_then_ours():
 def test_the_store_key_follows_the_target_the_python_and_the_inputs(tmp_path):
     python = os.path.join(ROOT, ".venv", "bin", "python")
     assert store.entry_name("cuda:90", python).startswith("cuda-90_")
+    assert store.entry_name("cuda:90", python, "warm-start").startswith("cuda-90-warm-start_")
+    assert store.inputs_key("cuda:90", python, "warm-start") != store.inputs_key("cuda:90", python)
     assert store.inputs_key("cuda:90", python) == store.inputs_key("cuda:90", python)
     assert store.inputs_key("cuda:90", python) != store.inputs_key("hip:gfx90a", python)
     other = tmp_path / "python"
@@ -70,10 +72,11 @@ def test_the_store_says_how_to_get_triton_when_there_is_none(monkeypatch, tmp_pa
         store.compiled_cache("cuda:90", root=str(tmp_path))
 
 
-def _predict(cache_dir, target):
+def _predict(cache_dir, target, *options):
     env = {key: value for key, value in os.environ.items() if not key.startswith("TRITON_")}
     run = subprocess.run([TRITON_PY, "-m", "tools.triton_kernels", "predict", "--target", target, "--cache-dir",
-                          str(cache_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+                          str(cache_dir), *options], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+                         check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout)
 
@@ -137,6 +140,16 @@ def test_two_seeds_make_two_different_real_caches_of_one_target():
     assert {e.name for e in one} != {e.name for e in two}
     with pytest.raises(ValueError, match="has 6 kernels"):
         ki.cache_entries(ki.CacheSpec(compiled=True, backend="hip", kernels=7))
+
+
+@needs_triton
+def test_the_warm_start_set_is_56_distinct_kernels_of_the_three_functions(tmp_path):
+    # Triton's own keys, computed without compiling: every configuration is a kernel of its own in a cache.
+    predicted = _predict(tmp_path, "hip:gfx90a", "--set", "warm-start")
+    kernels = predicted["kernels"]
+    assert predicted["kernel_set"] == "warm-start" and len(kernels) == 56 and predicted["hits"] == 0
+    assert len({k["label"] for k in kernels}) == len({k["hash_dir"] for k in kernels}) == 56
+    assert {k["name"] for k in kernels} == {"vector_add", "row_softmax", "matmul"}
 
 
 @needs_triton
