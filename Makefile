@@ -44,13 +44,13 @@ matrix_env = PATH=$(abspath $(1))/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTI
 junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
-        kyverno ansible-operator venv-triton test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
-        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes bench-warm-start images image-tools image-operator image-controller image-pause image-workload
+        kyverno venv-triton test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
+        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes bench-warm-start images image-tools image-controller image-pause image-workload
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-setup: sim-setup cli-tools kyverno ansible-operator ## Everything the tests and benchmarks need
+setup: sim-setup cli-tools kyverno ## Everything the tests and benchmarks need
 
 # The oras and cosign CLIs take about ten minutes to build and only tests and benchmarks use them: the demo and
 # the simulated cluster stop here.
@@ -115,15 +115,11 @@ containerd: debian-packages ## Build or reuse the real nodes' containerd 2.x, it
 cli-tools: ## Build or reuse the oras and cosign CLIs (benchmarks, signature tests)
 	@tools/bench-tools.sh
 
-# Kyverno's and ansible-operator's build scripts hash themselves into their cache keys, so they leave the Go check
-# (their tools/*/go.mod is what it reads) to these targets: a check inside would rebuild both caches once for nothing.
+# Kyverno's build script hashes itself into its cache key, so it leaves the Go check (its tools/kyverno/go.mod is
+# what it reads) to this target: a check inside would rebuild the cache once for nothing.
 # Only the tests use Kyverno (sim.py kyverno-up starts it), so the demo's sim-setup does not build it.
 kyverno: ## Build or reuse Kyverno's admission controller and CRDs (tools/kyverno, cached under ~/.cache/gkm-cluster)
 	@tools/check-go.sh && tools/kyverno/build.sh >/dev/null
-
-# Operator mode's engine (sim.py operator-up runs it): about 7 minutes of CPU cold, nothing once cached.
-ansible-operator: ## Build or reuse operator-sdk's ansible-operator (tools/ansible-operator, cached under ~/.cache/gkm-cluster)
-	@tools/check-go.sh && tools/ansible-operator/build.sh >/dev/null
 
 collection-link: ## Make the checkout importable as ansible_collections.gkm.cluster
 	@mkdir -p $(COLLECTIONS)/ansible_collections/gkm
@@ -192,18 +188,14 @@ molecule: setup ## The molecule scenarios (tools/ci/molecule.sh starts and stops
 build: venv ## Build the collection tarball into .cache/dist
 	$(VENV)/bin/ansible-galaxy collection build --force --output-path .cache/dist
 
-images: venv debian-packages ansible-operator ## Build the tools, operator, controller and pause images, push them to REGISTRY=host:port, print the references
+images: venv debian-packages ## Build the tools, controller and pause images, push them to REGISTRY=host:port, print the references
 	@test -n "$(REGISTRY)" || { echo "usage: make images REGISTRY=host:port" >&2; exit 1; }
 	@tools/images/build.sh tools --push $(REGISTRY)
-	@tools/images/build.sh operator --push $(REGISTRY)
 	@tools/images/build.sh controller --push $(REGISTRY)
 	@tools/images/build.sh pause --push $(REGISTRY)
 
 image-tools: venv debian-packages ## Build the tools image (and push it when REGISTRY=host:port is given)
 	@tools/images/build.sh tools $(if $(REGISTRY),--push $(REGISTRY))
-
-image-operator: venv debian-packages ansible-operator ## Build the operator image (and push it when REGISTRY=host:port is given)
-	@tools/images/build.sh operator $(if $(REGISTRY),--push $(REGISTRY))
 
 image-controller: venv debian-packages ## Build the controller image (and push it when REGISTRY=host:port is given)
 	@tools/images/build.sh controller $(if $(REGISTRY),--push $(REGISTRY))

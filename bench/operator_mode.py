@@ -2,9 +2,10 @@
 
 On the local simulated cluster, for each size (default 3 and 500 kwok GPU nodes of a pool of their own), in rounds
 that alternate the two paths (operator first in even rounds, playbook first in odd ones):
-- operator: the collection's operator runs (sim.py operator-up); `kubectl apply` of a GKMCache, and the time until its
-  status says Extracted on every node of the pool (polled every 0.25 s), with the CPU time of the operator's process
-  tree (the engine, ansible-runner, ansible-playbook and the modules) in that window and its peak RSS;
+- operator: the collection's operator runs (sim.py operator-up: the kopf controller); `kubectl apply` of a GKMCache,
+  and the time until its status says Extracted on every node of the pool (polled every 0.25 s), with the CPU time of
+  the operator's process tree in that window and its peak RSS (bench/results/operator.json's figures before issue 33
+  are the earlier engine's: a process tree per event);
 - playbook: the operator is stopped; ansible-playbook runs the caches role with the same cache declared and the same
   options as the operator's runs; the time from its start until the same status, and its CPU time.
 At the largest size, in every round and for both paths, once the cache is Extracted one more kwok node joins the pool:
@@ -59,9 +60,9 @@ POOL = "gkm-bench-operator"
 NAMESPACE = "bench-operator"
 DEFAULT_MAX_LOAD = 1.5
 POLL_SECONDS = 0.25
-# Both paths distribute with these (the operator's runs get them through sim.py operator-up --run-vars): a
-# 500-node wait must not time out, or the two paths would stop at different points.
-CACHES_OPTIONS = {"caches_wait_timeout": 900}
+# Both paths distribute with these (the operator gets them through sim.py operator-up --options, the playbook as
+# caches_* variables): a 500-node wait must not time out, or the two paths would stop at different points.
+OPTIONS = {"wait": True, "wait_timeout": 900}
 
 
 def log(message):
@@ -224,7 +225,7 @@ class OperatorPath:
         self.timeout = timeout
 
     def start(self):
-        sim("operator-up", "--tools-image", self.cluster.tools_image, "--run-vars", json.dumps(CACHES_OPTIONS))
+        sim("operator-up", "--tools-image", self.cluster.tools_image, "--options", json.dumps(OPTIONS))
         return ProcessTree(sim_control.load_state()["processes"]["operator"]["pid"])
 
     def apply(self, name, nodes):
@@ -263,9 +264,10 @@ class PlaybookPath:
     def _playbook(self, name):
         """The caches role as the playbooks run it, with this cache declared and the operator's options."""
         path = os.path.join(self.workdir, "%s.yml" % name)
-        options = sim_control.operator_plan.extra_vars(self.cluster.tools_image, self.cluster.kubeconfig,
-                                                       CACHES_OPTIONS)
-        role_vars = dict(options, caches_declared=[self.cluster.manifest(name)], caches_remove_undeclared=False)
+        options = {"caches_" + key: value for key, value in sim_control.operator_plan.options(OPTIONS).items()}
+        role_vars = dict(options, caches_kubeconfig=self.cluster.kubeconfig,
+                         caches_extract_image=self.cluster.tools_image, caches_declared=[self.cluster.manifest(name)],
+                         caches_remove_undeclared=False)
         with open(path, "w") as handle:
             yaml.safe_dump([{"hosts": "localhost", "gather_facts": False,
                              "roles": [{"role": "gkm.cluster.caches", "vars": role_vars}]}], handle)
@@ -427,9 +429,9 @@ def main():
                  "(playbook), until status phase Extracted with nodeCnt = the pool",
         "join": "a kwok GPU node created in the pool, until its PVC is Bound and its Job Complete; the playbook path "
                 "runs the caches role right after the create",
-        "operator_figures": "the operator's process tree (engine, ansible-runner, ansible-playbook, modules), "
-                            "/proc every second: CPU seconds over the window and RSS (engine alone, tree)",
-        "caches_options": CACHES_OPTIONS, "other_caches_in_cluster": others,
+        "operator_figures": "the operator's process tree (the kopf controller), /proc every second: CPU seconds "
+                            "over the window and RSS (the process alone, tree)",
+        "options": OPTIONS, "other_caches_in_cluster": others,
         "cpus": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after], "max_load": args.max_load, "busy": busy,
         "note": "operator, playbooks, control plane and kwok share the same CPUs; the load after includes the run's "

@@ -7,5 +7,5 @@ import kopf; the other modules are pure or talk to the API server through the co
 unit tests without kopf.
 
 The controller image runs it (tools/images/controller.sh), and the gkm role in the cluster (gkm_reconcile: operator);
-the local operator of the simulated cluster (sim.py operator-up) is still ansible-operator.
+the simulated cluster's local operator (sim.py operator-up, gkm_operator_local) runs it as a process here.
 """

@@ -3,11 +3,15 @@
 Fifty nodes joining send fifty or more Node events within a second, each naming the same cache. Reconciling on every
 one would queue fifty whole-cache runs behind the cache's lock. The Coalescer keeps the caches submitted within
 `delay` seconds (the newest copy of each), then hands each to the executor once; a cache submitted again while its
-run goes on runs again after it (the Reconciler's per-cache lock orders the two), so no change is missed.
+run goes on runs again after it (the Reconciler's per-cache lock orders the two), so no change is missed. A run that
+ends before its cache settled (reconciles.under_way) submits the cache again, as the index then holds it, after
+reconciles.recheck_delay: a finished extraction Job starts no reconcile.
 """
 
 import logging
 import threading
+
+from .reconciles import recheck_delay, under_way
 
 LOG = logging.getLogger(__name__)
 
@@ -26,11 +30,13 @@ class Coalescer:
 
     run: the cache reconcile (reconciles.Reconciler). executor: where the runs go (a ThreadPoolExecutor of the
     entry point's). schedule(delay, function): calls function after delay seconds (a daemon threading.Timer; tests
-    pass their own clock).
+    pass their own clock). held(kind, resource): the cache as the index holds it now, or None when it is gone or being
+    deleted (None: no run again).
     """
 
-    def __init__(self, run, executor, delay=DELAY, schedule=_timer):
-        self.run, self.executor, self.delay, self.schedule = run, executor, delay, schedule
+    def __init__(self, run, executor, delay=DELAY, schedule=_timer, held=None):
+        self.run, self.executor, self.delay, self.schedule, self.held = run, executor, delay, schedule, held
+        self._attempts = {}
         self._pending = {}
         self._scheduled = False
         self._lock = threading.Lock()
@@ -55,7 +61,21 @@ class Coalescer:
 
     def _run(self, kind, resource):
         try:
-            return self.run(kind, resource, False)
+            result = self.run(kind, resource, False)
         except Exception as error:  # a failed run must not end the executor's thread; the next event retries
             LOG.warning("%s %s: node-triggered reconcile failed: %s", kind, resource["metadata"]["name"], error)
             return None
+        key = (kind, resource["metadata"].get("namespace") or "", resource["metadata"]["name"])
+        with self._lock:
+            attempt = self._attempts.pop(key, 0)
+            if self.held is not None and under_way(result):
+                self._attempts[key] = attempt + 1
+            else:
+                return result
+        self.schedule(recheck_delay(attempt), lambda: self._again(kind, resource))
+        return result
+
+    def _again(self, kind, resource):
+        current = self.held(kind, resource)
+        if current is not None:
+            self.submit(kind, current)

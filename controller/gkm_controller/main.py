@@ -38,6 +38,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args
 
 from . import handlers
 from .coalesce import Coalescer
+from .deletion import deletion_requested
 from .lease import LeaseDeadline, LeaseElector
 from .lease_loop import LeaseLoop
 from .node_reconciles import NodeReconciles
@@ -116,7 +117,15 @@ def build(args, api_client, started=None, lease=None):
     started = time.monotonic() if started is None else started
     index = ClusterIndex()
     reconciler = Reconciler(api_client, index, args.options, lease=lease)
-    coalescer = Coalescer(reconciler, ThreadPoolExecutor(args.workers, thread_name_prefix="gkm-node"))
+
+    # What the coalescer runs again for a reconcile that ended before its cache settled: the index's copy, unless the
+    # cache is gone or being deleted (then only the finalizer writes).
+    def held(kind, resource):
+        metadata = resource["metadata"]
+        current = index.get(kind, metadata["name"], metadata.get("namespace"))
+        return None if current is None or deletion_requested(current) else current
+
+    coalescer = Coalescer(reconciler, ThreadPoolExecutor(args.workers, thread_name_prefix="gkm-node"), held=held)
 
     def ready():
         LOG.info("ready: every watched kind listed into the index, %.1f s after start", time.monotonic() - started)

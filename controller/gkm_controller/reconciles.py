@@ -10,12 +10,33 @@ import logging
 import threading
 import time
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import EXTRACTING, PENDING
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import reconcile as cache_reconcile
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import IndexSource
 
 from .deletion import DeletionGuard, GuardedKube
 
 LOG = logging.getLogger(__name__)
+# A reconcile that ends before its cache settled is run again after RECHECK_SECONDS, doubling per attempt up to
+# RECHECK_MAX_SECONDS: a finished extraction Job starts no reconcile, and a cache that stays Pending (no node can run
+# its Jobs) costs one reconcile per RECHECK_MAX_SECONDS, the earlier engine's reconcile period.
+RECHECK_SECONDS = 5
+RECHECK_MAX_SECONDS = 300
+UNDER_WAY_PHASES = (PENDING, EXTRACTING)
+
+
+def under_way(result):
+    """True when a reconcile ended before its cache settled: a rolling upgrade still moving (its wait's deadline came
+    first), or extractions still under way (the status it wrote says Pending or Extracting)."""
+    result = result or {}
+    if (result.get("rollout") or {}).get("moving"):
+        return True
+    return ((result.get("resource") or {}).get("status") or {}).get("phase") in UNDER_WAY_PHASES
+
+
+def recheck_delay(attempt):
+    """Seconds until the next reconcile of a cache still under way after `attempt` earlier ones (0 for the first)."""
+    return min(RECHECK_SECONDS * 2 ** attempt, RECHECK_MAX_SECONDS)
 
 
 class CacheLocks:

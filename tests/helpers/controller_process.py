@@ -1,8 +1,8 @@
 """The kopf controller (controller/gkm_controller) run out of cluster as a subprocess, as its tests and its benchmark
-run it: `python -m controller.gkm_controller.main` from the checkout, its log (stderr) read back, its CPU time, its
-stop. Used by the controller's test, the operator's replica test and bench/controller.py."""
+run it: the command line of the simulated cluster's local operator (simcluster/operator_plan.py), its log (stderr)
+read back, its CPU time, its stop. Used by the controller's test, the operator's replica test and
+bench/controller.py."""
 
-import json
 import os
 import re
 import signal
@@ -12,6 +12,7 @@ import time
 
 from tests.helpers.operator_caches import kwok_tools_image, poll
 from tests.helpers.paths import ROOT
+from tests.helpers.sim import sim_control
 
 # What the tests' controllers distribute with: the simulated cluster's registry speaks plain HTTP.
 TEST_OPTIONS = {"registry_plain_http": True, "wait_timeout": 120}
@@ -25,13 +26,10 @@ class Controller:
                  verbose=True):
         self.log_path, self.probe_port = log_path, probe_port
         self.started = time.monotonic()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [ROOT, os.path.join(ROOT, ".cache", "collections"), os.environ.get("PYTHONPATH", "")]))
-        argv = [sys.executable, "-m", "controller.gkm_controller.main", "--kubeconfig", kubeconfig,
-                "--namespace", lease_namespace, "--tools-image", tools_image, "--options", json.dumps(options)]
-        argv += ["--verbose"] if verbose else []
-        argv += ["--identity", identity] if identity else []
-        argv += ["--probe-port", str(probe_port)] if probe_port else []
+        plan = sim_control.operator_plan
+        env = plan.environment(os.environ, ROOT)
+        argv = plan.argv(sys.executable, kubeconfig, lease_namespace, tools_image, options, identity=identity,
+                         probe_port=probe_port, verbose=verbose)
         with open(log_path, "w") as log:
             self.process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -72,7 +70,7 @@ class Controller:
             self.process.wait()
 
 
-def start_controller(sim, log_path, lease_namespace, identity=None, probe_port=None):
-    """A controller as the tests run it on the simulated cluster's kwok nodes."""
-    return Controller(sim.kubeconfig, log_path, lease_namespace, kwok_tools_image(sim), TEST_OPTIONS,
-                      identity=identity, probe_port=probe_port)
+def start_controller(sim, log_path, lease_namespace, identity=None, probe_port=None, options=None):
+    """A controller as the tests run it on the simulated cluster's kwok nodes; options: over TEST_OPTIONS."""
+    return Controller(sim.kubeconfig, log_path, lease_namespace, kwok_tools_image(sim),
+                      dict(TEST_OPTIONS, **(options or {})), identity=identity, probe_port=probe_port)

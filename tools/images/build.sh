@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds one of the collection's images and, with --push, copies it to a registry.
 #
-#   tools/images/build.sh NAME [--push HOST:PORT]      NAME: tools, operator, controller, workload or pause
+#   tools/images/build.sh NAME [--push HOST:PORT]      NAME: tools, controller, workload or pause
 #
 # With a working podman, buildah or docker, the tools and pause images are built from containers/NAME/Containerfile
-# by it; the operator, controller and workload images are always assembled without one (they build on the tools
+# by it; the controller and workload images are always assembled without one (they build on the tools
 # image's stages).
 # Otherwise (no engine, or one whose daemon does not answer) it is assembled without one: umoci, mmdebstrap,
 # pip, gcc, skopeo, cached by the hash of its inputs under ${XDG_CACHE_HOME:-~/.cache}/gkm-cluster/images/.
@@ -18,16 +18,15 @@ cd "$(dirname "$0")/../.."
 . tools/images/lib.sh
 . tools/images/debian.sh
 . tools/images/tools.sh
-. tools/images/operator.sh
 . tools/images/controller.sh
 . tools/images/workload.sh
 . tools/images/pause.sh
 
-usage() { die "usage: tools/images/build.sh tools|operator|controller|workload|pause [--push HOST:PORT]"; }
+usage() { die "usage: tools/images/build.sh tools|controller|workload|pause [--push HOST:PORT]"; }
 
 NAME=${1:-}
 REGISTRY=
-case "$NAME" in tools | operator | controller | workload | pause) ;; *) usage ;; esac
+case "$NAME" in tools | controller | workload | pause) ;; *) usage ;; esac
 shift
 case "$#:${1:-}" in
   0:) ;;
@@ -85,7 +84,7 @@ build_without_engine() {
 }
 
 ENGINE=${GKM_IMAGE_ENGINE:-$(working_engine)}
-if [ "$NAME" != operator ] && [ "$NAME" != controller ] && [ "$NAME" != workload ] && [ -n "$ENGINE" ] && [ "$ENGINE" != none ]; then
+if [ "$NAME" != controller ] && [ "$NAME" != workload ] && [ -n "$ENGINE" ] && [ "$ENGINE" != none ]; then
   build_with_engine "$ENGINE"
 else
   build_without_engine

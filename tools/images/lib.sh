@@ -59,8 +59,8 @@ run_stage() {  # STAGE_DIR BASE_DIR|- STAGE_FN
   trap - EXIT
 }
 
-# The operator, controller and workload images build on the tools image's stages: they take its lock.
-lock_name() { case $NAME in operator | controller | workload) echo tools ;; *) echo "$NAME" ;; esac; }
+# The controller and workload images build on the tools image's stages: they take its lock.
+lock_name() { case $NAME in controller | workload) echo tools ;; *) echo "$NAME" ;; esac; }
 
 # One build of an image at a time per cache (tests and helpers may run side by side); what a killed build left
 # behind is removed once the lock is held.

@@ -63,7 +63,7 @@ tools_wheels_stage() {
   add_layer "$1/layout:$TAG" "$1/wheels.tar" "pip install --target $TOOLS_SITE -r requirements.txt"
 }
 
-# The collection's module_utils as a layer of its own (the operator image adds the same layer, byte for byte).
+# The collection's module_utils as a layer of its own (the controller image adds the same layer, byte for byte).
 tools_code_layer() {
   local tree=$1/tree dir
   mkdir -p "$(dirname "$tree$TOOLS_MODULE_UTILS")"
@@ -93,7 +93,7 @@ tools_code_stage() {
     --config.label "org.opencontainers.image.version=$TAG"
 }
 
-# The Python check and the root stage, which the operator and workload images share (TOOLS_ROOT names its layout).
+# The Python check and the root stage, which the controller and workload images share (TOOLS_ROOT names its layout).
 build_tools_root() {
   local root_key
   "$BUILD_PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
@@ -104,7 +104,7 @@ build_tools_root() {
   run_stage "$TOOLS_ROOT" - tools_root_stage
 }
 
-# The root and wheels stages, which the operator image shares (TOOLS_ROOT and TOOLS_WHEELS name their layouts).
+# The root and wheels stages, which the controller image shares (TOOLS_ROOT and TOOLS_WHEELS name their layouts).
 build_tools_base() {
   local wheels_key build_python
   build_tools_root

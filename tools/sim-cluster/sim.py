@@ -12,14 +12,12 @@
     sim.py webhook-up    run the collection's webhook server as a local process (url endpoint mode)
     sim.py webhook-down  stop it
     sim.py tools-image   build (or reuse) the tools image, push it to the registry, record it as "tools_image"
-    sim.py operator-image the same for the operator image (ansible-operator), recorded as "operator_image"
     sim.py controller-image the same for the controller image (the in-cluster operator of gkm_reconcile=operator),
                          recorded as "controller_image"
     sim.py workload-image the same for the workload image (Triton and the kernel set's warm-up, docs/kernels.md),
                          recorded as "workload_image"
-    sim.py operator-up   build (or reuse) ansible-operator and run the collection's operator here (out of cluster,
-                         simcluster/operator_plan.py), after applying the GKM CRDs; one at a time on a machine (the
-                         engine's ports are fixed): it waits while another run's operator runs
+    sim.py operator-up   run the collection's operator, the kopf controller, here (out of cluster,
+                         simcluster/operator_plan.py), after applying the GKM CRDs; returns once it is ready
     sim.py operator-down stop it
     sim.py kyverno-up    build (or reuse) Kyverno, apply its CRDs and run its admission controller here (out of
                          cluster, simcluster/kyverno_plan.py); prints its version and webhook address as JSON
@@ -57,12 +55,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), ".cache"
 sys.path.insert(0, HERE)
 
 from simcluster import cluster, guard_plan, kyverno, local_operator, operator_plan, registry, report, webhook  # noqa: E402
-from simcluster.builds import operator_dir  # noqa: E402
 from simcluster.control_plane import CONTROL_PLANE  # noqa: E402
 from simcluster.state_dir import KUBECONFIG, ROOT, SIM_DIR, is_running, load_state, stop_process  # noqa: E402
 
 # Tests and benchmarks load this file as a module (tests/helpers/sim.py) and read a run through these names.
-__all__ = ["CONTROL_PLANE", "KUBECONFIG", "ROOT", "SIM_DIR", "guard_plan", "is_running", "load_state", "operator_dir",
+__all__ = ["CONTROL_PLANE", "KUBECONFIG", "ROOT", "SIM_DIR", "guard_plan", "is_running", "load_state",
            "operator_plan", "stop_process"]
 
 COMMANDS = {
@@ -75,12 +72,11 @@ COMMANDS = {
     "webhook-up": lambda args: webhook.up(args.dry_run, args.default_mount_mode),
     "webhook-down": lambda _args: webhook.down(),
     "tools-image": lambda _args: registry.push_image("tools"),
-    "operator-image": lambda _args: registry.push_image("operator"),
     "controller-image": lambda _args: registry.push_image("controller"),
     "workload-image": lambda _args: registry.push_image("workload"),
     "kyverno-up": lambda _args: kyverno.up(),
     "kyverno-down": lambda args: kyverno.down(args.purge),
-    "operator-up": lambda args: local_operator.up(args.tools_image, args.run_vars),
+    "operator-up": lambda args: local_operator.up(args.tools_image, args.options),
     "operator-down": lambda _args: local_operator.down(),
 }
 
@@ -93,7 +89,7 @@ def main():
                         help="webhook-up: the mount mode of a cache without spec.mountMode (caches_mount_mode)")
     parser.add_argument("--purge", action="store_true", help="kyverno-down: also remove Kyverno's webhook "
                         "configurations, CRDs (and with them all policies) and namespace")
-    parser.add_argument("--run-vars", help="operator-up: its runs' variables (caches_*, operator_events_*), JSON")
+    parser.add_argument("--options", help="operator-up: the controller's distribution options (its --options), JSON")
     parser.add_argument("--tools-image", help="operator-up: the extraction Jobs' image (default: sim.py tools-image's)")
     args = parser.parse_args()
     COMMANDS[args.command](args)

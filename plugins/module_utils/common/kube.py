@@ -234,7 +234,7 @@ class Kube:
             if not token:
                 return
             if token == previous:
-                # A reader that does not page (ansible-operator's caching proxy) would be asked forever.
+                # A reader that does not page (a caching proxy) would be asked forever.
                 raise KubeError("list %s: the server returned the same continue token twice; it does not page "
                                 "lists: reach the API server directly" % path)
 

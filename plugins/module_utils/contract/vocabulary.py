@@ -64,8 +64,8 @@ OWNER_UID_ANNOTATION = DOMAIN + "/owner-uid"
 # ------------------------------------------------------------------ labels on cache resources
 SIGNATURE_FORMAT_LABEL = DOMAIN + "/signature-format"
 DECLARED_LABEL = DOMAIN + "/declared-by"
-# The finalizer on cache resources: today's operator (roles/gkm/files/operator/watches.yaml) and the controller
-# (controller/gkm_controller) keep the same one, so either finalizes what the other started.
+# The finalizer on cache resources, kept by the operator (controller/gkm_controller, kopf's finalizer name): the same
+# one the collection's earlier operator engine used, so an installation moving over needs no write to its caches.
 CACHE_FINALIZER = DOMAIN + "/cache-cleanup"
 
 # ------------------------------------------------------------------ labels on nodes

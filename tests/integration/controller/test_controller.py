@@ -1,11 +1,14 @@
 """The kopf controller (controller/gkm_controller, `python -m controller.gkm_controller.main`) run out of cluster as a
-subprocess against the real API server, kwok nodes only: a GKMCache created reaches what the module path writes,
-heartbeats start no reconcile, a deleted cache is finalized once and stays gone, and of two controllers only the one
-holding the Lease runs until it stops.
+subprocess against the real API server, kwok nodes only, with no playbook run: a GKMCache created with kubectl
+reaches what the module path writes, 50 GPU nodes joining get it by their Node events alone, heartbeats start no
+reconcile, a deleted cache is finalized once and stays gone; a node whose GPU changes loses the cache and gets it back;
+of two controllers only the one holding the Lease runs until it stops; a rolling upgrade longer than one reconcile
+completes (kopf runs the cache's handler again while it is not settled).
 
-kwok completes the extraction Jobs' pods on its nodes, as for the operator tests (tests/integration/operator/), so
-the tools image is any reference. The controller reconciles every cache of the cluster while it runs: the module
-starts it and stops it again, and each test's cache is placed on a node pool of its own.
+kwok completes the extraction Jobs' pods on its nodes, so the tools image is any reference. The controller reconciles
+every cache of the cluster while it runs: the module starts it and stops it again, and each test's cache is placed
+on a node pool of its own (a label), so other caches and nodes play no part. The in-cluster operator runs the same
+controller (test_operator_in_cluster.py); two replicas in one namespace: test_operator_replicas.py.
 """
 
 import re
@@ -27,6 +30,7 @@ from tests.helpers.operator_caches import (
     cache_objects,
     kubectl,
     live,
+    per_node,
     phase_is,
     poll,
     pool_nodes,
@@ -73,7 +77,7 @@ def heartbeat(core, name, beat):
          "lastHeartbeatTime": now}]}})
 
 
-def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_deletion_is_final(
+def test_a_cache_reaches_the_modules_state_50_nodes_join_heartbeats_start_nothing_and_its_deletion_is_final(
         controller, sim, crds, kube, namespace, image, sim_nodes, record_property):
     record_property("start_to_ready_s", round(controller.ready_s, 1))
     pool = "ctl-%s" % uuid.uuid4().hex[:4]
@@ -94,23 +98,23 @@ def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_dele
     objects = cache_objects(kube, namespace, name)
     assert {pvc.metadata.labels.get("gkm.io/node") for pvc in objects["pvcs"]} - {None} == set(nodes)
     assert {pvc.status.phase for pvc in objects["pvcs"]} == {"Bound"}
-    # Two GPU nodes join the pool: their Node events alone (coalesced, the whole cache reconciled) extend it.
+    # 50 GPU nodes join the pool: their Node events alone (coalesced, the whole cache reconciled) extend it.
     before, started = len(controller.reconciles(namespace=namespace)), time.monotonic()
-    nodes += pool_nodes(sim_nodes, pool, 2)
-    poll("Extracted on 5 nodes", lambda: phase_is(crds, namespace, name, "Extracted", 5), 120)
+    nodes += pool_nodes(sim_nodes, pool, 50)
+    poll("Extracted on 53 nodes", lambda: phase_is(crds, namespace, name, "Extracted", 53), 300)
     to_joined = time.monotonic() - started
     record_property("nodes_join_to_extracted_s", round(to_joined, 1))
     joined_runs = len(controller.reconciles(namespace=namespace)) - before
     assert joined_runs >= 1
-    print("controller: 2 nodes join -> Extracted on 5 nodes %.1fs, %d reconciles" % (to_joined, joined_runs))
+    print("controller: 50 nodes join -> Extracted on 53 nodes %.1fs, %d reconciles" % (to_joined, joined_runs))
     objects = cache_objects(kube, namespace, name)
     assert {pvc.metadata.labels.get("gkm.io/node") for pvc in objects["pvcs"]} - {None} == set(nodes)
 
     # The per-node objects: Extracted at the digest on the pool's nodes (the other GPU nodes say why not).
-    per_node = {item["metadata"]["name"]: item["status"]["caches"][name]
-                for item in crds.list_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcachenodes")["items"]}
-    assert {node: per_node[node][image.digest]["state"] for node in nodes} == dict.fromkeys(nodes, "Extracted")
-    assert all(per_node[node][image.digest]["state"] != "Extracted" for node in set(per_node) - set(nodes))
+    entries = {item["metadata"]["name"]: item["status"]["caches"][name]
+               for item in crds.list_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcachenodes")["items"]}
+    assert {node: entries[node][image.digest]["state"] for node in nodes} == dict.fromkeys(nodes, "Extracted")
+    assert all(entries[node][image.digest]["state"] != "Extracted" for node in set(entries) - set(nodes))
 
     # The module's reconcile beside it, with the same options, finds nothing to change: the same objects and status.
     assert_module_beside_writes_nothing(sim, crds, namespace, name, "controller")
@@ -121,8 +125,9 @@ def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_dele
     before, seen_before = len(controller.reconciles()), len(controller.lines(r"node event MODIFIED.*changed=False"))
     audit, cpu, started = AuditWrites(), controller.cpu_seconds(), time.monotonic()
     core = client.CoreV1Api(kube)
+    beating = nodes[:3]
     for beat in range(HEARTBEATS):
-        heartbeat(core, nodes[beat % len(nodes)], beat)
+        heartbeat(core, beating[beat % len(beating)], beat)
         # Each node's beats 0.15 s apart, each an event of its own (the Node watch is the controller's, no longer
         # kopf's, whose 0.1 s batching window kept an object's latest event of a burst).
         time.sleep(0.05)
@@ -146,6 +151,52 @@ def test_a_cache_reaches_the_modules_state_heartbeats_start_nothing_and_its_dele
     assert not any(cache_objects(kube, namespace, name).values())
     assert len(controller.lines(r"reconcile GKMCache %s/%s \(absent\)" % (re.escape(namespace), name))) == 1
     assert controller.process.poll() is None, controller.log()[-4000:]
+
+
+def test_a_node_whose_gpu_changes_loses_the_cache_and_gets_it_back(
+        controller, sim, crds, kube, namespace, image, sim_nodes, record_property):
+    """A hip cache on 2 kwok AMD nodes. One node's GPU labels become an NVIDIA GPU's: its Node event alone has the
+    controller remove the cache's objects there (the image cannot run on it) and count it Incompatible; with its AMD
+    labels back, the node gets the cache again."""
+    pool = "gpu-%s" % uuid.uuid4().hex[:4]
+    nodes = pool_nodes(sim_nodes, pool, 2)
+    name = "ctl-gpu-%s" % uuid.uuid4().hex[:4]
+    core = client.CoreV1Api(kube)
+    apply(sim, name, namespace, image.ref, pool)
+    try:
+        poll("Extracted on 2 nodes", lambda: phase_is(crds, namespace, name, "Extracted", 2), 180)
+        amd = {key: value for key, value in core.read_node(nodes[0]).metadata.labels.items()
+               if key.startswith("gkm.io/gpu-") or key == "amd.com/gpu.present"}
+        started = time.monotonic()
+        core.patch_node(nodes[0], {"metadata": {"labels": dict(NVIDIA_GPU_LABELS, **{"amd.com/gpu.present": None})}})
+        status = poll("the node left out as Incompatible", lambda: _held_on(kube, crds, namespace, name, [nodes[1]]),
+                      120)
+        to_incompatible = time.monotonic() - started
+        assert status["nodeIncompatibleCnt"] == 1, status
+
+        started = time.monotonic()
+        core.patch_node(nodes[0], {"metadata": {"labels": dict(amd, **{"nvidia.com/gpu.present": None})}})
+        poll("the cache back on both nodes", lambda: _held_on(kube, crds, namespace, name, nodes), 120)
+        to_extracted = time.monotonic() - started
+        record_property("gpu_change_to_removed_s", round(to_incompatible, 1))
+        record_property("gpu_back_to_extracted_s", round(to_extracted, 1))
+        print("controller: GPU labels to NVIDIA -> objects removed, Incompatible %.1fs; back to AMD -> Extracted %.1fs"
+              % (to_incompatible, to_extracted))
+    finally:
+        kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
+        poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
+
+
+NVIDIA_GPU_LABELS = {"gkm.io/gpu-backend": "cuda", "gkm.io/gpu-arch": "90", "gkm.io/gpu-warp-size": "32",
+                     "nvidia.com/gpu.present": "true"}
+
+
+def _held_on(kube, crds, namespace, name, nodes):
+    """The cache's status once it is Extracted on exactly these nodes, each with its slot PVC and PV, and no other."""
+    status = phase_is(crds, namespace, name, "Extracted", len(nodes))
+    objects = cache_objects(kube, namespace, name)
+    held = [sorted(per_node(objects[kind])) for kind in ("pvcs", "pvs")]
+    return status if held == [sorted(nodes)] * 2 else None
 
 
 def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_when_it_stops(
@@ -193,3 +244,60 @@ def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_
             third.stop()
     finally:
         second.stop()
+
+
+# The rollout's controller waits this long in a reconcile: less than a 3-node rollout at maxUnavailable 1 takes on
+# kwok, so its first reconcile ends with it still moving, and the rest comes from kopf running the handler again
+# (reconciles.recheck_delay: 5 s, then 10, 20), as no finished Job starts a reconcile. 1 s was too short: the last
+# wave's serving PVC had not bound by the deadline, an error kopf retries after 60 s.
+SHORT_WAIT_SECONDS = 2
+
+
+def test_a_rollout_longer_than_a_reconcile_completes_as_kopf_runs_the_handler_again(
+        sim, crds, namespace, image, registry, sim_nodes, lease_namespace, tmp_path_factory, record_property):
+    """After the Lease test (no controller runs): a cache Extracted on 3 kwok nodes by a controller moves to a new
+    digest with upgradePolicy maxUnavailable 1, under a controller whose reconciles wait 2 s. A reconcile ends with
+    the rollout moving and kopf retries the handler; the rollout completes, bounded, and then nothing more runs."""
+    pool = "roll-%s" % uuid.uuid4().hex[:4]
+    pool_nodes(sim_nodes, pool, 3)
+    name = "ctl-roll-%s" % uuid.uuid4().hex[:4]
+    moved = kcache_images.build_image(registry.host, "controller/vector-add", "v2",
+                                      kcache_images.CacheSpec(backend="hip", seed=31))
+    policy = {"maxUnavailable": 1}
+    logs = tmp_path_factory.mktemp("rollout")
+    installing = start_controller(sim, str(logs / "install.log"), lease_namespace)
+    try:
+        installing.become_ready()
+        apply(sim, name, namespace, image.ref, pool, policy)
+        poll("Extracted on 3 nodes", lambda: phase_is(crds, namespace, name, "Extracted", 3), 180)
+    finally:
+        installing.stop()
+    rolling = start_controller(sim, str(logs / "rollout.log"), lease_namespace,
+                               options={"wait_timeout": SHORT_WAIT_SECONDS})
+    try:
+        rolling.become_ready()
+        started = time.monotonic()
+        apply(sim, name, namespace, moved.ref, pool, policy)
+        status = poll("the rollout Complete", lambda: _upgrade_complete(crds, namespace, name, moved.digest), 150)
+        rollout_seconds = time.monotonic() - started
+        record_property("rollout_3_nodes_s", round(rollout_seconds, 1))
+        assert status["resolvedDigest"] == moved.digest and status["upgrade"]["counts"]["upgraded"] == 3, status
+        rechecks = len(rolling.lines(r"not settled yet"))
+        assert rechecks >= 1, rolling.log()[-4000:]
+        assert len(rolling.reconciles(namespace=namespace)) > rechecks
+        # The reconcile that completed it asked for no other: kopf runs nothing more.
+        poll("the controller settled", lambda: settled(crds, namespace, name), 60)
+        assert len(rolling.lines(r"not settled yet")) == rechecks
+        print("controller rollout: 3 nodes, maxUnavailable 1, reconciles waiting %ds: Complete %.1fs after the move, "
+              "%d handler retries" % (SHORT_WAIT_SECONDS, rollout_seconds, rechecks))
+    finally:
+        kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
+        poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
+        rolling.stop()
+
+
+def _upgrade_complete(crds, namespace, name, digest):
+    """The status once status.upgrade says Complete at the digest (the first install's says so at its own)."""
+    status = (live(crds, namespace, name) or {}).get("status") or {}
+    upgrade = status.get("upgrade") or {}
+    return status if upgrade.get("phase") == "Complete" and upgrade.get("digest") == digest[7:19] else None

@@ -1,6 +1,9 @@
-"""The gkm role's operator mode on the simulated cluster: gkm_reconcile=operator runs the operator here, undeploy
-(gkm_state=absent) stops it, and the in-cluster operator without its image is refused before anything is written
-(test_operator_in_cluster.py runs it in the cluster)."""
+"""The gkm role's operator mode on the simulated cluster: gkm_reconcile=operator runs the operator here (the kopf
+controller as a process, with the in-cluster Deployment's options), undeploy (gkm_state=absent) stops it, and the
+in-cluster operator without its image is refused before anything is written (test_operator_in_cluster.py runs it in
+the cluster)."""
+
+import json
 
 import pytest
 
@@ -31,6 +34,12 @@ def test_the_role_starts_the_operator_and_undeploy_stops_it(sim, crds, tmp_path)
     installed = run_role("gkm", tmp_path, role_vars(sim))
     assert installed.ok, installed.failures()
     assert operator_running()
+    argv = sim_control.load_state()["processes"]["operator"]["argv"]
+    assert argv[1:3] == ["-m", "controller.gkm_controller.main"]
+    # The Deployment's GKM_CACHES_OPTIONS (the role's wait, its namespace for the scrub), over the sim's plain HTTP.
+    options = json.loads(argv[argv.index("--options") + 1])
+    assert options["wait"] is True and options["system_namespace"] == "gkm-system", options
+    assert options["registry_plain_http"] is True
     removed = run_role("gkm", tmp_path, role_vars(sim, gkm_state="absent"))
     assert removed.ok, removed.failures()
     assert removed.result("Stop the local operator")["changed"]

@@ -1,5 +1,6 @@
 """Node events coalesced (controller/gkm_controller/coalesce.py): the caches submitted within the window run once
-each, with the newest copy, on the executor; a failed run is logged and leaves the executor's thread alive."""
+each, with the newest copy, on the executor; a failed run is logged and leaves the executor's thread alive; a run
+that ends before its cache settled runs again, backing off."""
 
 from controller.gkm_controller.coalesce import Coalescer
 
@@ -56,3 +57,31 @@ def test_a_failed_run_is_logged_and_the_next_window_runs_again(caplog):
     clock.fire()
     assert calls == ["a", "a"]
     assert "node-triggered reconcile failed: API server unreachable" in caplog.text
+
+
+def status(phase):
+    return {"resource": {"status": {"phase": phase}}}
+
+
+def test_a_run_that_ends_before_its_cache_settled_runs_again_as_the_index_holds_it_backing_off():
+    results = iter([status("Extracting"), {"rollout": {"moving": True}, **status("Extracted")}, status("Extracted")])
+    runs, clock, held = [], Clock(), {"a": cache("a", "7")}
+    coalescer = Coalescer(lambda kind, resource, finalizing: runs.append(resource) or next(results), Inline(),
+                          schedule=clock, held=lambda kind, resource: held.get(resource["metadata"]["name"]))
+    coalescer.submit("GKMCache", cache("a", "1"))
+    clock.fire()  # the window: the first run, still Extracting
+    assert [delay for delay, _function in clock.scheduled] == [5]
+    clock.fire()  # the recheck submits the index's copy: a window, then the run, its rollout still moving
+    clock.fire()
+    assert [delay for delay, _function in clock.scheduled] == [10]  # backing off
+    clock.fire()
+    clock.fire()
+    assert clock.scheduled == []  # settled: nothing more
+    assert [resource["metadata"]["resourceVersion"] for resource in runs] == ["1", "7", "7"]
+    # Gone or being deleted by the time of the recheck: no run.
+    coalescer.submit("GKMCache", cache("b"))
+    results = iter([status("Pending")])
+    coalescer.run = lambda kind, resource, finalizing: next(results)
+    clock.fire()
+    clock.fire()
+    assert clock.scheduled == []

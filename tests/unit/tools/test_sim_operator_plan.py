@@ -1,8 +1,11 @@
-"""The simulated cluster's operator command line (tools/sim-cluster/simcluster/operator_plan.py): loopback only,
-leader election on, our reconcile's owner references and status left alone."""
+"""The simulated cluster's local operator (tools/sim-cluster/simcluster/operator_plan.py): the kopf controller's own
+entry point with its Lease in the operator's namespace, the checkout importable, the options the controller accepts."""
 
 import importlib.util
+import json
 import os
+
+import pytest
 
 from tests.helpers.paths import ROOT
 
@@ -11,40 +14,33 @@ _spec = importlib.util.spec_from_file_location(
 plan = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plan)
 
-PORTS = {"metrics": 40002, "health": 40003}
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1]
 
 
-def test_every_server_of_the_operator_binds_loopback_on_its_own_ports():
-    argv = plan.argv("/bin/ansible-operator", ROOT, "/tmp/vars.json", PORTS)
-    assert argv[argv.index("--metrics-bind-address") + 1] == "127.0.0.1:40002"
-    assert argv[argv.index("--health-probe-bind-address") + 1] == "127.0.0.1:40003"
-    # The engine's proxy always binds localhost, and its runs' kubeconfig names port 8888 whatever the flag says.
-    assert argv[argv.index("--proxy-port") + 1] == "8888"
+def test_the_local_operator_is_the_controller_with_its_lease_in_the_operators_namespace():
+    argv = plan.argv("/venv/bin/python", "/sim/kubeconfig", plan.NAMESPACE, "registry/tools:1", {"wait": True})
+    assert argv[:3] == ["/venv/bin/python", "-m", "controller.gkm_controller.main"]
+    assert flag(argv, "--kubeconfig") == "/sim/kubeconfig"
+    assert flag(argv, "--namespace") == "gkm-system"
+    assert flag(argv, "--tools-image") == "registry/tools:1"
+    assert json.loads(flag(argv, "--options")) == {"wait": True}
+    # No port unless asked: the local operator binds nothing.
+    assert not {"--probe-port", "--identity", "--verbose"} & set(argv)
+    tested = plan.argv("py", "k", "ns", "t", {}, identity="second", probe_port=40003, verbose=True)
+    assert flag(tested, "--identity") == "second" and flag(tested, "--probe-port") == "40003" and "--verbose" in tested
 
 
-def test_leader_election_is_on_and_owner_references_are_ours():
-    argv = plan.argv("/bin/ansible-operator", ROOT, "/tmp/vars.json", PORTS)
-    assert "--leader-elect" in argv
-    assert argv[argv.index("--leader-election-namespace") + 1] == plan.NAMESPACE
-    assert "--inject-owner-ref=false" in argv
-    assert argv[argv.index("--ansible-args") + 1] == "-e @/tmp/vars.json"
+def test_the_checkouts_controller_and_collection_are_importable():
+    path = plan.environment({"PATH": "/usr/bin", "PYTHONPATH": "/extra"}, ROOT)["PYTHONPATH"].split(os.pathsep)
+    assert path == [ROOT, os.path.join(ROOT, ".cache", "collections"), "/extra"]
+    assert plan.environment({}, ROOT)["PYTHONPATH"].split(os.pathsep) == path[:2]
 
 
-def test_the_runs_use_the_checkouts_collection_and_the_venvs_python():
-    environment = plan.environment({"PATH": "/usr/bin"}, ROOT, "/venv/bin", "/sim/kubeconfig")
-    assert environment["PATH"].split(os.pathsep)[0] == "/venv/bin"
-    assert environment["ANSIBLE_COLLECTIONS_PATH"] == os.path.join(ROOT, ".cache", "collections")
-    assert environment["ANSIBLE_PYTHON_INTERPRETER"] == "/venv/bin/python"
-    assert environment["KUBECONFIG"] == "/sim/kubeconfig"
-    assert environment["MAX_CONCURRENT_RECONCILES_GKMCACHE_GKM_IO"] == str(plan.CACHE_CONCURRENCY)
-
-
-def test_the_playbooks_caches_options_win_over_the_sim_defaults():
-    options = plan.extra_vars("registry/tools:1", "/sim/kubeconfig",
-                              {"caches_host_path_root": "/sim/node-disk", "caches_wait": False})
-    # The runs' modules reach the API server itself, not the engine's caching proxy.
-    assert options["caches_kubeconfig"] == "/sim/kubeconfig"
-    assert options["caches_extract_image"] == "registry/tools:1"
-    assert options["caches_host_path_root"] == "/sim/node-disk"
-    assert options["caches_wait"] is False
-    assert options["caches_registry_plain_http"] is True
+def test_the_given_options_win_over_the_sims_and_the_controller_accepts_them():
+    main = pytest.importorskip("controller.gkm_controller.main")  # kopf: Python 3.11 and later
+    options = plan.options({"wait_timeout": 900, "system_namespace": "gkm-system"})
+    assert options == {"registry_plain_http": True, "wait_timeout": 900, "system_namespace": "gkm-system"}
+    assert plan.options({"registry_plain_http": False})["registry_plain_http"] is False
+    assert main.distribution_options(options, "t")["registry_plain_http"] is True

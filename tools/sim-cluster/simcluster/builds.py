@@ -28,12 +28,7 @@ def kyverno_dir():
     return _build("kyverno/build.sh")
 
 
-def operator_dir():
-    """ansible-operator (bin/ansible-operator)."""
-    return _build("ansible-operator/build.sh")
-
-
 def push_image(name, registry):
-    """The image NAME (tools, operator, controller, workload or pause) of this checkout, pushed to registry: its
+    """The image NAME (tools, controller, workload or pause) of this checkout, pushed to registry: its
     reference."""
     return _build("images/build.sh", name, "--push", registry)

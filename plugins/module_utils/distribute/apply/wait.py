@@ -89,8 +89,8 @@ def _restarting(plan):
 def _poll(kube, source, spec, facts, plan, deadline, status_of):
     """(facts, whether it polled) once every current slot of the plan is Extracted or Error (or unplaceable), or at
     the deadline while a rolling upgrade moves: every node that had a verified digest still serves it, and the next
-    run goes on from the live slots (the operator's comes soon, roles/operator_events), so a rollout longer than one
-    run is no failure. Any other wait past the deadline fails."""
+    run goes on from the live slots (the operator's comes soon: its handler runs again while the rollout moves), so a
+    rollout longer than one run is no failure. Any other wait past the deadline fails."""
     status = status_of(spec, plan, facts)
     polled = False
     unplaceable_since = None

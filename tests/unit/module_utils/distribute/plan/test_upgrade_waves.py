@@ -173,8 +173,8 @@ def test_a_node_whose_previous_slot_is_released_keeps_its_place_while_its_worklo
 
 
 def test_a_rollout_is_moving_until_only_time_cannot_move_it():
-    """What the operator requeues the cache soon for (roles/operator_events): nodes upgrading or pending, and
-    nothing holding the rollout."""
+    """What the operator reconciles the cache again soon for (the controller's handlers.py): nodes upgrading or
+    pending, and nothing holding the rollout."""
     nodes = fleet(4)
     plan = upgrade(nodes, {"maxUnavailable": 1})
     assert plan.moving() and plan.to_dict()["moving"]
