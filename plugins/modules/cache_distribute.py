@@ -73,6 +73,9 @@ options:
       - C(metadata.annotations) and C(spec.priorityClassName), which GKM's API has, are refused with the field named,
         since the Jobs may run in the system namespace (O(system_namespace_jobs)), where they could reach its admission
         webhooks or preempt its pods.
+      - C(metadata.labels) is refused with the field named when the Jobs run in the system namespace (hostPath slots
+        with O(system_namespace_jobs)), where a label could match a selector of a Service, PodDisruptionBudget or
+        NetworkPolicy there; elsewhere the labels are copied to the Jobs' pods.
       - C(spec.nodeSelector) is merged with the per-node pin, never replacing it.
     type: dict
 requirements:

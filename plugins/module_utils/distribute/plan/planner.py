@@ -233,6 +233,18 @@ def _refuse_shared_host_path(spec, make_pvs):
         reason="InvalidSpec")
 
 
+def _refuse_labels_in_system_namespace(spec, in_system):
+    """A label on a pod in the system namespace can put it behind a Service or PodDisruptionBudget there, or under a
+    NetworkPolicy, of the collection's (the webhook's: a Service routing admission reviews to an extraction pod) or of
+    whatever else the admin runs there, whose selectors the collection cannot know; so none is copied there."""
+    if in_system and spec.pod_metadata("labels"):
+        raise PlanError(
+            "pod_template.metadata.labels (the resource's spec.podTemplate.metadata.labels) is refused: the extraction "
+            "Jobs run in the system namespace %s (system_namespace_jobs), where a label could match a selector of a "
+            "Service, PodDisruptionBudget or NetworkPolicy there; remove it" % spec.system_namespace,
+            reason="InvalidSpec")
+
+
 class _Planner:
     def __init__(self, spec, facts, hold=()):
         self.spec = spec
@@ -273,6 +285,7 @@ class _Planner:
             storage = _storage(spec, self.facts)
             _refuse_shared_host_path(spec, storage[1])
             in_system = in_system_namespace(spec, storage[1])
+            _refuse_labels_in_system_namespace(spec, in_system)
             if in_system:
                 if spec.system_namespace not in self.facts.namespaces:
                     self.plan.add("create", scrub.system_namespace(spec.system_namespace),

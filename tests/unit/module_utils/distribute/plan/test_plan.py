@@ -130,8 +130,7 @@ def test_a_node_that_misses_a_heartbeat_keeps_its_slots_and_a_new_one_waits_for_
 
 
 def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
-    template = {"metadata": {"labels": {"team": "ml"}},
-                "spec": {"tolerations": [GPU_TOLERATION], "nodeSelector": {"hardware-type": "gpu"}}}
+    template = {"spec": {"tolerations": [GPU_TOLERATION], "nodeSelector": {"hardware-type": "gpu"}}}
     result = planner.plan(make_spec(pod_template=template), facts())
     pvs, pvcs, jobs = (by_kind(result.desired, k) for k in ("PersistentVolume", "PersistentVolumeClaim", "Job"))
     access_pvcs, access_pvs = (by_kind(result.desired, k, access=True)
@@ -160,7 +159,7 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
         assert pod_spec["nodeSelector"] == {"hardware-type": "gpu", "kubernetes.io/hostname": worker}
         assert pod_spec["tolerations"] == [GPU_TOLERATION]
         assert "priorityClassName" not in pod_spec
-        assert job["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
+        assert job["spec"]["template"]["metadata"]["labels"] == job["metadata"]["labels"]
         assert job["spec"]["template"]["metadata"]["labels"]["gkm.io/node"] == worker
         assert "annotations" not in job["spec"]["template"]["metadata"]
         assert pod_spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
@@ -629,6 +628,32 @@ def test_an_extracted_slot_s_access_pvc_and_pv_go_and_a_rerun_writes_nothing():
         + [("update", "PersistentVolumeClaim", False)] * 3)
     assert all(a.reason == "the slot's extraction finished" for a in result.actions if a.verb == "delete")
     assert planner.plan(spec, facts(objects=as_live(desired, complete_jobs=True, marked=True))).actions == []
+
+
+LABELLED = {"metadata": {"labels": {"app.kubernetes.io/name": "gkm-webhook", "team": "ml"}},
+            "spec": {"tolerations": [GPU_TOLERATION]}}
+
+
+def test_pod_template_labels_are_refused_with_the_field_named_when_the_jobs_run_in_the_system_namespace():
+    # The webhook's Service there selects app.kubernetes.io/name: gkm-webhook; any label may match the admin's own.
+    with pytest.raises(scheduling.PlanError) as refused:
+        planner.plan(make_spec(pod_template=LABELLED), facts())
+    assert refused.value.reason == "InvalidSpec"
+    assert str(refused.value).startswith("pod_template.metadata.labels (the resource's spec.podTemplate.metadata."
+                                         "labels) is refused: the extraction Jobs run in the system namespace "
+                                         "gkm-system")
+
+
+@pytest.mark.parametrize("params, storage_class", [({"system_namespace_jobs": False}, None), ({}, CSI_CLASS)])
+def test_pod_template_labels_reach_jobs_in_the_workload_namespace(params, storage_class):
+    """Without the option, or on provisioned volumes (whose Jobs stay with the slot's PVC), the labels are copied."""
+    jobs = by_kind(planner.plan(make_spec(pod_template=LABELLED, **params), facts(storage_class=storage_class)).desired,
+                   "Job")
+    assert jobs and {job["metadata"]["namespace"] for job in jobs} == {"team-a"}
+    for job in jobs:
+        labels = job["spec"]["template"]["metadata"]["labels"]
+        assert labels["team"] == "ml" and labels["app.kubernetes.io/name"] == "gkm-webhook"
+        assert labels[MANAGED_BY_LABEL] == MANAGER  # ours win over the template's
 
 
 def test_without_system_namespace_jobs_the_jobs_and_their_secret_stay_in_the_workload_namespace():
