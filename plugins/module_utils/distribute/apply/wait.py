@@ -134,9 +134,10 @@ def _mark_then_release(kube, source, spec, facts, deadline, scrub):
 
 
 def _waiting(status):
-    """The current slots still to wait for: neither Extracted nor Error, nor held for a later upgrade wave."""
+    """The current slots still to wait for: neither Extracted nor Error, nor held for a later upgrade wave or until
+    pods release a previous digest (extract_limits.max_digests): waiting in this run cannot move either."""
     return [e for e in status["entries"] if e["phase"] not in (EXTRACTED, ERROR, OUTDATED, INCOMPATIBLE)
-            and e.get("reason") != planner.WAITING_FOR_WAVE]
+            and e.get("reason") not in (planner.WAITING_FOR_WAVE, planner.DIGEST_LIMIT)]
 
 
 def _unplaceable(status, waiting):

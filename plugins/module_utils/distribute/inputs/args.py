@@ -43,6 +43,7 @@ DISTRIBUTION_ARG_SPEC = dict(
         max_bytes=dict(type="int"),
         max_files=dict(type="int"),
         max_expansion_ratio=dict(type="int"),
+        max_digests=dict(type="int"),
     )),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     prune=dict(type="bool", default=True),

@@ -48,6 +48,11 @@ DEFAULT_JOB_LIMITS = {"backoff_limit": 2, "active_deadline_seconds": 900, "ttl_s
 # unset is the extractor's own default (extract/pull.py DEFAULTS).
 EXTRACT_LIMIT_FLAGS = {"max_bytes": "--max-bytes", "max_files": "--max-files",
                        "max_expansion_ratio": "--max-expansion-ratio"}
+# The one limit the planner keeps rather than the extractor: digests of one cache a node holds at once, the current
+# one included (plan/previous_slots.py held_digests). Make before break needs two: the new digest and the one it
+# replaces, kept until the new one is extracted.
+MAX_DIGESTS = "max_digests"
+MIN_DIGESTS = 2
 
 
 class SpecError(ValueError):
@@ -240,15 +245,19 @@ def set_extract_limits(params):
     """{limit: value} of the extract_limits the admin set; SpecError for one that is not a positive number."""
     limits = {key: value for key, value in (params.get("extract_limits") or {}).items() if value is not None}
     for key, value in limits.items():
-        if key not in EXTRACT_LIMIT_FLAGS or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        known = key in EXTRACT_LIMIT_FLAGS or key == MAX_DIGESTS
+        if not known or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise SpecError("extract_limits.%s must be a positive whole number (one of %s)" % (
-                key, ", ".join(EXTRACT_LIMIT_FLAGS)))
+                key, ", ".join((*EXTRACT_LIMIT_FLAGS, MAX_DIGESTS))))
+    if limits.get(MAX_DIGESTS, MIN_DIGESTS) < MIN_DIGESTS:
+        raise SpecError("extract_limits.%s must be at least %d: make before break keeps a node's previous digest until "
+                        "the new one is extracted there" % (MAX_DIGESTS, MIN_DIGESTS))
     return limits
 
 
 def extract_limit_args(extract_limits):
     """The extractor's arguments for the validated extract_limits the admin set."""
-    return [argument for key, value in sorted(extract_limits.items())
+    return [argument for key, value in sorted(extract_limits.items()) if key in EXTRACT_LIMIT_FLAGS
             for argument in (EXTRACT_LIMIT_FLAGS[key], str(value))]
 
 

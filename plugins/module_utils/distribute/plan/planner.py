@@ -40,6 +40,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.clust
     job_condition,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import MAX_DIGESTS
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import (
     conflicts,
     failure_record,
@@ -74,6 +75,10 @@ KEPT_UNTIL_REPLACED = "KeptUntilReplaced"
 # The SlotState outcome (and the status entry's reason) of a node a rolling upgrade holds on its previous digest.
 HELD = "held"
 WAITING_FOR_WAVE = "WaitingForWave"
+# The SlotState outcome (and the status entry's reason) of a node's new slot not planned while the node holds as many
+# digests of the cache as extract_limits.max_digests allows (previous_slots.held_digests).
+LIMITED = "limited"
+DIGEST_LIMIT = "DigestLimit"
 # The SlotState outcome of a namespace where a cluster cache is refused (conflicts.py): nothing is planned there.
 REFUSED = "refused"
 
@@ -263,6 +268,8 @@ class _Planner:
         # its serving PVC keeps: what make before break keeps previous slots for.
         self.current_extracted = {}
         self.serving_kept = {}
+        # node label -> {previous short digest: pods using it} the node keeps (extract_limits.max_digests).
+        self.held = {}
         # Where the Jobs, so their registry Secret, are: the system namespace, or the workload namespaces when the
         # slots are provisioned volumes (render.job_namespace). A Secret elsewhere is from before (issue 31).
         self.secret_namespaces = set()
@@ -292,6 +299,8 @@ class _Planner:
                                   "the system namespace, where the extraction Jobs run, does not exist")
                 self.secret_namespaces = {spec.system_namespace}
                 self._registry_secret(spec.system_namespace)
+            if spec.per_node and spec.extract_limits.get(MAX_DIGESTS):
+                self.held = self._held_digests()
             for namespace in spec.namespaces:
                 if namespace in refused:
                     self.plan.slots.append(SlotState(REFUSED, namespace, None, short_digest(spec.digest), spec.name,
@@ -305,7 +314,7 @@ class _Planner:
                         slot = Slot(spec.name, spec.cache_namespace, namespace, node["metadata"]["name"], spec.digest)
                         if node["metadata"]["name"] in self.hold:
                             self._held(slot)
-                        else:
+                        elif not self._over_digest_limit(slot):
                             self._slot(slot, node, *storage)
                 else:
                     slot = Slot(spec.name, spec.cache_namespace, namespace, "", spec.digest)
@@ -343,6 +352,28 @@ class _Planner:
         self.plan.slots.append(SlotState(
             HELD, slot.namespace, slot.node, short_digest(self.spec.digest), slot.pvc_name(), slot.job_name(),
             reason="waits for its upgrade wave (spec.upgradePolicy); the node serves its previous digest meanwhile"))
+
+    def _held_digests(self):
+        groups = {}
+        for ref, obj in self.live.items():
+            if ref[0] in ("PersistentVolumeClaim", "Job"):
+                groups.setdefault(_group_key(ref[0], obj), []).append(obj)
+        return previous_slots.held_digests(groups, short_digest(self.spec.digest), self.users)
+
+    def _over_digest_limit(self, slot):
+        """True, the slot recorded as LIMITED, for a node's new slot (no PVC yet) while the node holds max_digests - 1
+        previous digests: nothing of it is written, so nothing is deleted under a pod, and the node keeps serving its
+        previous digest (make before break) until a pod ends and a later run frees one. A slot that exists stays."""
+        limit = self.spec.extract_limits.get(MAX_DIGESTS)
+        label = slot.labels()[NODE_LABEL]
+        held = self.held.get(label, {})
+        if not limit or len(held) < limit or ("PersistentVolumeClaim", slot.namespace, slot.pvc_name()) in self.live:
+            return False
+        self.current_extracted[(slot.namespace, label)] = False
+        self.plan.slots.append(SlotState(
+            LIMITED, slot.namespace, slot.node, short_digest(self.spec.digest), slot.pvc_name(), slot.job_name(),
+            reason=previous_slots.over_limit_reason(self.spec, slot.node, held, limit)))
+        return True
 
     def _slot(self, slot, node, storage_class_name, make_pvs, set_owner):
         spec, plan = self.spec, self.plan

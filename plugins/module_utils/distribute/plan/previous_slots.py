@@ -49,6 +49,44 @@ def kept_groups(groups, current_extracted, serving_kept, namespaces):
     return {key for _created, key in newest.values()}
 
 
+def held_digests(groups, current, users_of):
+    """{node label: {short digest: pods using it}}: the previous digests of the cache each node keeps whatever this run
+    plans, the count extract_limits.max_digests bounds with the current one. A previous digest counts when a pod uses
+    it (it is never deleted under a pod), and per namespace the newest extracted one while the current digest is not
+    marked extracted there (make before break keeps it, and a node whose new digest waits keeps it too). Any other
+    previous slot is deleted by this run, so it does not count.
+
+    groups: {(namespace, node label, short digest): live objects}; current: the current short digest; users_of(pvc):
+    the pods using a PVC (directly or through the serving PVC).
+    """
+    held, newest = {}, {}
+    marked = {(namespace, node) for (namespace, node, digest), members in groups.items()
+              if digest == current and any(obj["kind"] == "PersistentVolumeClaim" and holds_extracted(obj)
+                                           for obj in members)}
+    for (namespace, node, digest), members in groups.items():
+        if not node or digest == current:
+            continue
+        users = [user for obj in members if obj["kind"] == "PersistentVolumeClaim" for user in users_of(obj)]
+        if users:
+            held.setdefault(node, {}).setdefault(digest, []).extend(users)
+        if (namespace, node) not in marked and was_extracted(members):
+            created = max(obj["metadata"].get("creationTimestamp") or "" for obj in members)
+            if newest.get((namespace, node), ("",))[0] <= created:
+                newest[(namespace, node)] = (created, digest)
+    for (_namespace, node), (_created, digest) in newest.items():
+        held.setdefault(node, {}).setdefault(digest, [])
+    return held
+
+
+def over_limit_reason(spec, node, held, limit):
+    """The status message of a node's current slot not planned because of extract_limits.max_digests."""
+    pods = sorted({"%s/%s" % (user["namespace"], user["name"]) for users in held.values() for user in users})
+    return ("digest %s waits on node %s: the node holds %d previous digest(s) of the cache (%s)%s and "
+            "extract_limits.max_digests is %d; it is extracted once a previous one is released (its pods end)" % (
+                short_digest(spec.digest), node, len(held), ", ".join(sorted(held)),
+                "; used by %s" % ", ".join(pods) if pods else "", limit))
+
+
 def kept_reason(spec, namespace, node, digest, users):
     """The status message of a kept slot (node '' for a serving PVC), with the pods that still read it."""
     current = short_digest(spec.digest)

@@ -31,8 +31,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_po
     pods_problem,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import (
+    DIGEST_LIMIT,
     HELD,
     KEPT_UNTIL_REPLACED,
+    LIMITED,
     PREVIOUS,
     REFUSED,
     WAITING_FOR_WAVE,
@@ -51,6 +53,7 @@ _FIXES = (
     ("were unschedulable", "uncordon the nodes or narrow node_selector"),
     ("no preemption victims", "pod_template.spec.priorityClassName"),
 )
+DIGEST_LIMIT_FIX = "the pods named end, or extract_limits.max_digests (caches_extract_limits) is raised"
 
 
 def scheduler_fix(message):
@@ -87,6 +90,8 @@ def slot_phase(slot, pvc, job, job_pods):
         return PENDING, slot.reason, [], None
     if slot.outcome == HELD:
         return PENDING, slot.reason, [], WAITING_FOR_WAVE
+    if slot.outcome == LIMITED:
+        return PENDING, slot.reason, [DIGEST_LIMIT_FIX], DIGEST_LIMIT
     if slot.outcome == REFUSED:
         return ERROR, slot.reason, [], CONFLICT
     if slot.digest and holds_extracted(pvc, slot.digest):
