@@ -7,13 +7,19 @@ runs it."""
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import API_VERSION
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    API_VERSION,
+    DIGEST_LABEL,
+    NODE_LABEL,
+)
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry, pytest.mark.tenant]
 
 GPU_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+KWOK_NODE = "gkm-gpu-worker-1"
 CACHE_SPEC = kcache_images.CacheSpec(backend="hip", seed=41)
 
 
@@ -74,3 +80,61 @@ def test_under_the_limits_the_extraction_jobs_carry_them(sim, crds, tenant, cach
         argv = extractor.get("command", []) + extractor.get("args", [])
         assert argv[argv.index("--max-bytes") + 1] == str(declared_bytes), argv
         assert argv[argv.index("--max-files") + 1] == "500" and "--max-expansion-ratio" not in argv, argv
+
+
+@pytest.fixture(scope="module")
+def newer_images(registry):
+    """Two more digests of the tenant's cache."""
+    return [kcache_images.build_image(registry.host, "tenant/limits", tag,
+                                      kcache_images.CacheSpec(backend="hip", seed=seed))
+            for tag, seed in (("v2", 42), ("v3", 43))]
+
+
+def node_pvcs(tenant, digest):
+    """{node: PVC name} of the tenant's per-node PVCs at a digest."""
+    return {pvc["metadata"]["labels"][NODE_LABEL]: pvc["metadata"]["name"]
+            for pvc in listed(tenant, "/api/v1/namespaces/%s/persistentvolumeclaims")
+            if pvc["metadata"]["labels"].get(NODE_LABEL)
+            and pvc["metadata"]["labels"][DIGEST_LABEL] == short_digest(digest)}
+
+
+def hold(tenant, claim, node):
+    """The tenant's pod on the node reading the PVC (Pod Security restricted); it counts as the digest's user."""
+    name = "holds-" + claim[-10:]
+    tenant.kube.request("POST", "/api/v1/namespaces/%s/pods" % tenant.namespace, body={
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"nodeName": node, "tolerations": [GPU_TOLERATION],
+                 "securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
+                                     "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [{"name": "app", "image": "app:1", "securityContext": {
+                     "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                     "volumeMounts": [{"name": "k", "mountPath": "/cache", "readOnly": True}]}],
+                 "volumes": [{"name": "k", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}]}})
+    return "%s/%s" % (tenant.namespace, name)
+
+
+def test_a_node_whose_pods_hold_max_digests_minus_one_previous_digests_gets_no_new_one(
+        sim, crds, tenant, cache, image, newer_images):
+    limits = {"max_digests": 2}
+    held = []
+    # On one kwok node: nothing is pruned under the pods, so no scrub runs and the test stays short.
+    tenant.kube.request("PATCH", tenant.gkmcaches_path(cache), None, {"spec": {"podTemplate": {"spec": {
+        "nodeSelector": {"kubernetes.io/hostname": KWOK_NODE}}}}}, "application/merge-patch+json")
+    for image_now, image_next in ((image, newer_images[0]), (newer_images[0], newer_images[1])):
+        result = reconcile(sim, tenant, cache, limits)
+        assert not result.get("failed"), result.get("msg")
+        pvcs = node_pvcs(tenant, image_now.digest)
+        node = sorted(pvcs)[0]
+        held.append(hold(tenant, pvcs[node], node))
+        tenant.kube.request("PATCH", tenant.gkmcaches_path(cache), None, {"spec": {"image": image_next.ref}},
+                            "application/merge-patch+json")
+    result = reconcile(sim, tenant, cache, limits)
+    assert not result.get("failed"), result.get("msg")
+    assert node == KWOK_NODE and node_pvcs(tenant, newer_images[1].digest) == {}
+    # Nothing deleted under the pods: both previous digests are still on the node.
+    assert node in node_pvcs(tenant, image.digest) and node in node_pvcs(tenant, newer_images[0].digest)
+    status = tenant.kube.request("GET", tenant.gkmcaches_path(cache))[1]["status"]
+    [problem] = [p for p in status["problems"] if p["reason"] == "DigestLimit"]
+    assert problem["node"] == node and problem["phase"] == "Pending", problem
+    assert "extract_limits.max_digests is 2" in problem["message"], problem["message"]
+    assert all(pod in problem["message"] for pod in held), (held, problem["message"])
