@@ -78,3 +78,23 @@ def test_no_registry_credentials_signature_key_or_job_of_ours_in_the_tenant_s_na
         job["metadata"]["labels"][SLOT_NAMESPACE_LABEL] for job in moved["Job"]} == {tenant.namespace}
     assert [sorted(secret["data"]) for secret in moved["Secret"]] == [["config.json", "cosign.pub"]]
     assert refusal(tenant.kube, "GET", "/api/v1/namespaces/%s/secrets" % SYSTEM_NAMESPACE) == 403
+
+
+def test_pod_labels_are_refused_when_the_jobs_would_run_in_the_system_namespace(sim, kube, crds, tenant, signed_image):
+    """A label on a pod there could match the webhook's Service, PodDisruptionBudget or NetworkPolicy, or the
+    admin's: the tenant's labelled GKMCache is refused with the field named, nothing written."""
+    tenant.kube.request("POST", tenant.gkmcaches_path(), body={
+        "apiVersion": API_VERSION, "kind": "GKMCache", "metadata": {"name": "labelled"},
+        "spec": {"image": signed_image.ref, "podTemplate": {
+            "metadata": {"labels": {"app.kubernetes.io/name": "gkm-webhook"}},
+            "spec": {"tolerations": [GPU_TOLERATION]}}}})
+    result = run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name="labelled",
+                        namespace=tenant.namespace, registry_plain_http=True, extract_image="gkm-cluster-tools:test",
+                        host_path_root=NODE_DISK, system_namespace_jobs=True, wait=False)
+    assert result.get("failed"), result.get("plan")
+    status = tenant.kube.request("GET", tenant.gkmcaches_path("labelled"))[1]["status"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert status["phase"] == "Error" and ready["reason"] == "InvalidSpec", status
+    assert ready["message"].startswith("spec.podTemplate.metadata.labels is refused"), ready["message"]
+    assert Kube(kube).list("Job", namespace=SYSTEM_NAMESPACE, label_selector=cache_selector(
+        "labelled", tenant.namespace)) == []

@@ -244,9 +244,9 @@ def _refuse_labels_in_system_namespace(spec, in_system):
     whatever else the admin runs there, whose selectors the collection cannot know; so none is copied there."""
     if in_system and spec.pod_metadata("labels"):
         raise PlanError(
-            "pod_template.metadata.labels (the resource's spec.podTemplate.metadata.labels) is refused: the extraction "
-            "Jobs run in the system namespace %s (system_namespace_jobs), where a label could match a selector of a "
-            "Service, PodDisruptionBudget or NetworkPolicy there; remove it" % spec.system_namespace,
+            "pod_template.metadata.labels is refused: the extraction Jobs run in the system namespace %s "
+            "(system_namespace_jobs), where a label could match a selector of a Service, PodDisruptionBudget or "
+            "NetworkPolicy there; remove it" % spec.system_namespace,
             reason="InvalidSpec")
 
 

@@ -3,6 +3,7 @@
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract import naming
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     MANAGED_BY_LABEL,
     MANAGER,
@@ -639,9 +640,10 @@ def test_pod_template_labels_are_refused_with_the_field_named_when_the_jobs_run_
     with pytest.raises(scheduling.PlanError) as refused:
         planner.plan(make_spec(pod_template=LABELLED), facts())
     assert refused.value.reason == "InvalidSpec"
-    assert str(refused.value).startswith("pod_template.metadata.labels (the resource's spec.podTemplate.metadata."
-                                         "labels) is refused: the extraction Jobs run in the system namespace "
-                                         "gkm-system")
+    assert str(refused.value).startswith("pod_template.metadata.labels is refused: the extraction Jobs run in the "
+                                         "system namespace gkm-system")
+    # The resource's status names its own field.
+    assert resource_terms(str(refused.value)).startswith("spec.podTemplate.metadata.labels is refused")
 
 
 @pytest.mark.parametrize("params, storage_class", [({"system_namespace_jobs": False}, None), ({}, CSI_CLASS)])
