@@ -193,7 +193,8 @@ options:
             Make before break keeps a node's previous digest until the new one is extracted there, and a digest a pod
             still uses is never deleted, so pods that stay on old digests keep their directories on the node.
           - A node that already holds O(extract_limits.max_digests) previous digests gets no slot of a new digest (it
-            would be one over) - nothing is written there and nothing deleted under a pod - and keeps serving the digest it has.
+            would be one over) - nothing is written there and nothing deleted under a pod - and keeps serving the
+            digest it has.
             Its status entry is C(Pending), reason C(DigestLimit), naming the digests held, the pods using them and
             the limit; a later run extracts the new digest once those pods end. A slot already there is never removed
             for the limit. A rolling upgrade's wave with such a node waits for it.

@@ -362,8 +362,9 @@ class _Planner:
 
     def _over_digest_limit(self, slot):
         """True, the slot recorded as LIMITED, for a node's new slot (no PVC yet) while the node holds max_digests
-        previous digests (the new one would be one over): nothing of it is written, so nothing is deleted under a pod, and the node keeps serving its
-        previous digest (make before break) until a pod ends and a later run frees one. A slot that exists stays."""
+        previous digests (the new one would be one over): nothing of it is written, so nothing is deleted under a
+        pod, and the node keeps serving its previous digest (make before break) until a pod ends and a later run
+        frees one. A slot that exists stays."""
         limit = self.spec.extract_limits.get(MAX_DIGESTS)
         label = slot.labels()[NODE_LABEL]
         held = self.held.get(label, {})
