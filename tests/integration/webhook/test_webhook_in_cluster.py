@@ -453,6 +453,15 @@ def daemon_pod_node(pod):
     return terms[0].match_fields[0].values[0]
 
 
+def scale_servers(apps, options, replicas):
+    apps.patch_namespaced_deployment_scale(options["name"], options["namespace"], {"spec": {"replicas": replicas}})
+
+
+def webhook_refusals(core, namespace):
+    events = core.list_namespaced_event(namespace, field_selector="reason=FailedCreate").items
+    return [event.message for event in events if "failed calling webhook" in event.message]
+
+
 class AdmissionProbe(threading.Thread):
     """Dry-run creates of a labelled and an unlabelled pod, in turn, recording (seconds, labelled, error or None)."""
 
@@ -486,17 +495,24 @@ def test_server_pods_deleted_during_a_daemonset_rollout_only_delay_labelled_pods
     image = real_webhook["image"]
     expected = create_node_pvcs(kube, namespace, CACHE, real_node_names)
     wait_views_hold(core, real_webhook, len(real_node_names))
+    apps = client.AppsV1Api(kube)
     deleted = set()
     probe = AdmissionProbe(core, namespace, real_node_names[0], image)
     probe.start()
     try:
+        # Held at zero replicas until the DaemonSet controller has been refused: replacements that start within
+        # a probe's interval would otherwise leave no outage to observe.
+        scale_servers(apps, real_webhook, 0)
         for pod in server_pods(core, real_webhook["name"], real_webhook["namespace"]):
             core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
             deleted.add(pod.metadata.name)
         # The killed containers may answer a moment longer; the DaemonSet rolls out once no server does.
         wait_until("labelled pods refused", lambda: probe.failures(labelled=True), timeout=60, interval=0.1)
         name = unique("ds")
-        client.AppsV1Api(kube).create_namespaced_daemon_set(namespace, daemonset(name, image))
+        apps.create_namespaced_daemon_set(namespace, daemonset(name, image))
+        wait_until("the DaemonSet controller refused", lambda: webhook_refusals(core, namespace), timeout=60,
+                   interval=0.5)
+        scale_servers(apps, real_webhook, real_webhook["replicas"])
 
         def every_node_has_its_pod():
             pods = core.list_namespaced_pod(namespace, label_selector="app=%s" % name).items
@@ -509,12 +525,12 @@ def test_server_pods_deleted_during_a_daemonset_rollout_only_delay_labelled_pods
             [pod for pod in ready_server_pods(core, real_webhook) if pod.metadata.name not in deleted]
         ) == real_webhook["replicas"], timeout=120, interval=1)
     finally:
+        scale_servers(apps, real_webhook, real_webhook["replicas"])
         probe.stop.set()
         probe.join()
     assert claims == expected
     # The DaemonSet controller was refused while no server answered (failurePolicy Fail) and retried.
-    events = core.list_namespaced_event(namespace, field_selector="reason=FailedCreate").items
-    assert any("failed calling webhook" in event.message for event in events), [e.message for e in events]
+    assert webhook_refusals(core, namespace)
     # Labelled pods were refused only during the outage; unlabelled pods never were.
     refused = probe.failures(labelled=True)
     assert all("failed calling webhook" in error for _at, error in refused)
