@@ -23,12 +23,13 @@ import json
 import re
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import MAX_KERNEL_USE_ROWS
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import kernel_use_container
 from ansible_collections.gkm.cluster.plugins.module_utils.kernels.usage import REPORT_KEY
 
 MAX_PODS = 20
 MAX_LISTED_PODS = 10
-MAX_NODES = 50
+MAX_NODES = MAX_KERNEL_USE_ROWS
 MAX_MISSES = 10
 # Above any real kernel set; a larger figure is a pod's invention.
 MAX_COUNT = 100000
