@@ -40,7 +40,7 @@ ENTRY_POINT = "ansible_collections.gkm.cluster.plugins.module_utils.kernels.over
 USE_ENTRY_POINT = "ansible_collections.gkm.cluster.plugins.module_utils.kernels.usage_main"
 TERMINATION_LOG = "/dev/termination-log"
 INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
-# The kernel-use sidecar sleeps between looks at the overlay: measured 12 MB resident and under 1 ms of CPU a look
+# The kernel-use sidecar sleeps between looks at the overlay: measured 14 MB resident and 0.7 ms of CPU a look
 # for 56 kernels (docs/kernels.md).
 USE_RESOURCES = {"requests": {"cpu": "5m", "memory": "24Mi"}, "limits": {"memory": "48Mi"}}
 # Pod Security `restricted` holds for the init container whatever the pod's own securityContext says.
