@@ -145,7 +145,14 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     if spec.overlay_variable and found:
         # What the pods given the kernel overlay found in the cache and compiled (their sidecars' last lines).
         with timings.phase("kernel_use"):
-            status[KERNEL_USE_STATUS] = read_kernel_use(kube, spec)
+            try:
+                status[KERNEL_USE_STATUS] = read_kernel_use(kube, spec)
+            except GkmError as error:
+                # A report, never a reason to fail the reconcile: the last one read is kept.
+                result.setdefault("warnings", []).append("%s %s: the kernel use of its pods was not read: %s" % (
+                    kind, name, error))
+                if current.get(KERNEL_USE_STATUS):
+                    status[KERNEL_USE_STATUS] = current[KERNEL_USE_STATUS]
     desired = carry_transition_times(current, status)
     with timings.phase("resource_status"):
         result["status_changed"] = _write_status(kube, kind, name, path, current, desired) if found else (
