@@ -264,8 +264,11 @@ def test_each_pod_s_hits_and_misses_are_in_the_cache_s_status_cache_info_and_met
         report = last_report(cluster.core.read_namespaced_pod_log(pod, cluster.namespace, container=sidecar.name))
         assert (report["overlaid"], report["hits"], report["misses"]) == (
             KERNELS - lacks, KERNELS - lacks, int(lacks)), report
-        started = {s.name: s.state.terminated.started_at for s in run.pod.status.init_container_statuses}
-        print("%s: sidecar %s; init containers started %s" % (pod, json.dumps(report, sort_keys=True), started))
+        # What the sidecar costs the pod: when each container ran (API timestamps, 1 s resolution).
+        ran = {s.name: "%s..%s" % (s.state.terminated.started_at.time(), s.state.terminated.finished_at.time())
+               for s in run.pod.status.init_container_statuses + run.pod.status.container_statuses}
+        print("%s: sidecar %s; containers ran %s; created %s" % (
+            pod, json.dumps(report, sort_keys=True), ran, run.pod.metadata.creation_timestamp.time()))
         reconciled = reconcile(sim, cache, cluster.namespace, extract_image=tools_image)
         use = reconciled["resource"]["status"]["kernelUse"]
         [entry] = [p for p in use["pods"] if p["name"] == pod]
