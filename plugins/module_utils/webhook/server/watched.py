@@ -36,7 +36,7 @@ _PVC_METADATA = ("name", "namespace", "creationTimestamp", "deletionTimestamp")
 _CACHE_LABELS = (SIGNATURE_FORMAT_LABEL,)
 _CACHE_SPEC = tuple(dict(SPEC_FIELDS)[option]
                     for option in ("image", "access_modes", "mount_mode", "workload_namespaces"))
-_CACHE_STATUS = ("resolvedDigest", "targets", KERNEL_OVERLAY_STATUS, KERNEL_USE_STATUS)
+_CACHE_STATUS = ("resolvedDigest", "targets", KERNEL_OVERLAY_STATUS)
 
 
 def _mapping(value):
@@ -63,8 +63,13 @@ def kept_pvc(obj):
 
 
 def kept_cache(obj):
+    status = _picked(obj.get("status"), _CACHE_STATUS)
+    kernel_use = _mapping(_mapping(obj.get("status")).get(KERNEL_USE_STATUS))
+    if "nodes" in kernel_use:
+        # /metrics exports the per-node rows; the pods listed beside them are not read here.
+        status[KERNEL_USE_STATUS] = {"nodes": kernel_use["nodes"]}
     return {"metadata": _metadata(obj, labels=_CACHE_LABELS),
-            "spec": _picked(obj.get("spec"), _CACHE_SPEC), "status": _picked(obj.get("status"), _CACHE_STATUS)}
+            "spec": _picked(obj.get("spec"), _CACHE_SPEC), "status": status}
 
 
 def kept_node_object(obj):

@@ -29,6 +29,8 @@ def _exported(text):
 
 
 def test_the_status_rows_are_kept_and_exported_per_cache_node_and_namespace():
+    # The server keeps the rows it exports, not the pods listed beside them.
+    assert kept_cache(_cache("c", {"nodes": ROWS, "pods": [{"name": "p"}]}))["status"]["kernelUse"] == {"nodes": ROWS}
     cluster = WatchedCluster()
     cluster.replace_caches("GKMCache", [kept_cache(_cache("vector-add", {"nodes": ROWS})), _cache("plain")])
     held = cluster.kernel_use
