@@ -73,7 +73,24 @@ caches:
         its last reconcile found). C(mounted_by) lists the unfinished pods (C(namespace/name)) that mount the cache
         now, read from the live pods - any of its PVCs (per-node, serving, ReadOnlyMany) or, in imageVolume mode, an
         image volume of its repository in its namespaces.
+        C(kernel_use), for a cache whose pods get the kernel overlay, is the resource's C(status.kernelUse) as its
+        last reconcile read it from the pods' kernel-use sidecars (see RV(caches.status.kernel_use)).
       type: dict
+      contains:
+        kernel_use:
+          description:
+            - What the pods given the cache's kernel overlay found in it and compiled, read by the cache's last
+              reconcile from the newest 20 pods with the kernel-use sidecar in the cache's namespaces.
+            - C(podCnt), C(hits) (kernels Triton found in the cache), C(misses) (kernels compiled in the pods), and
+              C(compileSecondsSaved) when the image records its kernels' cold compile seconds (hits times their
+              mean).
+            - C(nodes) has the same figures per node and pod namespace (at most 50 rows).
+            - C(pods) lists the newest 10 pods with C(namespace), C(name), C(node), C(hits), C(misses) and
+              C(missed) (at most 10 kernels, each C(kernel) and C(reason) - C(tritonVersion), C(target), C(leftOut),
+              C(cachedName) or C(notCached) - with the pod's C(tritonVersion) or C(target) when that is why), and a
+              C(reason) when no kernel hit and each one compiled has a cached kernel's name (another Triton build).
+          returned: when the cache's status has it
+          type: dict
 api_requests:
   description: API requests made.
   returned: always

@@ -21,6 +21,8 @@ GROUP_ROOT = "/opt/gkm/triton-cache"
 LABEL_TRITON_VERSION = "io.gkm.cache/triton-version"
 LABEL_TRITON_KEY = "io.gkm.cache/triton-key"
 LABEL_GROUP_ROOT = "io.gkm.cache/group-root"
+# The seconds the image's kernels took to compile cold, summed: what a pod that finds them saves, estimated.
+LABEL_COMPILE_SECONDS = "io.gkm.cache/compile-seconds"
 
 
 def mcv_manifest_entry(facts, debug=False):
@@ -89,4 +91,7 @@ def labels(kind, facts, size_bytes, build, group_root=GROUP_ROOT):
         found[LABEL_TRITON_VERSION] = ",".join(versions)
     if build.get("triton_key"):
         found[LABEL_TRITON_KEY] = build["triton_key"]
+    seconds = {kernel.get("hash"): kernel.get("seconds") for kernel in build.get("kernels") or ()}
+    if facts and all(isinstance(seconds.get(fact["hash"]), (int, float)) for fact in facts):
+        found[LABEL_COMPILE_SECONDS] = "%.3f" % sum(seconds[fact["hash"]] for fact in facts)
     return found

@@ -120,8 +120,10 @@ class Kube:
                 self.writes += 1
 
     def request(self, method, path, query=None, body=None, content_type="application/json", what=None,
-                retry_conflicts=True, accept="application/json", retry_busy=True):
+                retry_conflicts=True, accept="application/json", retry_busy=True, text=False):
         """(status, decoded JSON or None); retries 409/429/5xx with backoff, raises KubeError otherwise.
+
+        text=True returns the body as text instead (a pod's log).
 
         retry_conflicts=False raises a 409 at once: a write guarded by a resourceVersion must be planned again.
         retry_busy=False raises a 429 at once: for an eviction it is the answer (a PodDisruptionBudget refuses now).
@@ -148,6 +150,8 @@ class Kube:
             data = response.data
             # Dry runs change nothing, so they do not count as writes.
             self._count(write and not self.dry_run)
+            if text:
+                return response.status, data.decode("utf-8", "replace") if data else ""
             return response.status, json.loads(data) if data else None
         raise AssertionError("unreachable")
 

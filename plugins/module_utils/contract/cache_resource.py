@@ -22,6 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_KINDS,
     CLUSTER_CACHE_KIND,
     KERNEL_OVERLAY_STATUS,
+    KERNEL_USE_STATUS,
     MOUNT_MODES,
     PVC,
     READ_ONLY_MANY,
@@ -52,9 +53,11 @@ _RENAMED_OPTION = re.compile(r"(?<![\w.])(%s)(?!\w)" % "|".join(
 class CacheResource:
     """What a cache resource says. `digest` is status.resolvedDigest (what its reconcile resolved and, if asked,
     verified) or None; `pinned_digest` is the digest its spec.image pins, or None for a tag; `overlay_variable` is
-    the variable status.kernelOverlay names (its pods get the kernel overlay as that variable), or None."""
+    the variable status.kernelOverlay names (its pods get the kernel overlay as that variable), or None;
+    `kernel_use` the per-node rows of status.kernelUse (kernel_use_rows)."""
 
-    __slots__ = ("access_modes", "digest", "image", "kind", "mount_mode", "name", "namespace", "overlay_variable",
+    __slots__ = ("access_modes", "digest", "image", "kernel_use", "kind", "mount_mode", "name", "namespace",
+                 "overlay_variable",
                  "pinned_digest", "pod_template", "problems", "signature_format", "status_targets",
                  "storage_class_name", "upgrade_policy", "workload_namespaces")
 
@@ -112,7 +115,28 @@ def read_cache(obj, default_mount_mode=PVC, kind=None):
         if isinstance(status.get("targets"), list) else []
     variable = _mapping(status.get(KERNEL_OVERLAY_STATUS)).get("variable")
     cache.overlay_variable = variable if isinstance(variable, str) and variable else None
+    cache.kernel_use = kernel_use_rows(status.get(KERNEL_USE_STATUS))
     return cache
+
+
+# status.kernelUse keeps at most this many rows (distribute/status/kernel_use.py); a reader keeps no more.
+MAX_KERNEL_USE_ROWS = 50
+
+
+def kernel_use_rows(kernel_use):
+    """[(node, pod namespace, pods, hits, misses, compile seconds saved or None)] of status.kernelUse.nodes, the
+    malformed rows left out: what the webhook server's /metrics exports."""
+    rows, nodes = [], _mapping(kernel_use).get("nodes")
+    for row in nodes[:MAX_KERNEL_USE_ROWS] if isinstance(nodes, list) else ():
+        row = _mapping(row)
+        counts = [row.get(field) for field in ("podCnt", "hits", "misses")]
+        if not all(isinstance(value, str) for value in (row.get("node"), row.get("namespace"))) or not all(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in counts):
+            continue
+        seconds = row.get("compileSecondsSaved")
+        seconds = float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None
+        rows.append((row["node"], row["namespace"], counts[0], counts[1], counts[2], seconds))
+    return rows
 
 
 def resource_terms(message):

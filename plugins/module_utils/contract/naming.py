@@ -22,6 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_NAMESPACE_LABEL,
     DIGEST_LABEL,
     GROUP,
+    KERNEL_USE_PREFIX,
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_KINDS,
@@ -229,6 +230,13 @@ def serving_alias_name(cache, digest):
         return name
     suffix = "-%s-%s" % (stable_hash("serving-alias", cache), digest)
     return cache[:MAX_NAME - len(suffix)].rstrip("-") + suffix
+
+
+def kernel_use_container(cache):
+    """The kernel-use sidecar's name in a pod given the overlay of `cache`: the webhook names it, the reconcile reads
+    that container's log. Two caches whose names share their first 48 characters share it: each reconcile then reads
+    the other's pods too, whose figures a pod can only ever report about itself."""
+    return (KERNEL_USE_PREFIX + cache)[:MAX_NAME].rstrip("-")
 
 
 def pinned_reference(image, digest):

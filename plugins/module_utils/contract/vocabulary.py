@@ -102,6 +102,11 @@ CACHE_PENDING_ANNOTATION = DOMAIN + "/cache-pending"
 # status.kernelOverlay: {variable: NAME}, present when pods given the cache by annotation get the kernel overlay
 # (kernels/plan.py), the variable naming it; the webhook's view reads it.
 KERNEL_OVERLAY_STATUS = "kernelOverlay"
+# status.kernelUse: what the pods given the overlay found in the cache and compiled (distribute/status/kernel_use.py);
+# the webhook server's /metrics exports it.
+KERNEL_USE_STATUS = "kernelUse"
+# The kernel-use sidecar the webhook adds beside the overlay (kernels/usage_main.py); the reconcile reads its log.
+KERNEL_USE_PREFIX = "gkm-kernel-use-"
 
 # ------------------------------------------------------------------ mount modes (spec.mountMode)
 PVC = "PVC"

@@ -14,6 +14,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     IMAGE_VOLUME,
+    KERNEL_USE_STATUS,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import (
     DistributeError,
@@ -23,6 +24,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs impo
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pipeline import distribute, run
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.ownership import resource_owner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import outcome, signature_check
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.kernel_use import read_kernel_use
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.resource_status import (
     COUNT_NAMES,
     carry_transition_times,
@@ -140,6 +142,17 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
         status["conditions"].append(signature)
         if signature["status"] == "False":
             result.setdefault("warnings", []).append("%s %s: %s" % (kind, name, signature["message"]))
+    if spec.overlay_variable and found:
+        # What the pods given the kernel overlay found in the cache and compiled (their sidecars' last lines).
+        with timings.phase("kernel_use"):
+            try:
+                status[KERNEL_USE_STATUS] = read_kernel_use(kube, spec)
+            except GkmError as error:
+                # A report, never a reason to fail the reconcile: the last one read is kept.
+                result.setdefault("warnings", []).append("%s %s: the kernel use of its pods was not read: %s" % (
+                    kind, name, error))
+                if current.get(KERNEL_USE_STATUS):
+                    status[KERNEL_USE_STATUS] = current[KERNEL_USE_STATUS]
     desired = carry_transition_times(current, status)
     with timings.phase("resource_status"):
         result["status_changed"] = _write_status(kube, kind, name, path, current, desired) if found else (

@@ -11,12 +11,34 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import re
 
 CACHE_KINDS = ("triton", "vllm")
 
 
 class CacheMetadataError(ValueError):
     """The image's cache labels or manifest.json are missing or malformed."""
+
+
+# Ours, beside MCV's (tools/triton_kernels/image.py writes them): the Triton version the kernels were compiled with,
+# and their cold compile's seconds summed, from which the seconds a pod saves by finding a kernel are estimated.
+TRITON_VERSION_LABEL = "io.gkm.cache/triton-version"
+COMPILE_SECONDS_LABEL = "io.gkm.cache/compile-seconds"
+# Triton's version as it writes it (3.9.0, 3.2.0+git1a2b): anything else in the label is ignored.
+_VERSION = re.compile(r"^[0-9A-Za-z.+_-]{1,40}$")
+
+
+def kernel_facts(labels, entry_count):
+    """(Triton version or None, estimated cold compile seconds per kernel or None) from the image's labels. A label
+    that does not parse is ignored: these only explain a pod's misses and estimate its savings."""
+    version = labels.get(TRITON_VERSION_LABEL)
+    version = version if isinstance(version, str) and _VERSION.fullmatch(version) else None
+    try:
+        total = float(labels.get(COMPILE_SECONDS_LABEL))
+    except (TypeError, ValueError):
+        total = None
+    per_kernel = round(total / entry_count, 4) if total and total > 0 and total < 1e7 and entry_count else None
+    return version, per_kernel
 
 
 def image_labels(config):
@@ -85,10 +107,14 @@ def parse_cache_metadata(config):
     summary_key = "cache.%s.image/summary" % kind
     if summary_key not in labels:
         raise CacheMetadataError("label %s is missing: the image does not say which GPUs it targets" % summary_key)
+    entry_count = _label_int(labels, "cache.%s.image/entry-count" % kind)
+    triton_version, compile_seconds = kernel_facts(labels, entry_count)
     return {
         "kind": kind,
         "targets": parse_targets(labels[summary_key], summary_key),
-        "entry_count": _label_int(labels, "cache.%s.image/entry-count" % kind),
+        "entry_count": entry_count,
+        "triton_version": triton_version,
+        "compile_seconds_per_kernel": compile_seconds,
         "size_bytes": _label_int(labels, "cache.%s.image/cache-size-bytes" % kind),
         "format": labels.get("cache.%s.image/format" % kind),
         "title": labels.get("org.opencontainers.image.title"),

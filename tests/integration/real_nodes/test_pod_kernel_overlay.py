@@ -26,11 +26,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import kernel_use_container
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.kernel_use import last_report
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
 from tests.helpers.real_nodes import AMD_NODE, BASELINE, delete_namespace, labelled_namespace, real_pod_template
 from tests.helpers.warmup_pods import cache_pod, cold_pod, finished_run, overlay_container, overlay_written, warmup_pod
-from tests.helpers.webhook import CertificateFiles, LocalWebhookServer, install, wait_until
+from tests.helpers.webhook import CertificateFiles, LocalWebhookServer, install, metric_value, wait_until
 from tests.integration.webhook.test_steering_apiserver import GROUP, VERSION, reconcile
 from tools.triton_kernels import layout
 
@@ -53,7 +55,7 @@ def webhook(sim, tools_image, tmp_path_factory):
     try:
         server.start().wait_ready(certs.ca)
         install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], url=server.url, ca_bundle=certs.ca)
-        yield
+        yield server, certs.ca
     finally:
         install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], state="absent")
         server.stop()
@@ -71,8 +73,9 @@ def _cache_pod(name, image, cache, **extra):
 class Cluster:
     """The module's namespace: its caches, and its pods run one at a time."""
 
-    def __init__(self, core, namespace, image):
+    def __init__(self, core, namespace, image, webhook):
         self.core, self.namespace, self.image = core, namespace, image
+        self.webhook = webhook  # (the local server, its CA)
         self.created = {}
 
     def create(self, body):
@@ -110,7 +113,7 @@ def cluster(sim, kube, crds, registry, real_nodes, tools_image, workload_image, 
     pod started first, so that the node pulls the workload image while they are extracted."""
     core = client.CoreV1Api(kube)
     namespace = labelled_namespace(core, "t-real-overlay-%s" % uuid.uuid4().hex[:6], BASELINE)
-    made = Cluster(core, namespace, workload_image)
+    made = Cluster(core, namespace, workload_image, webhook)
     try:
         made.create(cold_pod("cold", workload_image, AMD_NODE, TARGET))
         for mode in MODES:
@@ -160,7 +163,8 @@ def test_through_the_overlay_every_kernel_is_a_hit_and_none_is_compiled(cluster,
     full = _caches(mode)[0]
     admitted = cluster.create(_cache_pod("overlaid-" + full, cluster.image, full))
     _given(admitted, mode, full)
-    assert [c.name for c in admitted.spec.init_containers or []] == [overlay_container(full)]
+    assert [c.name for c in admitted.spec.init_containers or []] == [
+        overlay_container(full), kernel_use_container(full)]
     pod, kernels, summary, report = cluster.finished("overlaid-" + full)
     assert pod.status.phase == "Succeeded", (pod.status, kernels)
     assert [k["result"] for k in kernels] == ["hit"] * KERNELS, kernels
@@ -169,7 +173,7 @@ def test_through_the_overlay_every_kernel_is_a_hit_and_none_is_compiled(cluster,
     assert report["states"] == {layout.FOREIGN: KERNELS}, report["states"]
     written = overlay_written(cluster.core, cluster.namespace, "overlaid-" + full, full)
     assert (written["kernels"], written["groups"], written["skipped"]) == (KERNELS, KERNELS, []), written
-    [init] = pod.status.init_container_statuses
+    init = pod.status.init_container_statuses[0]
     print("overlay init container: %s, ran %.0f s (API timestamps, 1 s resolution)" % (
         json.dumps(written, sort_keys=True),
         (init.state.terminated.finished_at - init.state.terminated.started_at).total_seconds()))
@@ -220,7 +224,7 @@ def test_a_pod_given_its_node_s_pvc_by_claim_gets_the_overlay_for_its_own_mount(
     body["spec"]["nodeName"] = AMD_NODE  # the webhook picks the node's PVC only for a pod whose node is known
     admitted = cluster.create(body)
     [volume] = [v for v in admitted.spec.volumes if v.name == "kernels"]
-    [init] = admitted.spec.init_containers
+    init, _use = admitted.spec.init_containers
     assert volume.persistent_volume_claim.claim_name != name and init.name == overlay_container(name), admitted.spec
     cache_mount = init.volume_mounts[0]
     assert (cache_mount.name, cache_mount.mount_path, cache_mount.sub_path) == ("kernels", MOUNT, "cache")
@@ -230,3 +234,65 @@ def test_a_pod_given_its_node_s_pvc_by_claim_gets_the_overlay_for_its_own_mount(
     assert (summary["hits"], summary["misses"], summary["errors"]) == (hits, KERNELS - hits, 0), summary
     assert report["states"] == dict({layout.FOREIGN: hits}, **({layout.RESOLVES: 1} if lacking else {})), \
         report["states"]
+
+
+def _ran(cluster, cache):
+    """The overlaid pod of `cache` once its warm-up ended (the tests above ran it; run here when selected alone)."""
+    name = "overlaid-" + cache
+    if name not in cluster.created:
+        cluster.create(_cache_pod(name, cluster.image, cache))
+    return finished_run(cluster.core, cluster.namespace, name)
+
+
+def _exported(page, labels, expected):
+    """The metrics page once it shows the expected (hits, misses) for those labels, else None."""
+    shown = tuple(metric_value(page, "%s{%s}" % (name, labels))
+                  for name in ("gkm_cache_kernel_hits", "gkm_cache_kernel_misses"))
+    return page if shown == expected else None
+
+
+def test_each_pod_s_hits_and_misses_are_in_the_cache_s_status_cache_info_and_metrics(cluster, sim, tools_image):
+    """The kernel-use sidecar beside the overlay reports what Triton found and compiled; the reconcile reads it
+    through pods/log into status.kernelUse, cache_info returns it and the webhook server's /metrics exports it."""
+    server, ca = cluster.webhook
+    for cache, lacks in zip(_caches("PVC"), (False, True)):
+        run = _ran(cluster, cache)
+        pod = "overlaid-" + cache
+        sidecar = next(s for s in run.pod.status.init_container_statuses if s.name == kernel_use_container(cache))
+        # Stopped once the warm-up ended; its last line is its look after that.
+        assert sidecar.state.terminated is not None, sidecar
+        report = last_report(cluster.core.read_namespaced_pod_log(pod, cluster.namespace, container=sidecar.name))
+        assert (report["overlaid"], report["hits"], report["misses"]) == (
+            KERNELS - lacks, KERNELS - lacks, int(lacks)), report
+        # What the sidecar costs the pod: when each container ran (API timestamps, 1 s resolution).
+        ran = {s.name: "%s..%s" % (s.state.terminated.started_at.time(), s.state.terminated.finished_at.time())
+               for s in run.pod.status.init_container_statuses + run.pod.status.container_statuses}
+        print("%s: sidecar %s; containers ran %s; created %s" % (
+            pod, json.dumps(report, sort_keys=True), ran, run.pod.metadata.creation_timestamp.time()))
+        reconciled = reconcile(sim, cache, cluster.namespace, extract_image=tools_image)
+        use = reconciled["resource"]["status"]["kernelUse"]
+        [entry] = [p for p in use["pods"] if p["name"] == pod]
+        assert (entry["node"], entry["hits"], entry["misses"]) == (AMD_NODE, KERNELS - lacks, int(lacks)), use
+        # Estimated from the image's recorded cold compile seconds, which its builder wrote.
+        assert entry["compileSecondsSaved"] > 0, entry
+        if lacks:
+            [missed] = [k for k in run.kernels if k["result"] == "miss"]
+            [compiled] = report["compiled"]
+            assert compiled["hash_dir"] == layout.hash_directory_name(missed["hash"]), (compiled, missed)
+            assert compiled["name"] in ("vector_add", "row_softmax", "matmul"), compiled
+            # Another matmul configuration is cached under another key; a vector_add or row_softmax is not cached.
+            assert entry["missed"] == [{"kernel": compiled["name"],
+                                        "reason": "cachedName" if compiled["cached_name"] else "notCached"}], entry
+        else:
+            assert entry["missed"] == [] and "reason" not in entry, entry
+        info = run_module("cache_info", sim.kubeconfig, name=cache, namespace=cluster.namespace)
+        assert not info.get("failed"), info.get("msg")
+        [listed] = info["caches"]
+        assert listed["status"]["kernel_use"] == use
+        [row] = [r for r in use["nodes"] if (r["node"], r["namespace"]) == (AMD_NODE, cluster.namespace)]
+        labels = 'kind="GKMCache",cache="%s",cache_namespace="%s",namespace="%s",node="%s"' % (
+            cache, cluster.namespace, cluster.namespace, AMD_NODE)
+        exported = wait_until("%s's kernel use on /metrics" % cache, lambda labels=labels, row=row: _exported(
+            server.get("/metrics", ca)[1], labels, (row["hits"], row["misses"])), timeout=30, interval=0.5)
+        assert metric_value(exported, "gkm_cache_compile_seconds_saved{%s}" % labels) == pytest.approx(
+            row["compileSecondsSaved"])

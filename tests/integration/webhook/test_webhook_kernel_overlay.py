@@ -104,8 +104,13 @@ def test_a_tenant_s_annotated_pod_is_stored_with_the_overlay_and_passes_restrict
     volumes = {v["name"]: v for v in stored["volumes"]}
     assert volumes["gkm-kernels-vector-add"]["emptyDir"] == {}
     assert volumes["gkm-cache-vector-add"]["persistentVolumeClaim"] == {"claimName": CACHE, "readOnly": True}
-    [init] = stored["initContainers"]
+    init, use = stored["initContainers"]
     assert (init["name"], init["image"], init["imagePullPolicy"]) == ("gkm-kernels-vector-add", TOOLS, "IfNotPresent")
+    # The kernel-use sidecar, stored as a native sidecar beside it, restricted like it, the overlay read-only.
+    assert (use["name"], use["image"], use["restartPolicy"]) == ("gkm-kernel-use-vector-add", TOOLS, "Always")
+    assert use["securityContext"] == init["securityContext"]
+    assert {(m["name"], m["mountPath"], m.get("readOnly", False)) for m in use["volumeMounts"]
+            if not m["name"].startswith("kube-api-access")} == {("gkm-kernels-vector-add", OVERLAY_PATH, True)}
     assert init["command"] == ["python3", "-m", ENTRY_POINT, "/kernels", OVERLAY_PATH,
                                "--termination-log", "/dev/termination-log"]
     assert {(m["name"], m["mountPath"], m.get("readOnly", False)) for m in init["volumeMounts"]
@@ -147,7 +152,7 @@ def test_a_tenant_s_pod_naming_the_serving_pvc_by_claim_gets_the_overlay_for_its
         return _create(tenant, body)["spec"]
 
     stored = claimed("by-claim")
-    [init] = stored["initContainers"]
+    init, _use = stored["initContainers"]
     assert init["command"][3:5] == ["/models", OVERLAY_PATH]
     assert {"name": "mine", "mountPath": "/models", "readOnly": True} in init["volumeMounts"]
     [main] = stored["containers"]

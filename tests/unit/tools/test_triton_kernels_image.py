@@ -51,6 +51,18 @@ def test_labels_are_mcvs_then_ours():
         "targets": [{"backend": "hip", "arch": "gfx90a", "warp_size": 64}]}
     assert labels[image.LABEL_TRITON_VERSION] == "3.9.0" and labels[image.LABEL_TRITON_KEY] == "f" * 64
     assert labels[image.LABEL_GROUP_ROOT] == image.GROUP_ROOT
+    # No compile seconds unless the build recorded every kernel's.
+    assert image.LABEL_COMPILE_SECONDS not in labels
+
+
+def test_the_compile_seconds_label_sums_the_image_kernels_cold_compiles_and_the_collection_reads_it():
+    build = {"kernels": [{"hash": "ab" * 32, "seconds": 0.25}, {"hash": "cd" * 32, "seconds": 1.5},
+                         {"hash": "ef" * 32, "seconds": 9.0}]}
+    labels = image.labels("triton", [_facts("ab" * 32), _facts("cd" * 32)], 1, build)
+    assert labels[image.LABEL_COMPILE_SECONDS] == "1.750"
+    # The collection's names for the labels this tool writes.
+    assert (metadata.COMPILE_SECONDS_LABEL, metadata.TRITON_VERSION_LABEL) == (
+        image.LABEL_COMPILE_SECONDS, image.LABEL_TRITON_VERSION)
 
 
 def test_the_store_key_follows_the_target_the_python_and_the_inputs(tmp_path):

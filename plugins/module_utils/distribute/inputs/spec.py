@@ -77,6 +77,10 @@ class CacheSpec:
         # overlay_reason; filled in with the image.
         self.overlay_variable = fields.get("overlay_variable")
         self.overlay_reason = fields.get("overlay_reason")
+        # From the image's labels (oci/metadata.kernel_facts), filled in with the image: what a pod's misses are
+        # compared with, and what a hit is estimated to save (status/kernel_use.py).
+        self.triton_version = fields.get("triton_version")
+        self.compile_seconds_per_kernel = fields.get("compile_seconds_per_kernel")
         self.access_modes = list(fields.get("access_modes") or [READ_WRITE_ONCE])
         self.storage_class_name = fields.get("storage_class_name")
         self.size = fields.get("size")
@@ -275,6 +279,8 @@ def pin_image(spec, image_ref, digest, metadata, registry_files=None):
     spec.digest = digest
     spec.targets = (metadata or {}).get("targets")
     spec.overlay_variable, spec.overlay_reason = overlay_plan((metadata or {}).get("labels"))
+    spec.triton_version = (metadata or {}).get("triton_version")
+    spec.compile_seconds_per_kernel = (metadata or {}).get("compile_seconds_per_kernel")
     size_bytes = (metadata or {}).get("size_bytes")
     max_bytes = spec.extract_limits.get("max_bytes")
     if max_bytes and size_bytes is not None and size_bytes > max_bytes:

@@ -17,6 +17,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_KINDS,
     GROUP,
+    KERNEL_USE_STATUS,
     VERSION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
@@ -44,7 +45,9 @@ def describe(kube, name=None, namespace=None):
     results = kube.map_all(lambda kind: kube.list(kind, label_selector=selector), ("PersistentVolumeClaim", "Job"),
                            "reading the cluster", DistributeError)
     live = {"PersistentVolumeClaim": results[0], "Job": results[1]}
-    image_volumes = image_volume_resources(kube, name, namespace)
+    resources = cache_resources(kube, name, namespace)
+    image_volumes = {key: resource for key, resource in resources.items()
+                     if (resource.get("status") or {}).get("imageVolume")}
     pods = list_pods(kube, {ns for resource in image_volumes.values() for ns in _workload_namespaces(resource)}, live)
     mounts = pod_mounts(pods)
     # A resource-backed cache's entries come from its per-node objects, which also say why GPU nodes lack it.
@@ -62,6 +65,10 @@ def describe(kube, name=None, namespace=None):
             status["mounted_by"] = _claim_users(objects.get("PersistentVolumeClaim", []), mounts)
         if key in node_objects:
             status["entries"] = cache_entries(node_objects[key], key[0])
+        kernel_use = ((resources.get(key) or {}).get("status") or {}).get(KERNEL_USE_STATUS)
+        if isinstance(kernel_use, dict):
+            # As the cache's last reconcile read it from its pods' kernel-use sidecars.
+            status["kernel_use"] = kernel_use
         caches.append({"name": key[0], "namespace": key[1], "scope": "namespaced" if key[1] else "cluster",
                        "status": status})
     return {"changed": False, "caches": caches, "api_requests": kube.requests}
@@ -88,10 +95,9 @@ def _image_volume_users(resource, pods):
     return sorted({"%s/%s" % (user["namespace"], user["name"]) for user in users})
 
 
-def image_volume_resources(kube, name=None, namespace=None):
-    """{(cache, cache namespace or ''): resource} of the cache resources whose reconcile found them in imageVolume mode
-    (their status has imageVolume): one cache's (name, and namespace for a GKMCache) or every cache's. A cluster
-    without the CRDs has none."""
+def cache_resources(kube, name=None, namespace=None):
+    """{(cache, cache namespace or ''): resource} of the cache resources: one cache's (name, and namespace for a
+    GKMCache) or every cache's. A cluster without the CRDs has none."""
     kinds = [("GKMCache" if namespace else "ClusterGKMCache", namespace)] if name else [
         ("GKMCache", None), ("ClusterGKMCache", None)]
     resources = {}
@@ -103,7 +109,6 @@ def image_volume_resources(kube, name=None, namespace=None):
         if status_code == 404:
             continue
         for resource in (body.get("items") if not name else [body]) or []:
-            if (resource.get("status") or {}).get("imageVolume"):
-                metadata = resource["metadata"]
-                resources[(metadata["name"], (metadata.get("namespace") or "") if namespaced else "")] = resource
+            metadata = resource["metadata"]
+            resources[(metadata["name"], (metadata.get("namespace") or "") if namespaced else "")] = resource
     return resources

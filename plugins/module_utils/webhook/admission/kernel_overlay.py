@@ -26,6 +26,7 @@ __metaclass__ = type
 
 import posixpath
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import kernel_use_container
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.cache_mount import (
     MAX_VOLUME_NAME,
     MountError,
@@ -36,8 +37,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.cach
 OVERLAY_PREFIX = "gkm-kernels-"
 OVERLAY_PATH = "/var/run/gkm/kernels"
 ENTRY_POINT = "ansible_collections.gkm.cluster.plugins.module_utils.kernels.overlay_main"
+USE_ENTRY_POINT = "ansible_collections.gkm.cluster.plugins.module_utils.kernels.usage_main"
 TERMINATION_LOG = "/dev/termination-log"
 INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
+# The kernel-use sidecar sleeps between looks at the overlay: measured 14 MB resident and 0.7 ms of CPU a look
+# for 56 kernels (docs/kernels.md).
+USE_RESOURCES = {"requests": {"cpu": "5m", "memory": "24Mi"}, "limits": {"memory": "48Mi"}}
 # Pod Security `restricted` holds for the init container whatever the pod's own securityContext says.
 INIT_SECURITY = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                  "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
@@ -76,6 +81,22 @@ def init_container(cache, source, tools_image):
         "volumeMounts": [cache_mount, {"name": name, "mountPath": OVERLAY_PATH}],
         "securityContext": INIT_SECURITY,
         "resources": INIT_RESOURCES,
+    }
+
+
+def use_sidecar(cache, tools_image):
+    """The kernel-use sidecar (kernels/usage_main.py): a native sidecar (restartPolicy Always) that starts once the
+    overlay is written, reads the overlay directory read-only and prints what the pod found and compiled to its log,
+    which the reconcile reads through pods/log. It runs until the pod's containers end, then prints its last look."""
+    return {
+        "name": kernel_use_container(cache),
+        "image": tools_image,
+        "imagePullPolicy": "IfNotPresent",
+        "restartPolicy": "Always",
+        "command": ["python3", "-m", USE_ENTRY_POINT, OVERLAY_PATH],
+        "volumeMounts": [{"name": overlay_name(cache), "mountPath": OVERLAY_PATH, "readOnly": True}],
+        "securityContext": INIT_SECURITY,
+        "resources": USE_RESOURCES,
     }
 
 
@@ -171,9 +192,9 @@ def overlay_operations(spec, use, variable, tools_image, given=None):
     # An earlier overlay of this patch made the list of init containers, if the pod had none.
     makes_list = init_containers is None and not given
     given.update(overlaid)
-    init = init_container(use.name, source, tools_image)
+    init = [init_container(use.name, source, tools_image), use_sidecar(use.name, tools_image)]
     if makes_list:
-        add_init = {"op": "add", "path": "/spec/initContainers", "value": [init]}
+        add_init = [{"op": "add", "path": "/spec/initContainers", "value": init}]
     else:
-        add_init = {"op": "add", "path": "/spec/initContainers/-", "value": init}
-    return [{"op": "add", "path": "/spec/volumes/-", "value": {"name": name, "emptyDir": {}}}, add_init, *operations]
+        add_init = [{"op": "add", "path": "/spec/initContainers/-", "value": container} for container in init]
+    return [{"op": "add", "path": "/spec/volumes/-", "value": {"name": name, "emptyDir": {}}}, *add_init, *operations]

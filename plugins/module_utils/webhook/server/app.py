@@ -119,11 +119,13 @@ class WebhookApp:
     when every source has been listed once.
     """
 
-    def __init__(self, view, steering_view, metrics, sync_state):
+    def __init__(self, view, steering_view, metrics, sync_state, kernel_use=None):
         self.view = view
         self.steering_view = steering_view
         self.metrics = metrics
         self.sync_state = sync_state
+        # WatchedCluster.kernel_use, the caches' status.kernelUse rows that /metrics exports.
+        self.kernel_use = {} if kernel_use is None else kernel_use
 
     async def mutate(self, request):
         started = time.perf_counter()
@@ -164,7 +166,8 @@ class WebhookApp:
         return web.Response(text="ok\n")
 
     async def metrics_page(self, _request):
-        text = self.metrics.render(self.sync_state(), dict(self.view.counts(), nodes=self.steering_view.node_count()))
+        text = self.metrics.render(self.sync_state(), dict(self.view.counts(), nodes=self.steering_view.node_count()),
+                                   self.kernel_use)
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
     def application(self):
@@ -189,7 +192,8 @@ def build_app(cert_file, key_file, kubeconfig=None, context=None, cert_check_sec
     reloader = CertificateReloader(cert_file, key_file, metrics)
     kube = Kube(api_client_from_kubeconfig(kubeconfig, context))
     syncs = []
-    handlers = WebhookApp(cluster.claims, cluster.steering, metrics, lambda: dict(syncs[0].synced) if syncs else {})
+    handlers = WebhookApp(cluster.claims, cluster.steering, metrics, lambda: dict(syncs[0].synced) if syncs else {},
+                          cluster.kernel_use)
     app = handlers.application()
 
     async def lifecycle(_app):

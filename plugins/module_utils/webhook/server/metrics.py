@@ -16,6 +16,36 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+# status.kernelUse per cache, node and pod namespace (distribute/status/kernel_use.py), as its cache's last reconcile
+# read it from the newest pods given the kernel overlay: gauges of the pods read then, not counters, since the status
+# keeps no history (Prometheus does). (name, help, index in a kernel_use_rows row).
+KERNEL_USE_METRICS = (
+    ("gkm_cache_kernel_hits", "Kernels the pods given a cache's kernel overlay found in it (status.kernelUse).", 3),
+    ("gkm_cache_kernel_misses", "Kernels those pods compiled themselves (status.kernelUse).", 4),
+    ("gkm_cache_kernel_pods", "Pods given the kernel overlay whose kernel use the cache's last reconcile read.", 2),
+    ("gkm_cache_compile_seconds_saved", "Compile seconds the hits saved, estimated from the image's recorded cold "
+     "compile seconds (absent when the image records none).", 5),
+)
+
+
+def _label(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def kernel_use_lines(kernel_use):
+    """Exposition lines of {(kind, (cache namespace, cache)): rows} (contract.cache_resource.kernel_use_rows)."""
+    lines = []
+    for name, text, index in KERNEL_USE_METRICS:
+        lines += ["# HELP {0} {1}".format(name, text), "# TYPE {0} gauge".format(name)]
+        for (kind, (cache_namespace, cache)), rows in sorted(kernel_use.items()):
+            for row in rows:
+                if row[index] is None:
+                    continue
+                labels = 'kind="{0}",cache="{1}",cache_namespace="{2}",namespace="{3}",node="{4}"'.format(
+                    _label(kind), _label(cache), _label(cache_namespace), _label(row[1]), _label(row[0]))
+                lines.append("{0}{{{1}}} {2}".format(name, labels, row[index]))
+    return lines
+
 
 class Metrics:
     def __init__(self):
@@ -43,8 +73,9 @@ class Metrics:
     def count_watch_restart(self, source):
         self.watch_restarts[source] = self.watch_restarts.get(source, 0) + 1
 
-    def render(self, synced, view_counts):
-        """The exposition text; synced maps source -> bool, view_counts comes from CacheView.counts()."""
+    def render(self, synced, view_counts, kernel_use=None):
+        """The exposition text; synced maps source -> bool, view_counts comes from CacheView.counts(), kernel_use
+        from WatchedCluster.kernel_use."""
         lines = [
             "# HELP gkm_webhook_requests_total Admission requests by outcome "
             "(patched, allowed, denied, invalid, error).",
@@ -96,4 +127,4 @@ class Metrics:
             "# TYPE gkm_webhook_certificate_reload_failures_total counter",
             "gkm_webhook_certificate_reload_failures_total {0}".format(self.cert_reload_failures),
         ]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + kernel_use_lines(kernel_use or {})) + "\n"

@@ -19,6 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     DIGEST_LABEL,
     EXTRACTED_DIGEST_ANNOTATION,
     KERNEL_OVERLAY_STATUS,
+    KERNEL_USE_STATUS,
     MANAGED_BY_LABEL,
     NODE_LABEL,
     PVC,
@@ -62,8 +63,13 @@ def kept_pvc(obj):
 
 
 def kept_cache(obj):
+    status = _picked(obj.get("status"), _CACHE_STATUS)
+    kernel_use = _mapping(_mapping(obj.get("status")).get(KERNEL_USE_STATUS))
+    if "nodes" in kernel_use:
+        # /metrics exports the per-node rows; the pods listed beside them are not read here.
+        status[KERNEL_USE_STATUS] = {"nodes": kernel_use["nodes"]}
     return {"metadata": _metadata(obj, labels=_CACHE_LABELS),
-            "spec": _picked(obj.get("spec"), _CACHE_SPEC), "status": _picked(obj.get("status"), _CACHE_STATUS)}
+            "spec": _picked(obj.get("spec"), _CACHE_SPEC), "status": status}
 
 
 def kept_node_object(obj):
@@ -89,16 +95,26 @@ class WatchedCluster:
         self.default_mount_mode = default_mount_mode
         self.claims = CacheView()
         self.steering = SteeringView(tools_image)
+        # {(kind, (cache namespace or '', cache)): status.kernelUse's per-node rows}, which /metrics exports.
+        self.kernel_use = {}
 
     def apply_cache_event(self, kind, event_type, obj):
         cache = None if event_type == "DELETED" else read_cache(obj, self.default_mount_mode, kind)
         for index in (self.claims, self.steering):
             index.set_cache(kind, object_key(obj), cache)
+        if cache is not None and cache.kernel_use:
+            self.kernel_use[(kind, object_key(obj))] = cache.kernel_use
+        else:
+            self.kernel_use.pop((kind, object_key(obj)), None)
 
     def replace_caches(self, kind, items):
         caches = {object_key(obj): read_cache(obj, self.default_mount_mode, kind) for obj in items}
         for index in (self.claims, self.steering):
             index.set_caches(kind, caches)
+        # Changed in place: the app's /metrics holds this dict.
+        for key in [key for key in self.kernel_use if key[0] == kind]:
+            del self.kernel_use[key]
+        self.kernel_use.update({(kind, key): cache.kernel_use for key, cache in caches.items() if cache.kernel_use})
 
     def apply_pvc_event(self, event_type, obj):
         for index in (self.claims, self.steering):

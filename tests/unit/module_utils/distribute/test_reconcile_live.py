@@ -17,3 +17,49 @@ def test_a_live_resource_is_read_instead_of_a_get(monkeypatch):
                                        source="the source", live=live)
     assert result["resource"] == {"kind": "GKMCache", "name": "vector-add", "namespace": "team-a", "found": True}
     assert passed[0][-1] == "the source"  # handed to the pipeline
+
+
+class _Spec:
+    overlay_variable = "TRITON_CACHE_DIR"
+    verification = None
+    mount_mode = "PVC"
+    digest = "sha256:" + "a" * 64
+
+
+class _Distribution:
+    spec, result, status = _Spec(), {"changed": False}, {"entries": []}
+
+
+class StatusKube:
+    """Answers the reconcile's own requests: nothing to patch is expected but recorded."""
+
+    def __init__(self):
+        self.patched = []
+
+    def request(self, method, path, *args, **kwargs):
+        self.patched.append(kwargs.get("body"))
+        return 200, {}
+
+
+def _reconcile_with_kernel_use(monkeypatch, read, current):
+    monkeypatch.setattr(cache_reconcile, "run", lambda *args: _Distribution())
+    monkeypatch.setattr(cache_reconcile, "summary_status",
+                        lambda distribution, now: {"phase": "Extracted", "conditions": []})
+    monkeypatch.setattr(cache_reconcile, "read_kernel_use", read)
+    live = {"kind": "GKMCache", "metadata": {"name": "vector-add", "namespace": "team-a", "uid": "u-1"},
+            "spec": {"image": "r/x:1"}, "status": current}
+    return cache_reconcile.reconcile(StatusKube(), "GKMCache", "vector-add", "team-a", {}, live=live)
+
+
+def test_the_pods_kernel_use_is_written_to_the_status(monkeypatch):
+    result = _reconcile_with_kernel_use(monkeypatch, lambda kube, spec: {"podCnt": 1, "hits": 6}, {})
+    assert result["resource"]["status"]["kernelUse"] == {"podCnt": 1, "hits": 6}
+
+
+def test_a_kernel_use_that_cannot_be_read_warns_and_keeps_the_last_one(monkeypatch):
+    def refused(kube, spec):
+        raise cache_reconcile.GkmError("list pods: HTTP 403")
+
+    result = _reconcile_with_kernel_use(monkeypatch, refused, {"kernelUse": {"podCnt": 2}})
+    assert result["resource"]["status"]["kernelUse"] == {"podCnt": 2}
+    assert any("kernel use of its pods was not read" in warning for warning in result["warnings"])

@@ -65,3 +65,16 @@ def test_manifest_json_entries_for_triton_and_vllm():
 def test_manifest_json_without_hash_is_refused():
     with pytest.raises(cache_metadata.CacheMetadataError, match="without a hash"):
         cache_metadata.parse_manifest_json(b'{"triton": [{"backend": "hip"}]}')
+
+
+def test_the_triton_version_and_compile_seconds_labels_are_read_leniently():
+    labels = {"cache.triton.image/summary": '{"targets": [{"backend": "hip", "arch": "gfx90a", "warp_size": 64}]}',
+              "cache.triton.image/entry-count": "4", "io.gkm.cache/triton-version": "3.9.0",
+              "io.gkm.cache/compile-seconds": "2.000"}
+    facts = cache_metadata.parse_cache_metadata(_config(labels))
+    assert (facts["triton_version"], facts["compile_seconds_per_kernel"]) == ("3.9.0", 0.5)
+    # Only explanations and estimates hang on them: a bad value is ignored, never a refusal.
+    for version, seconds in (("3.9.0; rm -rf", "lots"), ("x" * 41, "-1"), (None, "nan")):
+        bad = dict(labels, **{"io.gkm.cache/triton-version": version, "io.gkm.cache/compile-seconds": seconds})
+        assert cache_metadata.kernel_facts(bad, 4) == (None, None)
+    assert cache_metadata.kernel_facts(labels, None) == ("3.9.0", None)

@@ -70,6 +70,14 @@ def test_size_comes_from_the_image_label_with_headroom():
         cache_spec.pin_image(spec_of(), "r/c@d", "sha256:" + "a" * 64, {"targets": []})
 
 
+def test_the_image_s_triton_version_and_compile_seconds_reach_the_spec():
+    metadata = {"size_bytes": 10, "triton_version": "3.9.0", "compile_seconds_per_kernel": 0.25}
+    spec = cache_spec.pin_image(spec_of(), "r/c@d", "sha256:" + "a" * 64, metadata)
+    assert (spec.triton_version, spec.compile_seconds_per_kernel) == ("3.9.0", 0.25)
+    bare = cache_spec.pin_image(spec_of(), "r/c@d", "sha256:" + "a" * 64, {"size_bytes": 10})
+    assert (bare.triton_version, bare.compile_seconds_per_kernel) == (None, None)
+
+
 def test_the_admin_s_extract_limits_reach_the_extractor_and_refuse_an_image_declared_larger():
     assert spec_of().extract_limits == {}
     limited = spec_of(extract_limits={"max_bytes": 1000, "max_files": 50, "max_expansion_ratio": None})

@@ -4,7 +4,7 @@ pure parts directly (steer() wires them; test_steering_overlay.py)."""
 
 import pytest
 
-from ansible_collections.gkm.cluster.plugins.module_utils.kernels import overlay_main, plan
+from ansible_collections.gkm.cluster.plugins.module_utils.kernels import overlay_main, plan, usage_main
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.cache_mount import (
     MountError,
     mount_operations,
@@ -46,8 +46,13 @@ def test_each_container_given_the_cache_gets_the_overlay_as_triton_cache_dir_and
     for container in pod["containers"]:
         assert container["volumeMounts"] == [CACHE_MOUNT, OVERLAY_MOUNT]
         assert container["env"] == [TRITON_ENV]
-    (init,) = pod["initContainers"]
+    init, use = pod["initContainers"]
     assert init["name"] == "gkm-kernels-vector-add" and init["image"] == TOOLS
+    # The kernel-use sidecar after it: it starts once the overlay is written, reads it read-only, runs as restricted.
+    assert (use["name"], use["image"], use["restartPolicy"]) == ("gkm-kernel-use-vector-add", TOOLS, "Always")
+    assert use["volumeMounts"] == [dict(OVERLAY_MOUNT, readOnly=True)]
+    assert use["command"] == ["python3", "-m", usage_main.__name__, OVERLAY_PATH]
+    assert use["securityContext"] == init["securityContext"]
     # The cache at the path the workload sees it at: the group files the init container writes name that path.
     assert init["volumeMounts"] == [CACHE_MOUNT, OVERLAY_MOUNT]
     # Pod Security restricted, whatever the pod's own securityContext.
@@ -65,7 +70,8 @@ def test_the_pods_own_init_containers_and_variables_come_first_and_the_container
     spec["initContainers"] = [{"name": "setup", "image": "app:1"}]
     spec["containers"][0]["env"] = [{"name": "MODEL", "value": "llama"}]
     pod, _operations = _given(spec, dict(ANNOTATIONS, **{"gkm.io/cache-containers": "main"}))
-    assert [c["name"] for c in pod["initContainers"]] == ["setup", "gkm-kernels-vector-add"]
+    assert [c["name"] for c in pod["initContainers"]] == [
+        "setup", "gkm-kernels-vector-add", "gkm-kernel-use-vector-add"]
     assert pod["containers"][0]["env"] == [{"name": "MODEL", "value": "llama"}, TRITON_ENV]
     assert "env" not in pod["containers"][1] and "volumeMounts" not in pod["containers"][1]
 

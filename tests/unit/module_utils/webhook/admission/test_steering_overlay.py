@@ -47,7 +47,7 @@ def test_a_pod_given_a_triton_cache_by_annotation_gets_the_overlay_beside_the_mo
     spec = admitted(steering_view, pod_request(pod_spec(containers=("main", "sidecar")), annotations=ANNOTATIONS))
     assert [v["name"] for v in spec["volumes"]] == ["gkm-cache-vector-add", "gkm-kernels-vector-add"]
     assert spec["volumes"][1] == {"name": "gkm-kernels-vector-add", "emptyDir": {}}
-    [init] = spec["initContainers"]
+    init, _use = spec["initContainers"]
     assert (init["name"], init["image"]) == ("gkm-kernels-vector-add", TOOLS)
     assert init["command"][:4] == ["python3", "-m", ENTRY_POINT, "/kernels"] and init["command"][4] == OVERLAY_PATH
     assert {"name": "gkm-cache-vector-add", "mountPath": "/kernels", "readOnly": True} in init["volumeMounts"]
@@ -89,7 +89,7 @@ def test_a_pod_naming_the_cache_by_claim_gets_the_overlay_for_its_own_mount_path
     spec = admitted(triton_view(), pod_request(claimed({
         "main": [{"name": "vector-add", "mountPath": "/models/k", "subPath": "cache"}],
         "sidecar": [{"name": "vector-add", "mountPath": "/models/k", "subPath": "cache"}]})))
-    [init] = spec["initContainers"]
+    init, _use = spec["initContainers"]
     # The cache where the containers see it: the groups the init container writes name that path.
     assert init["command"][3:5] == ["/models/k", OVERLAY_PATH]
     assert init["volumeMounts"][0] == {"name": "vector-add", "mountPath": "/models/k", "readOnly": True,
@@ -146,7 +146,7 @@ def test_two_caches_by_claim_each_get_an_overlay_and_a_container_mounting_both_g
         "vector-add-only": [{"name": "vector-add", "mountPath": "/v"}]}, volumes=("vector-add", "softmax")),
         annotations=UNSTEERED))
     # Volume order decides: vector-add's overlay first; the pod had no init containers, the list is made once.
-    assert [(i["name"], i["command"][3]) for i in spec["initContainers"]] == [
+    assert [(i["name"], i["command"][3]) for i in spec["initContainers"] if "restartPolicy" not in i] == [
         ("gkm-kernels-vector-add", "/v"), ("gkm-kernels-softmax", "/s")]
     assert [[m["name"] for m in c["volumeMounts"] if m["mountPath"] == OVERLAY_PATH] for c in spec["containers"]] == [
         ["gkm-kernels-vector-add"], ["gkm-kernels-softmax"], ["gkm-kernels-vector-add"]]
@@ -159,7 +159,7 @@ def test_an_annotated_cache_skips_a_container_a_claimed_cache_overlaid_instead_o
                           annotations=dict(ANNOTATIONS, **UNSTEERED))
     spec = admitted(steering_view, request)
     [main] = spec["containers"]
-    assert [i["name"] for i in spec.get("initContainers", [])] == ["gkm-kernels-softmax"]
+    assert [i["name"] for i in spec.get("initContainers", [])] == ["gkm-kernels-softmax", "gkm-kernel-use-softmax"]
     assert [m["mountPath"] for m in main["volumeMounts"]] == ["/s", OVERLAY_PATH, "/kernels"]
 
 

@@ -86,7 +86,7 @@ def test_a_labelled_pod_mounting_its_node_s_pvc_of_a_triton_cache_gets_the_kerne
     request = pod_request(spec, labels=MUTATION)
     pod = apply_patch(request["object"], operations(decide(review(request), cache_view, steering_view)))["spec"]
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == node_pvc
-    [init] = pod["initContainers"]
+    init, _use = pod["initContainers"]
     # The init container mounts the pod's volume, whose claim the same patch rewrote, as the container does.
     assert init["volumeMounts"][0] == {"name": "kernels", "mountPath": "/k", "subPath": "cache", "readOnly": True}
     assert pod["containers"][0]["env"] == [{"name": "TRITON_CACHE_DIR", "value": "/var/run/gkm/kernels"}]
