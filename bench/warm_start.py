@@ -46,6 +46,7 @@ from tests.helpers.capture_flow import (  # noqa: E402
     signing_key,
     warmed_up,
 )
+from tests.helpers.crds import apply_crds  # noqa: E402
 from tests.helpers.modules import NODE_DISK, run_module  # noqa: E402
 from tests.helpers.real_nodes import AMD_NODE, BASELINE, delete_namespace, labelled_namespace  # noqa: E402
 from tests.helpers.warmup_pods import (  # noqa: E402
@@ -158,7 +159,8 @@ def main():
     if not state.get("real_nodes"):
         raise SystemExit("the simulated cluster has no real nodes: `make sim-down` and run with GKM_SIM_REAL_NODES=2")
     api = config.new_client_from_config(config_file=state["kubeconfig"])
-    core, crds = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    # The CRDs as the gkm role applies them: a fresh cluster has none.
+    core, crds = client.CoreV1Api(api), apply_crds(api)
     namespace = labelled_namespace(core, "bench-warm-%s" % uuid.uuid4().hex[:5], BASELINE)
     webhook = dict(name="bench-warm-wh", namespace="bench-warm-wh-%s" % uuid.uuid4().hex[:5], endpoint="service",
                    tls_mode="self_signed", image=state["tools_image"], replicas=1,
