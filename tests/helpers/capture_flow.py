@@ -12,6 +12,7 @@ import json
 import time
 
 from cryptography.hazmat.primitives import serialization
+from kubernetes.client.rest import ApiException
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CAPTURE_ANNOTATION
 from tests.helpers.kcache_images import key_pair
@@ -43,7 +44,12 @@ def capturable_pod(name, workload_image, node, target, cache, only, kernel_set=D
 def warmed_up(core, namespace, name, timeout=600):
     """The warm-up's JSON lines (per kernel, then the summary), once its summary is printed."""
     def lines():
-        logs = core.read_namespaced_pod_log(name, namespace, container="app")
+        try:
+            logs = core.read_namespaced_pod_log(name, namespace, container="app")
+        except ApiException as error:
+            if error.status == 400:  # the container is not started yet (the image pulled onto the node)
+                return None
+            raise
         found = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
         return found if any(line.get("summary") for line in found) else None
 
