@@ -81,13 +81,14 @@ def main():
     half = build_image(state["registry"], SAMPLE, "half", CacheSpec(backend="hip", kernels=held, compiled=True,
                                                                     kernel_set=KERNEL_SET))
     sign_cosign_v2(half, private)
+    # An earlier run's pods go first: its warm pod holds the captured image's serving PVC, which the reset releases.
+    for name in ("warm-start-cold", "warm-start-warm"):
+        replace_pod(core, name)
     print("warm start after capture: GKMCache %s/%s starts with %s (%d of the %d kernels, %s), signed with a key made "
           "for this run" % (NAMESPACE, CACHE, half.ref, held, KERNELS, TARGET))
     status, seconds = distribute_cache(state["kubeconfig"], crds, NAMESPACE, CACHE, half.ref, state["tools_image"],
                                        signature_public_key=public_pem, signature_required=True)
     print("  reconciled in %.1f s: %s" % (seconds, status.get("phase")))
-    for name in ("warm-start-cold", "warm-start-warm"):
-        replace_pod(core, name)
 
     print("cold: no cache on %s, opted in with gkm.io/capture: the %d kernels the cache lacks (Triton compiles ahead "
           "of time, no GPU: the same kernels for the same target)" % (COLD_NODE, KERNELS - held))
