@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""The demo's end: a workload's cold compile on one real node, then its warm start on the other from the cache the
-collection distributed, with Triton's hit counts (docs/kernels.md, "The warm-start benchmark").
+"""The demo's end: a workload's cold compile on one real node, its kernels captured into the cache, then its warm
+start on the other node from the cache the collection distributed, with Triton's hit counts (docs/kernels.md,
+"Capture" and "The warm-start benchmark").
 
 The workload image's warm-up compiles the warm-start kernel set (56 real Triton kernels) for hip:gfx90a:
-- cold, on gkm-real-nvidia-1, with no cache (an emptyDir as TRITON_CACHE_DIR): every kernel compiled;
-- warm, on gkm-real-amd-1, given the GKMCache `warm-start` by annotation: the collection's cache_reconcile extracted
-  the sample image gkm-samples/warm-start-rocm:v1 (pushed here, not by tools/sample_caches.py, whose samples the
-  tests push too) onto the node, the webhook gives the pod the serving PVC and the
-  kernel overlay.
-Capture is not built: the warm cache is the collection's distribution of that built image, not one captured from the
-cold pod. Triton compiles ahead of time and uses no GPU, so both pods compile for the cache's target and the NVIDIA
-node stands for a second node of the same kind. Idempotent: earlier pods are replaced.
+- the GKMCache `warm-start` starts with the sample image gkm-samples/warm-start-rocm:half (pushed here), half of the
+  set, signed with a key made for the run; cache_reconcile distributes it, the Jobs verifying the signature;
+- cold, on gkm-real-nvidia-1, with no cache (an emptyDir as TRITON_CACHE_DIR), opted in with gkm.io/capture: the
+  half the cache lacks compiled, the pod kept running;
+- capture: gkm.cluster.cache_capture reads its kernels, pushes the union signed with the key and records it as the
+  cache's image; cache_reconcile extracts it onto gkm-real-amd-1;
+- warm, on gkm-real-amd-1, given the cache by annotation (the webhook's serving PVC and kernel overlay): every kernel
+  a hit.
+Triton compiles ahead of time and uses no GPU, so both pods compile for the cache's target and the NVIDIA node stands
+for a second node of the same kind. Idempotent: earlier pods are replaced, the cache reset to the half image.
 """
 
 import json
@@ -23,21 +26,26 @@ sys.path[:0] = [os.path.join(ROOT, ".cache", "collections"), ROOT]
 
 from kubernetes import client, config  # noqa: E402
 
-from tests.helpers.kcache_images import CacheSpec  # noqa: E402
+from tests.helpers.capture_flow import (  # noqa: E402
+    capturable_pod,
+    capture_and_distribute,
+    lacking_labels,
+    signing_key,
+    warmed_up,
+)
+from tests.helpers.kcache_images import CacheSpec, build_image, sign_cosign_v2  # noqa: E402
 from tests.helpers.warmup_pods import (  # noqa: E402
     cache_pod,
-    cold_pod,
     distribute_cache,
     finished_run,
     overlay_written,
     start_with_overlay,
 )
 from tests.helpers.webhook import wait_until  # noqa: E402
-from tools.sample_caches import push  # noqa: E402
 
 NAMESPACE, CACHE, MOUNT = "gkm-demo", "warm-start", "/kernels"
 SAMPLE = "gkm-samples/warm-start-rocm"
-TARGET, KERNEL_SET = "hip:gfx90a", "warm-start"
+TARGET, KERNEL_SET, KERNELS = "hip:gfx90a", "warm-start", 56
 COLD_NODE, WARM_NODE = "gkm-real-nvidia-1", "gkm-real-amd-1"
 
 
@@ -68,27 +76,38 @@ def main():
     api = config.new_client_from_config(config_file=state["kubeconfig"])
     core, crds = client.CoreV1Api(api), client.CustomObjectsApi(api)
     image = state["workload_image"]
-    push(state["registry"], SAMPLE, CacheSpec(backend="hip", kernels=56, compiled=True, kernel_set=KERNEL_SET))
-    print("warm start: the collection distributes %s:v1 (56 kernels, %s) as GKMCache %s/%s; capture is not built, so "
-          "the warm cache is this built image, not one captured from the cold pod" % (SAMPLE, TARGET, NAMESPACE,
-                                                                                      CACHE))
-    status, seconds = distribute_cache(state["kubeconfig"], crds, NAMESPACE, CACHE,
-                                       "%s/%s:v1" % (state["registry"], SAMPLE), state["tools_image"])
-    print("  reconciled in %.1f s: %s" % (seconds, status.get("phase")))
+    held = KERNELS // 2
+    private, private_pem, public_pem = signing_key()
+    half = build_image(state["registry"], SAMPLE, "half", CacheSpec(backend="hip", kernels=held, compiled=True,
+                                                                    kernel_set=KERNEL_SET))
+    sign_cosign_v2(half, private)
+    # An earlier run's pods go first: its warm pod holds the captured image's serving PVC, which the reset releases.
     for name in ("warm-start-cold", "warm-start-warm"):
         replace_pod(core, name)
+    print("warm start after capture: GKMCache %s/%s starts with %s (%d of the %d kernels, %s), signed with a key made "
+          "for this run" % (NAMESPACE, CACHE, half.ref, held, KERNELS, TARGET))
+    status, seconds = distribute_cache(state["kubeconfig"], crds, NAMESPACE, CACHE, half.ref, state["tools_image"],
+                                       signature_public_key=public_pem, signature_required=True)
+    print("  reconciled in %.1f s: %s" % (seconds, status.get("phase")))
 
-    print("cold: no cache on %s (Triton compiles ahead of time, no GPU: the same kernels for the same target)"
-          % COLD_NODE)
+    print("cold: no cache on %s, opted in with gkm.io/capture: the %d kernels the cache lacks (Triton compiles ahead "
+          "of time, no GPU: the same kernels for the same target)" % (COLD_NODE, KERNELS - held))
     started = time.time()
-    core.create_namespaced_pod(NAMESPACE, cold_pod("warm-start-cold", image, COLD_NODE, TARGET, KERNEL_SET))
-    cold = finished_run(core, NAMESPACE, "warm-start-cold", timeout=600)
-    show("  cold", COLD_NODE, cold, started)
-    # The first run on a node pulls the workload image within that time; the kubelet says so.
-    this_pod = "involvedObject.uid=" + cold.pod.metadata.uid
-    for event in core.list_namespaced_event(NAMESPACE, field_selector=this_pod).items:
-        if event.reason == "Pulled":
-            print("  (kubelet: %s)" % event.message)
+    core.create_namespaced_pod(NAMESPACE, capturable_pod("warm-start-cold", image, COLD_NODE, TARGET, CACHE,
+                                                         lacking_labels(TARGET, held, KERNEL_SET), KERNEL_SET))
+    lines = warmed_up(core, NAMESPACE, "warm-start-cold")
+    summary = next(line for line in lines if line.get("summary"))
+    print("  cold on %s: %d hits, %d misses, %d errors; compile %.2f s (Triton's, summed), pod start -> all kernels "
+          "ready %.1f s" % (COLD_NODE, summary["hits"], summary["misses"], summary["errors"], summary["seconds"],
+                            summary["ready_at"] - started))
+
+    print("capture: cache_capture reads what the pod compiled, pushes the union signed with the key, records it; "
+          "cache_reconcile distributes it to %s" % WARM_NODE)
+    captured, _reconciled, capture_s, distributed_s = capture_and_distribute(
+        state["kubeconfig"], NAMESPACE, "warm-start-cold", CACHE, "%s/%s" % (state["registry"], SAMPLE),
+        private_pem, public_pem, state["tools_image"])
+    print("  %s; capture %.1f s, capture -> distributed %.1f s" % (captured["msg"], capture_s, distributed_s))
+    replace_pod(core, "warm-start-cold")  # read: it need not keep running
 
     print("warm: the cache %s by annotation on %s (serving PVC and the webhook's kernel overlay)" % (CACHE, WARM_NODE))
     _pod, started = start_with_overlay(core, NAMESPACE, cache_pod("warm-start-warm", image, WARM_NODE, TARGET, CACHE,
@@ -97,10 +116,11 @@ def main():
     written = overlay_written(core, NAMESPACE, "warm-start-warm", CACHE)
     print("  the overlay's init container wrote %s group files (%s bytes)" % (written.get("groups"),
                                                                               written.get("bytes")))
-    show("  warm", WARM_NODE, warm, started)
-    if cold.pod.status.phase != "Succeeded" or warm.pod.status.phase != "Succeeded":
+    show("  warm after capture and distribution", WARM_NODE, warm, started)
+    if warm.pod.status.phase != "Succeeded" or summary["errors"]:
         sys.exit("a warm-up failed: kubectl -n %s logs warm-start-cold / warm-start-warm" % NAMESPACE)
-    print("warm compile: %.1f %% of cold's" % (100 * warm.summary["seconds"] / cold.summary["seconds"]))
+    print("warm compile per kernel: %.1f %% of cold's" % (100 * (warm.summary["seconds"] / KERNELS)
+                                                          / (summary["seconds"] / (KERNELS - held))))
 
 
 if __name__ == "__main__":

@@ -116,10 +116,10 @@ def overlay_written(core, namespace, name, cache):
                       .strip().splitlines()[-1])
 
 
-def distribute_cache(kubeconfig, crds, namespace, name, image, tools_image, mode="PVC"):
-    """A GKMCache of `image` (its spec replaced when it exists), reconciled by the collection's cache_reconcile until
-    the real nodes it fits hold it; (the cache's status, the reconcile's seconds). Raises RuntimeError when the
-    reconcile fails or its status records no kernel overlay (the webhook would add none)."""
+def distribute_cache(kubeconfig, crds, namespace, name, image, tools_image, mode="PVC", **options):
+    """A GKMCache of `image` (its spec replaced when it exists), reconciled by the collection's cache_reconcile (given
+    `options` besides) until the real nodes it fits hold it; (the cache's status, the reconcile's seconds). Raises
+    RuntimeError when the reconcile fails or its status records no kernel overlay (the webhook would add none)."""
     body = {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"image": image, "mountMode": mode, "podTemplate": real_pod_template()}}
@@ -132,7 +132,7 @@ def distribute_cache(kubeconfig, crds, namespace, name, image, tools_image, mode
     started = time.monotonic()
     result = run_module("cache_reconcile", kubeconfig, kind="GKMCache", name=name, namespace=namespace,
                         registry_plain_http=True, host_path_root=NODE_DISK, extract_image=tools_image, wait=True,
-                        wait_timeout=300)
+                        wait_timeout=300, **options)
     seconds = time.monotonic() - started
     if result.get("failed"):
         raise RuntimeError("cache_reconcile of %s failed: %s" % (name, result.get("msg")))

@@ -1,11 +1,8 @@
 """A compiled Triton cache as the content of an MCV image: its files, manifest.json and config labels.
 
-Everything is derived from the kernels' own metadata (`<name>.json`) and the compile's build record, in the
-format MCV writes (kserve/mcv, pkg/cache/triton.go): the `cache.<kind>.image/entry-count`, `summary` and
-`cache-size-bytes` labels, and a manifest entry per kernel with MCV's fields (hash, backend, arch as a string,
-warp_size, ptx_version with 0 for none, num_stages, num_warps, debug). What MCV has no field for goes into labels of
-ours beside them (LABEL_* below): the Triton version, the digest of `triton_key()` and the path the group files
-name. MCV's `dummy_key` is its own approximation of Triton's key and is not written.
+The manifest entries and labels follow the collection's rules (plugins/module_utils/kernels/image.py, which a
+capture uses too), from the kernels' own metadata and the compile's build record. MCV's `dummy_key` is its own
+approximation of Triton's key and is not written.
 
 Group files are rewritten for GROUP_ROOT, a fixed path, so an image does not depend on where its builder's store
 is and a reader can tell which path the groups name. No Triton is imported here.
@@ -15,21 +12,17 @@ import json
 import os
 import posixpath
 
+from ansible_collections.gkm.cluster.plugins.module_utils.kernels import image as mcv
+from ansible_collections.gkm.cluster.plugins.module_utils.kernels.image import (  # noqa: F401 (the tests' names)
+    GROUP_ROOT,
+    LABEL_COMPILE_SECONDS,
+    LABEL_GROUP_ROOT,
+    LABEL_TRITON_KEY,
+    LABEL_TRITON_VERSION,
+    mcv_manifest_entry,
+)
+
 from . import layout, scan
-
-GROUP_ROOT = "/opt/gkm/triton-cache"
-LABEL_TRITON_VERSION = "io.gkm.cache/triton-version"
-LABEL_TRITON_KEY = "io.gkm.cache/triton-key"
-LABEL_GROUP_ROOT = "io.gkm.cache/group-root"
-# The seconds the image's kernels took to compile cold, summed: what a pod that finds them saves, estimated.
-LABEL_COMPILE_SECONDS = "io.gkm.cache/compile-seconds"
-
-
-def mcv_manifest_entry(facts, debug=False):
-    """One kernel in MCV's manifest.json shape (its TritonCacheMetadata), from layout.kernel_facts."""
-    return {"hash": facts["hash"], "backend": facts["backend"], "arch": str(facts["arch"]),
-            "warp_size": facts["warp_size"], "ptx_version": facts.get("ptx_version") or 0,
-            "num_stages": facts["num_stages"], "num_warps": facts["num_warps"], "debug": bool(debug)}
 
 
 def select_kernels(kernels, count=None, seed=0):
@@ -79,19 +72,9 @@ def manifest_entries(facts, debug):
 
 def labels(kind, facts, size_bytes, build, group_root=GROUP_ROOT):
     """The image config's labels: MCV's for `kind` (triton or vllm), then ours."""
-    targets = [dict(target, arch=str(target["arch"])) for target in layout.summary_targets(facts)]
-    found = {
-        "cache.%s.image/entry-count" % kind: str(len(facts)),
-        "cache.%s.image/cache-size-bytes" % kind: str(size_bytes),
-        "cache.%s.image/summary" % kind: json.dumps({"targets": targets}),
-        LABEL_GROUP_ROOT: group_root,
-    }
-    versions = layout.triton_versions(facts) or [build.get("triton_version")]
-    if versions and versions[0]:
-        found[LABEL_TRITON_VERSION] = ",".join(versions)
-    if build.get("triton_key"):
-        found[LABEL_TRITON_KEY] = build["triton_key"]
     seconds = {kernel.get("hash"): kernel.get("seconds") for kernel in build.get("kernels") or ()}
+    compile_seconds = None
     if facts and all(isinstance(seconds.get(fact["hash"]), (int, float)) for fact in facts):
-        found[LABEL_COMPILE_SECONDS] = "%.3f" % sum(seconds[fact["hash"]] for fact in facts)
-    return found
+        compile_seconds = sum(seconds[fact["hash"]] for fact in facts)
+    return mcv.labels(kind, facts, size_bytes, build.get("triton_key"), build.get("triton_version"), group_root,
+                      compile_seconds)

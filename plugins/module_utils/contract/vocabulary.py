@@ -95,6 +95,9 @@ STEERING_ANNOTATION = DOMAIN + "/cache-steering"
 # for a workload that manages its own Triton directory.
 OVERLAY_ANNOTATION = DOMAIN + "/cache-overlay"
 OVERLAY_DISABLED = "disabled"
+# A pod's opt-in to capture (capture/policy.py): the kernels it compiled may go into the cache it names, if the admin's
+# cache_capture allows that cache and the pod's namespace.
+CAPTURE_ANNOTATION = DOMAIN + "/capture"
 # On a pod admitted to wait for its node's cache: why it is Pending.
 CACHE_PENDING_ANNOTATION = DOMAIN + "/cache-pending"
 

@@ -9,6 +9,7 @@ __metaclass__ = type
 import datetime
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import MERGE_PATCH
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
 from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
@@ -31,8 +32,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.reso
     status_differs,
     summary_status,
 )
-
-MERGE_PATCH = "application/merge-patch+json"
 
 
 def _now():

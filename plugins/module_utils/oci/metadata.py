@@ -13,6 +13,11 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gkm.cluster.plugins.module_utils.kernels.image import (
+    LABEL_COMPILE_SECONDS,
+    LABEL_TRITON_VERSION,
+)
+
 CACHE_KINDS = ("triton", "vllm")
 
 
@@ -20,10 +25,6 @@ class CacheMetadataError(ValueError):
     """The image's cache labels or manifest.json are missing or malformed."""
 
 
-# Ours, beside MCV's (tools/triton_kernels/image.py writes them): the Triton version the kernels were compiled with,
-# and their cold compile's seconds summed, from which the seconds a pod saves by finding a kernel are estimated.
-TRITON_VERSION_LABEL = "io.gkm.cache/triton-version"
-COMPILE_SECONDS_LABEL = "io.gkm.cache/compile-seconds"
 # Triton's version as it writes it (3.9.0, 3.2.0+git1a2b): anything else in the label is ignored.
 _VERSION = re.compile(r"^[0-9A-Za-z.+_-]{1,40}$")
 
@@ -31,10 +32,10 @@ _VERSION = re.compile(r"^[0-9A-Za-z.+_-]{1,40}$")
 def kernel_facts(labels, entry_count):
     """(Triton version or None, estimated cold compile seconds per kernel or None) from the image's labels. A label
     that does not parse is ignored: these only explain a pod's misses and estimate its savings."""
-    version = labels.get(TRITON_VERSION_LABEL)
+    version = labels.get(LABEL_TRITON_VERSION)
     version = version if isinstance(version, str) and _VERSION.fullmatch(version) else None
     try:
-        total = float(labels.get(COMPILE_SECONDS_LABEL))
+        total = float(labels.get(LABEL_COMPILE_SECONDS))
     except (TypeError, ValueError):
         total = None
     per_kernel = round(total / entry_count, 4) if total and total > 0 and total < 1e7 and entry_count else None

@@ -1,6 +1,7 @@
 # Copyright: gkm.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Read-only OCI registry access through oras-py: resolve tags, fetch manifests, configs and blobs.
+"""OCI registry access through oras-py: resolve tags, fetch manifests, configs and blobs; and the two writes a
+capture makes (a blob, a manifest), only in the admin's own repository (capture/publish.py).
 
 Every manifest and small blob is checked against its digest. Plain HTTP is used only when asked
 (`plain_http`, for loopback registries); TLS verification uses the system store, a CA bundle
@@ -509,6 +510,41 @@ class RegistryClient:
             return json.loads(self.fetch_blob(container, manifest["config"]))
         except ValueError:
             raise OCIError("image config of %s is not JSON" % container) from None
+
+    def _write(self, url, method, data, headers, what):
+        """A write's response, its status checked (2xx), closed."""
+        response = self._oras.do_request(url, method, data=data, headers=headers)
+        response.close()
+        if response.status_code in (401, 403):
+            raise OCIError("%s: access denied by the registry %s (HTTP %s); the credentials must allow a push"
+                           % (what, self.host, response.status_code))
+        if not 200 <= response.status_code < 300:
+            raise OCIError("%s failed: HTTP %s from registry %s" % (what, response.status_code, self.host))
+        return response
+
+    def push_blob(self, container, data):
+        """Upload `data` unless the repository has it (HEAD first); its digest."""
+        digest = sha256_digest(data)
+        url = self._url(container, "blobs", digest)
+        head = self._oras.do_request(url, "HEAD")
+        head.close()
+        if head.status_code == 200:
+            return digest
+        started = self._write(self._url(container, "blobs", "uploads/"), "POST", b"", {"Content-Length": "0"},
+                              "starting the upload of blob %s" % digest)
+        location = urljoin(url, started.headers.get("Location") or "")
+        if urlsplit(location).netloc != urlsplit(url).netloc:
+            raise OCIError("the registry %s sent the upload of blob %s to another host" % (self.host, digest))
+        location += ("&" if "?" in location else "?") + "digest=" + digest
+        self._write(location, "PUT", data, {"Content-Type": "application/octet-stream",
+                                            "Content-Length": str(len(data))}, "uploading blob %s" % digest)
+        return digest
+
+    def push_manifest(self, container, reference, body, media_type):
+        """PUT a manifest under a tag or its digest; its digest."""
+        self._write(self._url(container, "manifests", reference), "PUT", body, {"Content-Type": media_type},
+                    "pushing manifest %s" % reference)
+        return sha256_digest(body)
 
     def referrers(self, container, digest):
         """Descriptors of manifests whose subject is `digest`: referrers API, else the tag fallback."""

@@ -32,7 +32,7 @@ from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
 from tests.helpers.real_nodes import AMD_NODE, BASELINE, delete_namespace, labelled_namespace, real_pod_template
 from tests.helpers.warmup_pods import cache_pod, cold_pod, finished_run, overlay_container, overlay_written, warmup_pod
-from tests.helpers.webhook import CertificateFiles, LocalWebhookServer, install, metric_value, wait_until
+from tests.helpers.webhook import metric_value, wait_until
 from tests.integration.webhook.test_steering_apiserver import GROUP, VERSION, reconcile
 from tools.triton_kernels import layout
 
@@ -42,23 +42,6 @@ TARGET = "hip:gfx90a"
 KERNELS = 6
 MODES = ("PVC", "imageVolume")
 MOUNT = "/kernels"
-
-
-@pytest.fixture(scope="module")
-def webhook(sim, tools_image, tmp_path_factory):
-    """The webhook server as a local process told the tools image, registered for the module's tests."""
-    suffix = uuid.uuid4().hex[:6]
-    certs = CertificateFiles(str(tmp_path_factory.mktemp("real-overlay")))
-    server = LocalWebhookServer(sim.kubeconfig, certs.cert_file, certs.key_file,
-                                extra_args=["--tools-image", tools_image])
-    hook = {"name": "ro-" + suffix, "namespace": "gkm-ro-" + suffix}
-    try:
-        server.start().wait_ready(certs.ca)
-        install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], url=server.url, ca_bundle=certs.ca)
-        yield server, certs.ca
-    finally:
-        install(sim.kubeconfig, name=hook["name"], namespace=hook["namespace"], state="absent")
-        server.stop()
 
 
 def _pod(name, image, **extra):
@@ -108,12 +91,12 @@ def _caches(mode):
 
 
 @pytest.fixture(scope="module")
-def cluster(sim, kube, crds, registry, real_nodes, tools_image, workload_image, webhook):
+def cluster(sim, kube, crds, registry, real_nodes, tools_image, workload_image, overlay_webhook):
     """In each mode, a GKMCache of the hip kernels and one lacking a kernel (PVC: extracted onto the AMD node); the cold
     pod started first, so that the node pulls the workload image while they are extracted."""
     core = client.CoreV1Api(kube)
     namespace = labelled_namespace(core, "t-real-overlay-%s" % uuid.uuid4().hex[:6], BASELINE)
-    made = Cluster(core, namespace, workload_image, webhook)
+    made = Cluster(core, namespace, workload_image, overlay_webhook)
     try:
         made.create(cold_pod("cold", workload_image, AMD_NODE, TARGET))
         for mode in MODES:
