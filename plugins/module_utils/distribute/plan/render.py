@@ -17,6 +17,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     HOSTNAME_LABEL,
     IMAGE_ANNOTATION,
+    READ_ONLY_CLAIM_LABEL,
     SLOT_ACCESS_LABEL,
     SPEC_HASH_ANNOTATION,
 )
@@ -67,10 +68,12 @@ def _node_name_term(node_name):
     return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
 
 
-def render_pv(spec, slot, node, storage_class_name, access=False):
+def render_pv(spec, slot, node, storage_class_name, access=False, read_only=False):
     """A hostPath PV pre-bound to the slot's PVC; per-node PVs carry node affinity for the scheduler.
 
     access: the PV of the slot's directory the extraction Job's PVC in the system namespace binds (render_access).
+    read_only: labelled READ_ONLY_CLAIM_LABEL, so no pod outside the system namespace mounts its claim writable (the
+    slot's Job writes through the access PV then: in_system_namespace).
     """
     claim = (spec.system_namespace, slot.access_name()) if access else (slot.namespace, slot.pvc_name())
     body = {
@@ -89,7 +92,10 @@ def render_pv(spec, slot, node, storage_class_name, access=False):
     if access:
         return _object("PersistentVolume", slot.access_name(), None, _access_labels(slot),
                        {IMAGE_ANNOTATION: spec.image}, body)
-    return _object("PersistentVolume", slot.pv_name(), None, slot.labels(), {IMAGE_ANNOTATION: spec.image}, body)
+    labels = slot.labels()
+    if read_only:
+        labels[READ_ONLY_CLAIM_LABEL] = "true"
+    return _object("PersistentVolume", slot.pv_name(), None, labels, {IMAGE_ANNOTATION: spec.image}, body)
 
 
 def _access_labels(slot):

@@ -8,6 +8,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
+    READ_ONLY_CLAIM_LABEL,
     SPEC_HASH_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import (
@@ -656,6 +657,20 @@ def test_pod_template_labels_reach_jobs_in_the_workload_namespace(params, storag
         labels = job["spec"]["template"]["metadata"]["labels"]
         assert labels["team"] == "ml" and labels["app.kubernetes.io/name"] == "gkm-webhook"
         assert labels[MANAGED_BY_LABEL] == MANAGER  # ours win over the template's
+
+
+@pytest.mark.parametrize("system_namespace_jobs", [True, False])
+def test_slot_pvs_are_labelled_read_only_claims_when_no_job_writes_through_their_claim(system_namespace_jobs):
+    """Issue 31, class 1: the webhook's ValidatingAdmissionPolicy refuses a writable mount of the claim of a PV so
+    labelled outside the system namespace; the Jobs there write through the access PV, which is never labelled."""
+    desired = planner.plan(make_spec(system_namespace_jobs=system_namespace_jobs), facts()).desired
+    slot_pvs = [pv for pv in by_kind(desired, "PersistentVolume")
+                if pv["spec"]["hostPath"]["type"] == "DirectoryOrCreate"]
+    assert len(slot_pvs) == len(WORKERS)
+    assert {pv["metadata"]["labels"].get(READ_ONLY_CLAIM_LABEL) for pv in slot_pvs} == {
+        "true" if system_namespace_jobs else None}
+    assert all(READ_ONLY_CLAIM_LABEL not in pv["metadata"]["labels"]
+               for pv in by_kind(desired, "PersistentVolume", access=True))
 
 
 def test_without_system_namespace_jobs_the_jobs_and_their_secret_stay_in_the_workload_namespace():
