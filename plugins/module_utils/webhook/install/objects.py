@@ -400,40 +400,38 @@ def read_only_policy(settings):
     which are cluster-scoped and written by the collection alone: nothing a tenant writes (a PVC's labels, a pod's
     annotations) decides it.
     """
+    spec = {
+        "failurePolicy": "Fail",
+        "paramKind": {"apiVersion": "v1", "kind": "PersistentVolume"},
+        "matchConstraints": {"resourceRules": [{
+            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+        "matchConditions": [{
+            "name": "mounts-a-claim",
+            "expression": "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.persistentVolumeClaim))"}],
+        "variables": [{"name": "claim", "expression": _CLAIM}, {"name": "writable", "expression": _WRITABLE}],
+        "validations": [{
+            "expression": "size(variables.writable) == 0",
+            "reason": "Forbidden",
+            "messageExpression": (
+                "'volume ' + variables.writable[0] + ' mounts PersistentVolumeClaim ' + variables.claim + ', a kernel "
+                "cache of gkm.cluster, writable: set spec.volumes[].persistentVolumeClaim.readOnly: true on it (caches "
+                "are read-only)'"),
+        }],
+    }
     return _object(ADMISSION_API, "ValidatingAdmissionPolicy", read_only_policy_name(settings), settings,
-                   namespaced=False, spec={
-                       "failurePolicy": "Fail",
-                       "paramKind": {"apiVersion": "v1", "kind": "PersistentVolume"},
-                       "matchConstraints": {"resourceRules": [{
-                           "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                           "resources": ["pods"]}]},
-                       "matchConditions": [{
-                           "name": "mounts-a-claim",
-                           "expression": "has(object.spec.volumes) && "
-                                         "object.spec.volumes.exists(v, has(v.persistentVolumeClaim))"}],
-                       "variables": [{"name": "claim", "expression": _CLAIM},
-                                     {"name": "writable", "expression": _WRITABLE}],
-                       "validations": [{
-                           "expression": "size(variables.writable) == 0",
-                           "reason": "Forbidden",
-                           "messageExpression": (
-                               "'volume ' + variables.writable[0] + ' mounts PersistentVolumeClaim ' + "
-                               "variables.claim + ', a kernel cache of gkm.cluster, writable: set "
-                               "spec.volumes[].persistentVolumeClaim.readOnly: true on it (caches are read-only)'"),
-                       }],
-                   })
+                   namespaced=False, spec=spec)
 
 
 def read_only_policy_binding(settings):
     """The policy bound with every PV labelled READ_ONLY_CLAIM_LABEL as its params (each evaluated; none: allowed),
     in every namespace but the system one, where the extraction Jobs write slots through their access PVCs."""
+    spec = {
+        "policyName": read_only_policy_name(settings),
+        "validationActions": ["Deny"],
+        "paramRef": {"selector": {"matchLabels": {MANAGED_BY_LABEL: MANAGER, READ_ONLY_CLAIM_LABEL: "true"}},
+                     "parameterNotFoundAction": "Allow"},
+        "matchResources": {"namespaceSelector": {"matchExpressions": [
+            {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": [settings.namespace]}]}},
+    }
     return _object(ADMISSION_API, "ValidatingAdmissionPolicyBinding", read_only_policy_name(settings), settings,
-                   namespaced=False, spec={
-                       "policyName": read_only_policy_name(settings),
-                       "validationActions": ["Deny"],
-                       "paramRef": {"selector": {"matchLabels": {MANAGED_BY_LABEL: MANAGER,
-                                                                 READ_ONLY_CLAIM_LABEL: "true"}},
-                                    "parameterNotFoundAction": "Allow"},
-                       "matchResources": {"namespaceSelector": {"matchExpressions": [
-                           {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": [settings.namespace]}]}},
-                   })
+                   namespaced=False, spec=spec)
