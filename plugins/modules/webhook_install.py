@@ -25,8 +25,9 @@ description:
     and a ValidatingAdmissionPolicy with its binding, both named C(<name>-<namespace>-read-only-claims), refuses a
     pod in any namespace but O(namespace) that mounts writable the claim of a PV labelled
     C(gkm.io/read-only-claim=true) (the serving PVs, and the slots' PVs when their Jobs run in the system
-    namespace). The API server evaluates it, so it holds while the server is down; O(namespace) must be the
-    caches' system namespace (C(system_namespace)), where the extraction Jobs write."
+    namespace). The API server evaluates it, so it holds while the server is down. Pods in O(namespace) (the
+    caches' system namespace with the gkm role, where the extraction Jobs write through PVCs of their own) are
+    exempt."
   - Installs, in this order, the namespace, that policy and its binding, a ServiceAccount and its RBAC, the TLS
     material, the server Deployment with a PodDisruptionBudget and a Service, waits until the server is ready,
     and only then registers the MutatingWebhookConfiguration. A half-finished install therefore never sends a

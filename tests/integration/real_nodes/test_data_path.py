@@ -120,7 +120,7 @@ def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(
         cache_dir = os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache")
         on_disk = files_under(cache_dir)
         assert len(on_disk) == len(kcache_images.cache_entries(spec)[0]) + 1  # + .gkm-cache.json
-        for path in on_disk + [cache_dir]:
+        for path in [*on_disk, cache_dir]:
             mode = os.stat(path).st_mode
             assert mode & 0o444 == 0o444 and not mode & 0o222, (path, oct(mode))
             assert os.stat(path).st_uid == 0
