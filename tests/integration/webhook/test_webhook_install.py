@@ -113,8 +113,8 @@ def test_install_and_uninstall_never_break_pods_elsewhere(sim, kube, namespace, 
         time.sleep(1)
         result = install(sim.kubeconfig, name=name, namespace=webhook_namespace, url=url, tls_mode="self_signed")
         kinds = [entry["kind"] for entry in result["objects"]]
-        assert kinds == ["Namespace", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Secret", "Secret",
-                         "MutatingWebhookConfiguration"]
+        assert kinds == ["Namespace", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Secret",
+                         "Secret", "MutatingWebhookConfiguration"]
         assert result["changed"] and result["tls"]["certificate_renewed"]
         ca = secret_text(core, name + "-ca", webhook_namespace, "ca.crt")
         assert subject_alt_names(server.served_certificate()) == ([], ["127.0.0.1"])
