@@ -14,6 +14,7 @@ pods admitted; the root pod created and changed files of the cache through the s
 at admission naming the volume and the field; read-only, every write and the link fail with EROFS.
 """
 
+import json
 import os
 import shutil
 import uuid
@@ -102,6 +103,14 @@ def test_root_in_a_baseline_namespace_cannot_write_a_cache_nor_redirect_its_serv
         result = run_module("cache_distribute", sim.kubeconfig, **args)
         assert not result.get("failed"), result.get("msg")
         slot_pvc = next(e["pvc"] for e in result["status"]["entries"] if e["node"] == AMD_NODE)
+        # Published read-only: root's, no write bit anywhere in the tree (the extractor ran as root without
+        # capabilities).
+        published = os.path.join(NODE_DISK, tenant.namespace, name, tenant.namespace, pushed.digest.split(":")[1],
+                                 "cache")
+        for directory, _subdirectories, files in os.walk(published):
+            for path in [directory] + [os.path.join(directory, file) for file in files]:
+                info = os.lstat(path)
+                assert (info.st_uid, info.st_mode & 0o7222) == (0, 0), (path, info.st_uid, oct(info.st_mode))
         volumes = [("serving", name), ("slot", slot_pvc)]
         if not BEFORE:
             for obj in policy:
@@ -122,6 +131,7 @@ def test_root_in_a_baseline_namespace_cannot_write_a_cache_nor_redirect_its_serv
                 assert "volume %s mounts PersistentVolumeClaim %s" % (volume, claim) in refusal, refusal
                 assert "persistentVolumeClaim.readOnly: true" in refusal, refusal
                 assert objects.read_only_policy_name(settings) in refusal, refusal
+                print(json.loads(refusal)["message"])
             core.patch_namespaced_persistent_volume_claim(claim, tenant.namespace, {"metadata": {"labels": labels}})
         serving_pv = admin.list("PersistentVolume", label_selector="gkm.io/cache=%s,gkm.io/serving=true" % name)[0]
         with pytest.raises(ApiException) as refused:
@@ -135,6 +145,7 @@ def test_root_in_a_baseline_namespace_cannot_write_a_cache_nor_redirect_its_serv
         core.create_namespaced_pod(tenant.namespace, _pod("writer", tools_image, volumes, script, read_only=not BEFORE))
         log = _finished_log(core, tenant.namespace, "writer")
         verdicts = sorted(line for line in log.splitlines() if line.startswith(("done ", "refused ")))
+        print(", ".join(verdicts))
         expected = "done" if BEFORE else "refused"
         assert verdicts == sorted("%s %s" % (expected, what) for what, _command in ATTEMPTS), log
 
@@ -144,6 +155,7 @@ def test_root_in_a_baseline_namespace_cannot_write_a_cache_nor_redirect_its_serv
         listed = _finished_log(core, tenant.namespace, "reader").split()
         assert ("sentinel-file" in listed) is BEFORE, listed
         assert (".gkm-cache.json" in listed) is not BEFORE, listed
+        print("the next pod of the serving PVC lists: %s" % " ".join(listed))
     finally:
         core.delete_collection_namespaced_pod(tenant.namespace, grace_period_seconds=0)
         wait_until("the tenant's pods gone", lambda: not core.list_namespaced_pod(tenant.namespace).items,
