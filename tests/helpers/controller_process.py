@@ -14,6 +14,10 @@ from tests.helpers.operator_caches import kwok_tools_image, poll
 from tests.helpers.paths import ROOT
 from tests.helpers.sim import sim_control
 
+# The controller's line per resync (controller/gkm_controller/resync.py) and the names of its figures, in order.
+RESYNC_LINE = (r"gkm_controller\.resync: resync (\d+): (\d+) caches in ([\d.]+) s, (\d+) changed, (\d+) failed; "
+               r"(\d+) LIST requests, (\d+) other reads, (\d+) writes")
+RESYNC_FIGURES = ("number", "caches", "seconds", "changed", "failed", "list_requests", "other_reads", "writes")
 # What the tests' controllers distribute with: the simulated cluster's registry speaks plain HTTP.
 TEST_OPTIONS = {"registry_plain_http": True, "wait_timeout": 120}
 
@@ -44,6 +48,11 @@ class Controller:
         """The log lines of the reconciles started, of one kind (and namespace)."""
         return self.lines(r"gkm_controller\.reconciles: reconcile %s %s" % (
             kind, re.escape(namespace + "/") if namespace else ""))
+
+    def resyncs(self):
+        """The figures of each resync logged so far (RESYNC_FIGURES: a dict per resync, oldest first)."""
+        return [{key: float(value) if key == "seconds" else int(value) for key, value in zip(
+            RESYNC_FIGURES, re.search(RESYNC_LINE, line).groups())} for line in self.lines(RESYNC_LINE)]
 
     def cpu_seconds(self):
         """User and system CPU seconds of the process so far (/proc/<pid>/stat, its own threads only)."""

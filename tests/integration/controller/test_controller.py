@@ -305,22 +305,18 @@ def _upgrade_complete(crds, namespace, name, digest):
 
 
 RESYNC_SECONDS = 3
-# The controller's line per resync (controller/gkm_controller/resync.py), its figures as the groups: number, caches,
-# changed, failed, LIST requests, other reads, writes (counted on the controller's client).
-RESYNC_LINE = (r"gkm_controller\.resync: resync (\d+): (\d+) caches in [\d.]+ s, (\d+) changed, (\d+) failed; "
-               r"(\d+) LIST requests, (\d+) other reads, (\d+) writes")
-
-
-def _resyncs(controller):
-    return [tuple(int(group) for group in re.search(RESYNC_LINE, line).groups())
-            for line in controller.lines(RESYNC_LINE)]
+NOTHING = {"changed": 0, "failed": 0, "list_requests": 0, "other_reads": 0, "writes": 0}
 
 
 def _resync_after(controller, number, check=lambda figures: True):
     """The figures of the first resync numbered above `number` that passes check."""
     return poll("a resync after the %dth" % number, lambda: next(
-        (figures for figures in _resyncs(controller) if figures[0] > number and check(figures)), None),
+        (figures for figures in controller.resyncs() if figures["number"] > number and check(figures)), None),
         10 * RESYNC_SECONDS + 60)
+
+
+def _sent(figures):
+    return {key: figures[key] for key in NOTHING}
 
 
 def test_the_resync_sends_nothing_when_nothing_differs_repairs_a_hand_edit_and_follows_a_moved_tag(
@@ -343,36 +339,37 @@ def test_the_resync_sends_nothing_when_nothing_differs_repairs_a_hand_edit_and_f
         poll("the controller settled", lambda: settled(crds, namespace, name, quiet_seconds=3), 60)
 
         # Nothing changed: the resync after the one under way sends nothing, and the API server sees no write.
-        audit, last = AuditWrites(), max([0] + [figures[0] for figures in _resyncs(resyncing)])
+        audit, last = AuditWrites(), max([0] + [figures["number"] for figures in resyncing.resyncs()])
         quiet = _resync_after(resyncing, last + 1)
-        assert quiet[1] >= 1 and quiet[2:] == (0, 0, 0, 0, 0), quiet
+        assert quiet["caches"] >= 1 and _sent(quiet) == NOTHING, quiet
         assert audit.since("/namespaces/%s/" % namespace, "/persistentvolumes", "gkm.io") == []
 
         # Drift: the node's entry set back by hand; the next resync writes it back, no LIST, and then nothing.
-        started, last = time.monotonic(), quiet[0]
+        started, last = time.monotonic(), quiet["number"]
         crds.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "gkmcachenodes", nodes[0], {
             "status": {"caches": {name: {first.digest: {"state": "Pending"}}}}})
-        repair = _resync_after(resyncing, last, lambda figures: figures[6] > 0)
+        repair = _resync_after(resyncing, last, lambda figures: figures["writes"] > 0)
         poll("the entry repaired", lambda: crds.get_namespaced_custom_object(
             GROUP, VERSION, namespace, "gkmcachenodes", nodes[0])["status"]["caches"][name][first.digest][
             "state"] == "Extracted", 30)
         repaired_s = time.monotonic() - started
-        assert repair[4] == 0 and repair[6] <= 2, repair
-        assert _resync_after(resyncing, repair[0])[2:] == (0, 0, 0, 0, 0)
+        assert repair["list_requests"] == 0 and repair["writes"] <= 2, repair
+        assert _sent(_resync_after(resyncing, repair["number"])) == NOTHING
 
         # The tag moved: a resync resolves it again and the cache is extracted at the new digest.
-        started, last = time.monotonic(), _resyncs(resyncing)[-1][0]
+        started, last = time.monotonic(), resyncing.resyncs()[-1]["number"]
         moved = kcache_images.build_image(registry.host, repository, "v1",
                                           kcache_images.CacheSpec(backend="hip", seed=37))
         assert moved.digest != first.digest
         poll("Extracted at the moved digest", lambda: (phase_is(crds, namespace, name, "Extracted", 2) or {}).get(
             "resolvedDigest") == moved.digest, 120)
         moved_s = time.monotonic() - started
-        assert any(figures[0] > last and figures[2] >= 1 for figures in _resyncs(resyncing)), _resyncs(resyncing)
+        assert any(figures["number"] > last and figures["changed"] for figures in resyncing.resyncs()), (
+            resyncing.resyncs())
         record_property("resync_repair_s", round(repaired_s, 1))
         record_property("resync_moved_tag_s", round(moved_s, 1))
         print("controller resync every %ds: nothing changed -> %s; hand edit -> repaired %.1fs (%d writes); moved tag "
-              "-> Extracted at it %.1fs" % (RESYNC_SECONDS, quiet, repaired_s, repair[6], moved_s))
+              "-> Extracted at it %.1fs" % (RESYNC_SECONDS, quiet, repaired_s, repair["writes"], moved_s))
     finally:
         kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
         poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
