@@ -88,7 +88,10 @@ class Resync:
     def run(self):
         self.ready.wait()
         while not self._stop.wait(self.period):
-            self.once()
+            try:
+                self.once()
+            except Exception as error:  # the next period tries again; a resync thread that ended would never
+                LOG.warning("resync failed: %s", error)
 
     def start(self):
         threading.Thread(target=self.run, name="gkm-resync", daemon=True).start()

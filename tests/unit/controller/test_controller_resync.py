@@ -111,3 +111,28 @@ def test_the_count_tells_lists_from_other_reads_and_writes():
                          ("POST", "z"), ("PUT", "w")):
         count.check(method, what)
     assert count.figures() == {"list_requests": 1, "other_reads": 1, "writes": 4}
+
+
+def test_a_resync_that_fails_whole_is_logged_and_the_next_period_runs(caplog):
+    index, done, runs = indexed(cache("a")), threading.Event(), []
+    select, failures = index.select, iter([RuntimeError("index unreadable")])
+
+    def flaky(kind, **kwargs):
+        failure = next(failures, None)
+        if failure:
+            raise failure
+        return select(kind, **kwargs)
+
+    index.select = flaky
+
+    def reconcile(kind, resource, finalizing, count=None):
+        runs.append(resource["metadata"]["name"])
+        done.set()
+
+    ready = threading.Event()
+    ready.set()
+    resync = Resync(index, reconcile, period=0.01, ready=ready)
+    resync.start()
+    assert done.wait(5)
+    resync.stop()
+    assert runs[0] == "a" and "resync failed: index unreadable" in caplog.text
