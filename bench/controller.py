@@ -30,6 +30,7 @@ sys.path[:0] = [os.path.join(ROOT, ".cache", "collections"), ROOT]
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -61,6 +62,8 @@ NOT_THE_CONTROLLER = (*CONTROL_PLANE_AGENTS, "kube-apiserver/", BENCH_AGENT)
 DEFAULT_MAX_LOAD = 1.5
 # The controller's log line for each reconcile it starts, of either kind (controller/gkm_controller/reconciles.py).
 RECONCILE_LINE = r"gkm_controller\.reconciles: reconcile "
+# And its line when one ends: how long it took.
+RECONCILED_LINE = r"gkm_controller\.reconciles: reconciled \S+ \S+ in ([\d.]+) s"
 COMPLETE_EVERY_S = 0.5
 
 
@@ -228,11 +231,14 @@ class ControllerPath:
                 joined = gpu_nodes.render_nodes([{"name": "%s-join-%s" % (scale.NODE_GROUP, uuid.uuid4().hex[:4]),
                                                   "count": 1, "vendor": "amd",
                                                   "labels": {scale.BENCH_LABEL: scale.NODE_GROUP}}])[0]
-                started = time.monotonic()
+                started, ended = time.monotonic(), len(controller.lines(RECONCILED_LINE))
                 self.raw.request("POST", "/api/v1/nodes", body=joined)
                 node = joined["metadata"]["name"]
                 poll("%s extracted on %s" % (name, node), lambda: self.node_extracted(name, node), self.timeout)
                 figures["node_join_to_extracted_s"] = round(time.monotonic() - started, 2)
+                # Where the join's time went: the reconciles that ended meanwhile, each one's seconds.
+                figures["join_reconciles_s"] = [float(re.search(RECONCILED_LINE, line).group(1))
+                                                for line in controller.lines(RECONCILED_LINE)[ended:]]
                 log("%d nodes, controller join: %.1f s" % (nodes, figures["node_join_to_extracted_s"]))
                 started = time.monotonic()
                 subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, "delete", "clustergkmcache", name,
