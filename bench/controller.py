@@ -359,7 +359,9 @@ def main():
 
 
 def write_results(points, args, load_start):
-    busy = load_start[0] > args.max_load
+    load_end = os.getloadavg()
+    # Busy when the load was above the bound at the start or at the end (other work that started meanwhile).
+    busy = max(load_start[0], load_end[0]) > args.max_load
     results = {
         "points": points,
         "method": {
@@ -384,7 +386,7 @@ def write_results(points, args, load_start):
         },
         "cpus": os.cpu_count(),
         "load_average_start": [round(x, 2) for x in load_start],
-        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "load_average_end": [round(x, 2) for x in load_end],
         "max_load": args.max_load,
         "busy": busy,
     }
