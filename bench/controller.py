@@ -3,13 +3,14 @@ workload namespaces at growing numbers of kwok GPU nodes -> bench/results/contro
 
 For each size, in rounds that alternate the two paths (the controller first in even rounds, each in its own
 processes):
-- controller (`python -m controller.gkm_controller.main`, out of cluster, as its integration test runs it):
-  start -> ready; idle beside the pool with no cache of ours while every pool node gets a heartbeat-only status
-  update every --heartbeat-seconds (the kubelet's nodeStatusUpdateFrequency, 10 s): its CPU share and RSS over the
-  window, and the API requests it sent in it, from the API server's audit log (LISTs and writes: what a resync with
-  nothing changed costs); cold: the ClusterGKMCache created -> its status Extracted on every node; one more node
-  joining the pool -> its three slots extracted (PVCs Bound, Jobs Complete); removal: `kubectl delete` -> the resource
-  and every PVC, PV and Job of it gone;
+- controller (`python -m controller.gkm_controller.main`, out of cluster, as its integration test runs it, its
+  resync every --resync-seconds): start -> ready; cold: the ClusterGKMCache created -> its status Extracted on every
+  node; idle beside the converged cache while every pool node gets a heartbeat-only status update every
+  --heartbeat-seconds (the kubelet's nodeStatusUpdateFrequency, 10 s): its CPU share and RSS over the window, the
+  resyncs that ran in it (each counts its own requests on the controller's client) and the requests the API
+  server's audit log shows from it (LISTs and writes, the Lease's renewals apart): the larger of the two counts is
+  what a resync with nothing changed costs; one more node joining the pool -> its three slots extracted (PVCs Bound,
+  Jobs Complete); removal: `kubectl delete` -> the resource and every PVC, PV and Job of it gone;
 - playbook: bench/scale.py's measurement of the same cache at the same size (cache_reconcile through the `ansible`
   CLI: cold, no-op, removal), which also times `kubectl apply --server-side` of the PVCs, PVs and Jobs the planner
   renders for it (a download PVC, PV and Job per node and namespace, a serving PVC and PV per namespace: the object set
@@ -29,6 +30,7 @@ sys.path[:0] = [os.path.join(ROOT, ".cache", "collections"), ROOT]
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -60,6 +62,8 @@ NOT_THE_CONTROLLER = (*CONTROL_PLANE_AGENTS, "kube-apiserver/", BENCH_AGENT)
 DEFAULT_MAX_LOAD = 1.5
 # The controller's log line for each reconcile it starts, of either kind (controller/gkm_controller/reconciles.py).
 RECONCILE_LINE = r"gkm_controller\.reconciles: reconcile "
+# And its line when one ends: how long it took.
+RECONCILED_LINE = r"gkm_controller\.reconciles: reconciled \S+ \S+ in ([\d.]+) s"
 COMPLETE_EVERY_S = 0.5
 
 
@@ -152,15 +156,16 @@ def count(requests, verbs, leases):
 
 
 class ControllerPath:
-    def __init__(self, raw, kubeconfig, tools_image, image_ref, workdir, timeout):
+    def __init__(self, raw, kubeconfig, tools_image, image_ref, workdir, timeout, resync_seconds):
         self.raw, self.kubeconfig, self.tools_image = raw, kubeconfig, tools_image
-        self.image_ref, self.workdir, self.timeout = image_ref, workdir, timeout
+        self.image_ref, self.workdir, self.timeout, self.resync_seconds = image_ref, workdir, timeout, resync_seconds
 
     def start(self):
         options = {"registry_plain_http": True, "concurrency": scale.OPTIONS["concurrency"],
                    "wait_timeout": self.timeout}
         controller = Controller(self.kubeconfig, os.path.join(self.workdir, "controller-%s.log" % uuid.uuid4().hex[:6]),
-                                LEASE_NAMESPACE, self.tools_image, options, verbose=False)
+                                LEASE_NAMESPACE, self.tools_image, options, verbose=False,
+                                resync_seconds=self.resync_seconds)
         return controller, controller.become_ready(self.timeout)
 
     def extracted(self, name, nodes):
@@ -178,30 +183,36 @@ class ControllerPath:
 
     def idle(self, controller, nodes, seconds, heartbeat_period):
         offset = os.path.getsize(AUDIT_LOG)
-        reconciles = len(controller.lines(RECONCILE_LINE))
+        reconciles, resynced = len(controller.lines(RECONCILE_LINE)), len(controller.resyncs())
         with Heartbeats(self.raw, nodes, heartbeat_period) as heartbeats, \
                 Window(ProcessTree(controller.process.pid)) as window:
             time.sleep(seconds)
         figures, requests = window.figures(), controller_requests(offset)
+        resyncs = controller.resyncs()[resynced:]
+        audited_lists, audited_writes = count(requests, ("list",), leases=False), count(
+            requests, WRITE_VERBS, leases=False)
         return {"idle_cpu_cores": figures["cpu_cores"], "idle_rss_bytes": figures["engine_rss_bytes"],
                 "idle_rss_peak_bytes": figures["tree_rss_peak_bytes"], "idle_window_s": figures["window_s"],
                 "heartbeats_sent": heartbeats.sent,
                 "heartbeats_per_s": round(heartbeats.sent / figures["window_s"], 1),
-                "resync_list_requests": count(requests, ("list",), leases=False),
+                # Both counts, the larger taken: the resyncs' own (the controller's client) and the audit log's.
+                "resync_list_requests": max([audited_lists] + [resync["list_requests"] for resync in resyncs]),
                 # The Lease's renewals are the one write an idle active replica must make (section 7).
-                "resync_writes": count(requests, WRITE_VERBS, leases=False),
+                "resync_writes": max([audited_writes] + [resync["writes"] for resync in resyncs]),
+                "idle_resyncs": resyncs,
+                "idle_audited_list_requests": audited_lists, "idle_audited_writes": audited_writes,
                 "idle_lease_writes": count(requests, WRITE_VERBS, leases=True),
                 "idle_requests": requests,
-                "idle_reconciles": len(controller.lines(RECONCILE_LINE)) - reconciles}
+                # Every resync runs each cache's reconcile (a log line each); nothing else should.
+                "idle_reconciles": len(controller.lines(RECONCILE_LINE)) - reconciles - sum(
+                    resync["caches"] for resync in resyncs)}
 
     def measure(self, nodes, pool, idle_seconds, settle_seconds, heartbeat_period):
         name = "bench-ctl-%s" % uuid.uuid4().hex[:5]
         controller, ready_s = self.start()
         try:
             time.sleep(settle_seconds)
-            figures = dict(self.idle(controller, pool, idle_seconds, heartbeat_period), start_to_ready_s=round(
-                ready_s, 2))
-            log("%d nodes, controller idle: %s" % (nodes, figures))
+            figures = {"start_to_ready_s": round(ready_s, 2)}
             with JobCompleter(self.raw, name), Window(ProcessTree(controller.process.pid)) as window:
                 started = time.monotonic()
                 self.raw.request("POST", cache_cr.resource_path("ClusterGKMCache"),
@@ -210,15 +221,24 @@ class ControllerPath:
                 figures["cold_s"] = round(time.monotonic() - started, 2)
             figures["cold_cpu_s"] = window.figures()["cpu_s"]
             log("%d nodes, controller cold: %.1f s" % (nodes, figures["cold_s"]))
+            time.sleep(settle_seconds)
+            figures.update(self.idle(controller, pool, idle_seconds, heartbeat_period))
+            if not figures["idle_resyncs"]:
+                raise AssertionError("no resync ran in the idle window: --resync-seconds %s is longer than it" % (
+                    self.resync_seconds))
+            log("%d nodes, controller idle: %s" % (nodes, figures))
             with JobCompleter(self.raw, name):
                 joined = gpu_nodes.render_nodes([{"name": "%s-join-%s" % (scale.NODE_GROUP, uuid.uuid4().hex[:4]),
                                                   "count": 1, "vendor": "amd",
                                                   "labels": {scale.BENCH_LABEL: scale.NODE_GROUP}}])[0]
-                started = time.monotonic()
+                started, ended = time.monotonic(), len(controller.lines(RECONCILED_LINE))
                 self.raw.request("POST", "/api/v1/nodes", body=joined)
                 node = joined["metadata"]["name"]
                 poll("%s extracted on %s" % (name, node), lambda: self.node_extracted(name, node), self.timeout)
                 figures["node_join_to_extracted_s"] = round(time.monotonic() - started, 2)
+                # Where the join's time went: the reconciles that ended meanwhile, each one's seconds.
+                figures["join_reconciles_s"] = [float(re.search(RECONCILED_LINE, line).group(1))
+                                                for line in controller.lines(RECONCILED_LINE)[ended:]]
                 log("%d nodes, controller join: %.1f s" % (nodes, figures["node_join_to_extracted_s"]))
                 started = time.monotonic()
                 subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, "delete", "clustergkmcache", name,
@@ -239,11 +259,12 @@ def median(rounds, key):
     return round(statistics.median(values), 3) if values else None
 
 
-def point(nodes, controller_rounds, playbook_rounds, load_before):
+def point(nodes, controller_rounds, playbook_rounds, load_before, load_after):
     """One size's figures: the fields issue 33 asks for first, then the playbook path's and the rounds."""
     cold, kubectl = median(controller_rounds, "cold_s"), median(playbook_rounds, "kubectl_ssa_s")
     if not controller_rounds:
-        return dict(nodes=nodes, playbook_rounds=playbook_rounds, load_average_before=load_before)
+        return dict(nodes=nodes, playbook_rounds=playbook_rounds, load_average_before=load_before,
+                    load_average_after=load_after)
     return {
         "nodes": nodes,
         "namespaces": len(scale.NAMESPACES),
@@ -261,7 +282,9 @@ def point(nodes, controller_rounds, playbook_rounds, load_before):
         "playbook_cold_s": median(playbook_rounds, "cold_s"),
         "playbook_noop_s": median(playbook_rounds, "noop_s"),
         "playbook_removal_s": median(playbook_rounds, "removal_s"),
+        "resync_s": max(resync["seconds"] for sample in controller_rounds for resync in sample["idle_resyncs"]),
         "load_average_before": load_before,
+        "load_average_after": load_after,
         "controller_rounds": controller_rounds,
         "playbook_rounds": playbook_rounds,
     }
@@ -272,7 +295,11 @@ def main():
     parser.add_argument("--sizes", default="500,2000,5000", help="numbers of kwok GPU nodes, comma-separated")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per size, each path once per round")
     parser.add_argument("--idle-seconds", type=int, default=60)
-    parser.add_argument("--settle-seconds", type=int, default=10, help="wait after the controller is ready")
+    parser.add_argument("--settle-seconds", type=int, default=10,
+                        help="wait after the controller is ready, and after the cache is Extracted")
+    parser.add_argument("--resync-seconds", type=int, default=None,
+                        help="the controller's resync period (default: the idle window's length, so one resync or "
+                             "two fall in it; the controller's own default is 300 s)")
     parser.add_argument("--heartbeat-seconds", type=int, default=10,
                         help="each pool node's heartbeat period while the controller idles")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds any one wait may take")
@@ -306,7 +333,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="gkm-bench-controller-") as workdir:
         # kwok runs no containers: any tools image reference does, as long as both paths give the same one.
         controller_path = ControllerPath(raw, kubeconfig, scale.OPTIONS["extract_image"], image.ref, workdir,
-                                         args.timeout)
+                                         args.timeout, args.resync_seconds or args.idle_seconds)
         try:
             for nodes in sorted(int(size) for size in args.sizes.split(",")):
                 scale.resize_nodes(raw, nodes)
@@ -321,7 +348,8 @@ def main():
                                 nodes, pool, args.idle_seconds, args.settle_seconds, args.heartbeat_seconds))
                         else:
                             playbook_rounds.append(scale.measure(kubeconfig, raw, image.ref, nodes, 1))
-                points.append(point(nodes, controller_rounds, playbook_rounds, load_before))
+                points.append(point(nodes, controller_rounds, playbook_rounds, load_before,
+                                    [round(x, 2) for x in os.getloadavg()]))
                 write_results(points, args, load_start)  # each size as it is measured
         finally:
             if not args.keep_nodes:
@@ -331,17 +359,24 @@ def main():
 
 
 def write_results(points, args, load_start):
-    busy = load_start[0] > args.max_load
+    load_end = os.getloadavg()
+    # Busy when the load was above the bound at the start or at the end (other work that started meanwhile).
+    busy = max(load_start[0], load_end[0]) > args.max_load
     results = {
         "points": points,
         "method": {
             "statistic": "median of rounds; resync_list_requests and resync_writes the largest of the rounds",
             "rounds": args.rounds, "order": "controller then playbook in even rounds, playbook then controller in "
                                             "odd ones; each path in processes of its own",
-            "idle": "the controller beside the pool with no cache, %d s from %d s after it is ready, every pool node "
+            "idle": "the controller beside the converged cache, %d s from %d s after it is Extracted, every pool node "
                     "patched with a heartbeat-only status every %d s; CPU and RSS of its process from /proc every "
-                    "second; requests from the audit log, by user agent" % (
-                        args.idle_seconds, args.settle_seconds, args.heartbeat_seconds),
+                    "second, the resyncs in the window included (one every %d s, the controller's default 300); "
+                    "requests from the audit log, by user agent" % (
+                        args.idle_seconds, args.settle_seconds, args.heartbeat_seconds,
+                        args.resync_seconds or args.idle_seconds),
+            "resync": "resync_list_requests and resync_writes: the larger of the resyncs' own counts in the idle "
+                      "window (logged by the controller, counted on its client) and the audit log's LISTs and "
+                      "writes by the controller in that window, the Lease's renewals apart",
             "cold": "ClusterGKMCache created -> status phase Extracted with nodeCnt = the pool (polled every 0.25 s)",
             "join": "one kwok GPU node created in the pool -> its PVCs in the 3 namespaces Bound and Jobs Complete",
             "removal": "kubectl delete of the resource -> it and every PVC, PV and Job of it gone",
@@ -351,7 +386,7 @@ def write_results(points, args, load_start):
         },
         "cpus": os.cpu_count(),
         "load_average_start": [round(x, 2) for x in load_start],
-        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "load_average_end": [round(x, 2) for x in load_end],
         "max_load": args.max_load,
         "busy": busy,
     }

@@ -3,9 +3,14 @@
 Fifty nodes joining send fifty or more Node events within a second, each naming the same cache. Reconciling on every
 one would queue fifty whole-cache runs behind the cache's lock. The Coalescer keeps the caches submitted within
 `delay` seconds (the newest copy of each), then hands each to the executor once; a cache submitted again while its
-run goes on runs again after it (the Reconciler's per-cache lock orders the two), so no change is missed. A run that
-ends before its cache settled (reconciles.under_way) submits the cache again, as the index then holds it, after
-reconciles.recheck_delay: a finished extraction Job starts no reconcile.
+run goes on runs again after it (the Reconciler's per-cache lock orders the two), so no change is missed.
+
+It is also the controller's one retry path: a reconcile that ended before its cache settled (reconciles.under_way),
+whoever started it (kopf's handlers, the node path, the resync), is followed (`follow`) by the cache submitted again,
+as the index then holds it, after reconciles.recheck_delay: a finished extraction Job starts no reconcile. Not kopf's
+TemporaryError: kopf keeps a retried handler's progress in the cache's annotations (a PATCH per retry and one to
+clear it) and retries with the body of the change it handled; this timer writes nothing, runs the index's newest
+copy, and shares the window with the node events of the same cache.
 """
 
 import logging
@@ -65,15 +70,25 @@ class Coalescer:
         except Exception as error:  # a failed run must not end the executor's thread; the next event retries
             LOG.warning("%s %s: node-triggered reconcile failed: %s", kind, resource["metadata"]["name"], error)
             return None
+        self.follow(kind, resource, result)
+        return result
+
+    def follow(self, kind, resource, result):
+        """After any reconcile of the cache (kopf's handlers, the node path, the resync): when it ended before the
+        cache settled (reconciles.under_way), submit the cache again, as the index then holds it, after
+        reconciles.recheck_delay of the attempts since it last settled. The one retry path of the controller.
+        True when a recheck was scheduled."""
         key = (kind, resource["metadata"].get("namespace") or "", resource["metadata"]["name"])
         with self._lock:
             attempt = self._attempts.pop(key, 0)
-            if self.held is not None and under_way(result):
-                self._attempts[key] = attempt + 1
-            else:
-                return result
-        self.schedule(recheck_delay(attempt), lambda: self._again(kind, resource))
-        return result
+            if self.held is None or not under_way(result):
+                return False
+            self._attempts[key] = attempt + 1
+        delay = recheck_delay(attempt)
+        LOG.info("%s %s: not settled yet (extractions or a rollout under way), reconciled again in %s s", kind,
+                 resource["metadata"]["name"], delay)
+        self.schedule(delay, lambda: self._again(kind, resource))
+        return True
 
     def _again(self, kind, resource):
         current = self.held(kind, resource)

@@ -7,7 +7,8 @@ kopf's default one at import), so a test or a second operator task builds its ow
 - Nodes: the controller's own watch (node_watch.NodeWatch) feeds them; the cache handlers wait for its first listing
   (Controller.nodes_listed), the same guarantee kopf's gate gives for the other kinds.
 - Cache kinds: create, update and resume reconcile the cache, and refuse to for one with a deletion timestamp; a
-  reconcile that ended before the cache settled (reconciles.under_way) has kopf run the handler again, backing off;
+  reconcile that ended before the cache settled (reconciles.under_way) is handed to `recheck` (the coalescer's
+  follow, the controller's one retry path), not retried by kopf;
   the delete handler (not optional, so kopf keeps the finalizer gkm.io/cache-cleanup on every cache) is the
   finalizer, the only reconcile allowed to write for a cache being deleted (deletion.DeletionGuard).
 """
@@ -28,7 +29,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 
 from .deletion import deletion_requested
 from .feed import feed, kopf_kinds
-from .reconciles import recheck_delay, under_way
 
 LOG = logging.getLogger(__name__)
 # How long a cache handler waits for the Nodes' first listing before kopf is told to retry it later (a listing that
@@ -68,12 +68,14 @@ class Controller:
     nodes_listed: set by nodes_in(), the node watch's first listing in the index; the cache handlers wait for it.
     ready: set once kopf's kinds (its first event handler call: kopf holds them until every indexed kind's initial
     listing is in, and the Namespaces always list some) and the Nodes are in: the moment the controller may plan;
-    on_ready() is called then, once.
+    on_ready() is called then, once. recheck(kind, body, result): called after each reconcile of a changed cache,
+    to run it again when it ended before the cache settled (coalesce.Coalescer.follow).
     """
 
-    def __init__(self, index, reconcile, on_ready=None):
+    def __init__(self, index, reconcile, on_ready=None, recheck=None):
         self.index = index
         self.reconcile = reconcile
+        self.recheck = recheck
         self.nodes_listed = threading.Event()
         self.ready = threading.Event()
         self.on_ready = on_ready
@@ -86,18 +88,15 @@ class Controller:
         if not self.nodes_listed.wait(NODES_LISTED_WAIT_SECONDS):
             raise kopf.TemporaryError("the Nodes are not listed into the index yet", delay=5)
 
-    def cache_changed(self, kind, body, retry=0):
-        """create, update, resume: reconcile, unless the cache is being deleted (then only the finalizer writes).
-        retry: kopf's count of this handler's earlier attempts for the same change."""
+    def cache_changed(self, kind, body):
+        """create, update, resume: reconcile, unless the cache is being deleted (then only the finalizer writes)."""
         if deletion_requested(body):
             LOG.info("%s %s is being deleted: nothing but its finalizer runs", kind, body["metadata"]["name"])
             return None
         self._wait_for_nodes()
         result = self.reconcile(kind, body, False)
-        if under_way(result):
-            # Nothing else starts the next reconcile; one over the index reads nothing from the API server.
-            raise kopf.TemporaryError("the cache is not settled yet (extractions or a rollout under way)",
-                                      delay=recheck_delay(retry))
+        if self.recheck:
+            self.recheck(kind, body, result)
         return result
 
     def cache_deleted(self, kind, body):
@@ -152,8 +151,8 @@ def register(registry, controller):
 
         # They return None: kopf writes a handler's non-None result into the object's status under the handler's
         # id, a write per reconcile of a field our status schema does not have.
-        def changed(body, _kind=kind, retry=0, **_):
-            controller.cache_changed(_kind, body, retry)
+        def changed(body, _kind=kind, **_):
+            controller.cache_changed(_kind, body)
 
         def deleted(body, _kind=kind, **_):
             controller.cache_deleted(_kind, body)

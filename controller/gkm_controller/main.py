@@ -5,10 +5,11 @@ ansible_collections.gkm.cluster.
 kopf's operator loop, cluster-wide and standalone (no peering), with this package's handlers and settings; a cache's
 create, update, resume and delete run the collection's reconcile (distribute/reconcile.py) over the index, writing
 through the deletion guard; the Nodes are watched by the controller's own loop (node_watch.py), and a Node event that
-passes the filter has the caches it affects reconciled whole, coalesced over 0.5 s, on an executor of its own. kopf
-(and with it the node watch) starts only once this replica holds the Lease gkm-cluster-operator in the controller's
-namespace (lease_loop.py); every reconcile's write is checked against the Lease's deadline, a lost Lease ends the
-process, and a clean stop (SIGTERM, SIGINT) releases it.
+passes the filter has the caches it affects reconciled whole, coalesced over 0.5 s, on an executor of its own; every
+--resync-seconds each cache is reconciled again from the index (resync.py: no LIST, no write when nothing differs).
+kopf (and with it the node watch and the resync) starts only once this replica holds the Lease gkm-cluster-operator
+in the controller's namespace (lease_loop.py); every reconcile's write is checked against the Lease's deadline, a
+lost Lease ends the process, and a clean stop (SIGTERM, SIGINT) releases it.
 
 Settings by flag, or by the environment variable each flag names: the Kubernetes access (a kubeconfig and its
 context, else the pod's service account, as the collection's programs), the tools image the extraction Jobs run,
@@ -44,6 +45,7 @@ from .lease_loop import LeaseLoop
 from .node_reconciles import NodeReconciles
 from .node_watch import NodeWatch
 from .reconciles import Reconciler
+from .resync import DEFAULT_PERIOD_SECONDS, Resync
 
 LOG = logging.getLogger("gkm_controller")
 # What the controller sets itself (the reconcile's state) or a resource's reconcile reports (not how it is done).
@@ -87,6 +89,10 @@ def parse_args(argv=None, environ=None):
                              "cache_reconcile (env GKM_CACHES_OPTIONS)")
     parser.add_argument("--workers", type=int, default=int(environ.get("GKM_WORKERS") or 8),
                         help="reconciles at once, for kopf's handlers and for the node path each (env GKM_WORKERS)")
+    parser.add_argument("--resync-seconds", type=float,
+                        default=float(environ.get("GKM_RESYNC_SECONDS") or DEFAULT_PERIOD_SECONDS),
+                        help="period of the resync of every cache from the index (env GKM_RESYNC_SECONDS; default "
+                             "%d)" % DEFAULT_PERIOD_SECONDS)
     parser.add_argument("--probe-port", type=int, default=int(environ.get("GKM_PROBE_PORT") or 0) or None,
                         help="serve /healthz on this port, for the pod's probes (env GKM_PROBE_PORT; default none)")
     parser.add_argument("--verbose", action="store_true", help="log every Node event's decision")
@@ -111,9 +117,9 @@ def connection_info(configuration):
 
 
 def build(args, api_client, started=None, lease=None):
-    """(registry, settings, controller, node watch) for kopf.run, every part wired; lease: the LeaseDeadline every
-    reconcile's write is checked against. kopf's startup starts the node watch (once this replica leads), its cleanup
-    stops it."""
+    """(registry, settings, controller, node watch, resync) for kopf.run, every part wired; lease: the LeaseDeadline
+    every reconcile's write is checked against. kopf's startup starts the node watch and the resync (once this
+    replica leads), its cleanup stops them."""
     started = time.monotonic() if started is None else started
     index = ClusterIndex()
     reconciler = Reconciler(api_client, index, args.options, lease=lease)
@@ -130,7 +136,8 @@ def build(args, api_client, started=None, lease=None):
     def ready():
         LOG.info("ready: every watched kind listed into the index, %.1f s after start", time.monotonic() - started)
 
-    controller = handlers.Controller(index, reconciler, on_ready=ready)
+    controller = handlers.Controller(index, reconciler, on_ready=ready, recheck=coalescer.follow)
+    resync = Resync(index, reconciler, args.resync_seconds, controller.ready, coalescer.follow)
     compatibility = args.options["compatibility"]
     nodes = NodeWatch(Kube(api_client), index, NodeReconciles(index, coalescer.submit, compatibility),
                       coalescer.submit, compatibility, on_listed=controller.nodes_in)
@@ -139,19 +146,21 @@ def build(args, api_client, started=None, lease=None):
     def login(**_):
         return connection_info(api_client.configuration)
 
-    def start_nodes(**_):
+    def start_loops(**_):
         nodes.start()
+        resync.start()
 
-    def stop_nodes(**_):
+    def stop_loops(**_):
         nodes.stop()
+        resync.stop()
 
     kopf.on.login(registry=registry)(login)
-    kopf.on.startup(registry=registry)(start_nodes)
-    kopf.on.cleanup(registry=registry)(stop_nodes)
+    kopf.on.startup(registry=registry)(start_loops)
+    kopf.on.cleanup(registry=registry)(stop_loops)
     settings = kopf.OperatorSettings()
     handlers.configure(settings)
     settings.execution.max_workers = args.workers
-    return registry, settings, controller, nodes
+    return registry, settings, controller, nodes, resync
 
 
 class _Alive(http.server.BaseHTTPRequestHandler):
@@ -211,7 +220,7 @@ def main(argv=None):
     # Up to `workers` reconciles at once, each sending up to DEFAULT_WORKERS requests at once.
     api_client = api_client_from_kubeconfig(args.kubeconfig, args.context, workers=args.workers * DEFAULT_WORKERS)
     loop = lead(args, api_client)
-    registry, settings, _controller, _nodes = build(args, api_client, started, lease=loop.elector.deadline)
+    registry, settings, _controller, _nodes, _resync = build(args, api_client, started, lease=loop.elector.deadline)
     LOG.info("starting: tools image %s, %d workers", args.options.get("extract_image") or "(none)", args.workers)
     liveness = "http://0.0.0.0:%d%s" % (args.probe_port, PROBE_PATH) if args.probe_port else None
     # identity: kopf's own default asks the passwd database, where the image's uid 1000 has no entry.

@@ -72,11 +72,12 @@ class Reconciler:
         self.lease = lease
         self.run = run
 
-    def __call__(self, kind, body, finalizing):
+    def __call__(self, kind, body, finalizing, count=None):
+        """count: one more guard shown every request (resync.RequestCount), or None."""
         metadata = body["metadata"]
         name, namespace = metadata["name"], metadata.get("namespace")
         guard = DeletionGuard(kind, name, namespace, body=body, index=self.index, finalizing=finalizing)
-        kube = GuardedKube(self.api_client, guard, *([self.lease] if self.lease else []))
+        kube = GuardedKube(self.api_client, guard, *[other for other in (self.lease, count) if other])
         options = dict(self.options, state="absent" if finalizing else "present")
         resource = _definition(body)
         what = "%s %s%s" % (kind, "%s/" % namespace if namespace else "", name)

@@ -14,22 +14,26 @@ from tests.helpers.operator_caches import kwok_tools_image, poll
 from tests.helpers.paths import ROOT
 from tests.helpers.sim import sim_control
 
+# The controller's line per resync (controller/gkm_controller/resync.py) and the names of its figures, in order.
+RESYNC_LINE = (r"gkm_controller\.resync: resync (\d+): (\d+) caches in ([\d.]+) s, (\d+) changed, (\d+) failed; "
+               r"(\d+) LIST requests, (\d+) other reads, (\d+) writes")
+RESYNC_FIGURES = ("number", "caches", "seconds", "changed", "failed", "list_requests", "other_reads", "writes")
 # What the tests' controllers distribute with: the simulated cluster's registry speaks plain HTTP.
 TEST_OPTIONS = {"registry_plain_http": True, "wait_timeout": 120}
 
 
 class Controller:
-    """The controller's process and its log, its Lease in lease_namespace; identity and probe_port as its flags
-    (default: host name and pid, no probe)."""
+    """The controller's process and its log, its Lease in lease_namespace; identity, probe_port and resync_seconds as
+    its flags (default: host name and pid, no probe, the controller's resync period)."""
 
     def __init__(self, kubeconfig, log_path, lease_namespace, tools_image, options, identity=None, probe_port=None,
-                 verbose=True):
+                 verbose=True, resync_seconds=None):
         self.log_path, self.probe_port = log_path, probe_port
         self.started = time.monotonic()
         plan = sim_control.operator_plan
         env = plan.environment(os.environ, ROOT)
         argv = plan.argv(sys.executable, kubeconfig, lease_namespace, tools_image, options, identity=identity,
-                         probe_port=probe_port, verbose=verbose)
+                         probe_port=probe_port, verbose=verbose, resync_seconds=resync_seconds)
         with open(log_path, "w") as log:
             self.process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -44,6 +48,11 @@ class Controller:
         """The log lines of the reconciles started, of one kind (and namespace)."""
         return self.lines(r"gkm_controller\.reconciles: reconcile %s %s" % (
             kind, re.escape(namespace + "/") if namespace else ""))
+
+    def resyncs(self):
+        """The figures of each resync logged so far (RESYNC_FIGURES: a dict per resync, oldest first)."""
+        return [{key: float(value) if key == "seconds" else int(value) for key, value in zip(
+            RESYNC_FIGURES, re.search(RESYNC_LINE, line).groups())} for line in self.lines(RESYNC_LINE)]
 
     def cpu_seconds(self):
         """User and system CPU seconds of the process so far (/proc/<pid>/stat, its own threads only)."""
@@ -70,7 +79,8 @@ class Controller:
             self.process.wait()
 
 
-def start_controller(sim, log_path, lease_namespace, identity=None, probe_port=None, options=None):
+def start_controller(sim, log_path, lease_namespace, identity=None, probe_port=None, options=None, resync_seconds=None):
     """A controller as the tests run it on the simulated cluster's kwok nodes; options: over TEST_OPTIONS."""
     return Controller(sim.kubeconfig, log_path, lease_namespace, kwok_tools_image(sim),
-                      dict(TEST_OPTIONS, **(options or {})), identity=identity, probe_port=probe_port)
+                      dict(TEST_OPTIONS, **(options or {})), identity=identity, probe_port=probe_port,
+                      resync_seconds=resync_seconds)

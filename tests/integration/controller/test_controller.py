@@ -3,7 +3,8 @@ subprocess against the real API server, kwok nodes only, with no playbook run: a
 reaches what the module path writes, 50 GPU nodes joining get it by their Node events alone, heartbeats start no
 reconcile, a deleted cache is finalized once and stays gone; a node whose GPU changes loses the cache and gets it back;
 of two controllers only the one holding the Lease runs until it stops; a rolling upgrade longer than one reconcile
-completes (kopf runs the cache's handler again while it is not settled).
+completes (the coalescer runs the cache again while it is not settled); the periodic resync sends no request when
+nothing differs, repairs a per-node object edited by hand and follows a tag moved to a new digest.
 
 kwok completes the extraction Jobs' pods on its nodes, so the tools image is any reference. The controller reconciles
 every cache of the cluster while it runs: the module starts it and stops it again, and each test's cache is placed
@@ -248,16 +249,16 @@ def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_
 
 # The rollout's controller waits this long in a reconcile: less than a 3-node rollout at maxUnavailable 1 takes on
 # kwok, so its first reconcile ends with it still moving, and the rest comes from kopf running the handler again
-# (reconciles.recheck_delay: 5 s, then 10, 20), as no finished Job starts a reconcile. 1 s was too short: the last
-# wave's serving PVC had not bound by the deadline, an error kopf retries after 60 s.
+# (reconciles.recheck_delay: 5 s, then 10, 20, the coalescer's follow), as no finished Job starts a reconcile. 1 s was
+# too short: the last wave's serving PVC had not bound by the deadline, an error kopf retries after 60 s.
 SHORT_WAIT_SECONDS = 2
 
 
-def test_a_rollout_longer_than_a_reconcile_completes_as_kopf_runs_the_handler_again(
+def test_a_rollout_longer_than_a_reconcile_completes_as_the_cache_is_run_again(
         sim, crds, namespace, image, registry, sim_nodes, lease_namespace, tmp_path_factory, record_property):
     """After the Lease test (no controller runs): a cache Extracted on 3 kwok nodes by a controller moves to a new
     digest with upgradePolicy maxUnavailable 1, under a controller whose reconciles wait 2 s. A reconcile ends with
-    the rollout moving and kopf retries the handler; the rollout completes, bounded, and then nothing more runs."""
+    the rollout moving and the retry path runs it again; the rollout completes, bounded, and then nothing more runs."""
     pool = "roll-%s" % uuid.uuid4().hex[:4]
     pool_nodes(sim_nodes, pool, 3)
     name = "ctl-roll-%s" % uuid.uuid4().hex[:4]
@@ -285,11 +286,11 @@ def test_a_rollout_longer_than_a_reconcile_completes_as_kopf_runs_the_handler_ag
         rechecks = len(rolling.lines(r"not settled yet"))
         assert rechecks >= 1, rolling.log()[-4000:]
         assert len(rolling.reconciles(namespace=namespace)) > rechecks
-        # The reconcile that completed it asked for no other: kopf runs nothing more.
+        # The reconcile that completed it asked for no other: nothing more runs.
         poll("the controller settled", lambda: settled(crds, namespace, name), 60)
         assert len(rolling.lines(r"not settled yet")) == rechecks
         print("controller rollout: 3 nodes, maxUnavailable 1, reconciles waiting %ds: Complete %.1fs after the move, "
-              "%d handler retries" % (SHORT_WAIT_SECONDS, rollout_seconds, rechecks))
+              "%d rechecks" % (SHORT_WAIT_SECONDS, rollout_seconds, rechecks))
     finally:
         kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
         poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
@@ -301,3 +302,75 @@ def _upgrade_complete(crds, namespace, name, digest):
     status = (live(crds, namespace, name) or {}).get("status") or {}
     upgrade = status.get("upgrade") or {}
     return status if upgrade.get("phase") == "Complete" and upgrade.get("digest") == digest[7:19] else None
+
+
+RESYNC_SECONDS = 3
+NOTHING = {"changed": 0, "failed": 0, "list_requests": 0, "other_reads": 0, "writes": 0}
+
+
+def _resync_after(controller, number, check=lambda figures: True):
+    """The figures of the first resync numbered above `number` that passes check."""
+    return poll("a resync after the %dth" % number, lambda: next(
+        (figures for figures in controller.resyncs() if figures["number"] > number and check(figures)), None),
+        10 * RESYNC_SECONDS + 60)
+
+
+def _sent(figures):
+    return {key: figures[key] for key in NOTHING}
+
+
+def test_the_resync_sends_nothing_when_nothing_differs_repairs_a_hand_edit_and_follows_a_moved_tag(
+        sim, crds, namespace, registry, sim_nodes, lease_namespace, tmp_path_factory, record_property):
+    """A controller resyncing every 3 s, a cache Extracted on 2 kwok nodes. With nothing changed a resync sends no
+    request at all (the controller's count) and the audit log shows no write; a per-node object's entry set back by
+    hand is repaired by the next resync alone (no event of the cache starts a reconcile), with no LIST; the cache's
+    tag pushed again at a new digest is extracted at it by a resync."""
+    pool = "sync-%s" % uuid.uuid4().hex[:4]
+    nodes = pool_nodes(sim_nodes, pool, 2)
+    name = "ctl-sync-%s" % uuid.uuid4().hex[:4]
+    repository = "controller/resync-%s" % uuid.uuid4().hex[:4]
+    first = kcache_images.build_image(registry.host, repository, "v1", kcache_images.CacheSpec(backend="hip"))
+    resyncing = start_controller(sim, str(tmp_path_factory.mktemp("resync") / "resync.log"), lease_namespace,
+                                 resync_seconds=RESYNC_SECONDS)
+    try:
+        resyncing.become_ready()
+        apply(sim, name, namespace, first.ref, pool)
+        poll("Extracted on 2 nodes", lambda: phase_is(crds, namespace, name, "Extracted", 2), 180)
+        poll("the controller settled", lambda: settled(crds, namespace, name, quiet_seconds=3), 60)
+
+        # Nothing changed: the resync after the one under way sends nothing, and the API server sees no write.
+        audit, last = AuditWrites(), max([0] + [figures["number"] for figures in resyncing.resyncs()])
+        quiet = _resync_after(resyncing, last + 1)
+        assert quiet["caches"] >= 1 and _sent(quiet) == NOTHING, quiet
+        assert audit.since("/namespaces/%s/" % namespace, "/persistentvolumes", "gkm.io") == []
+
+        # Drift: the node's entry set back by hand; the next resync writes it back, no LIST, and then nothing.
+        started, last = time.monotonic(), quiet["number"]
+        crds.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "gkmcachenodes", nodes[0], {
+            "status": {"caches": {name: {first.digest: {"state": "Pending"}}}}})
+        repair = _resync_after(resyncing, last, lambda figures: figures["writes"] > 0)
+        poll("the entry repaired", lambda: crds.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "gkmcachenodes", nodes[0])["status"]["caches"][name][first.digest][
+            "state"] == "Extracted", 30)
+        repaired_s = time.monotonic() - started
+        assert repair["list_requests"] == 0 and repair["writes"] <= 2, repair
+        assert _sent(_resync_after(resyncing, repair["number"])) == NOTHING
+
+        # The tag moved: a resync resolves it again and the cache is extracted at the new digest.
+        started, last = time.monotonic(), resyncing.resyncs()[-1]["number"]
+        moved = kcache_images.build_image(registry.host, repository, "v1",
+                                          kcache_images.CacheSpec(backend="hip", seed=37))
+        assert moved.digest != first.digest
+        poll("Extracted at the moved digest", lambda: (phase_is(crds, namespace, name, "Extracted", 2) or {}).get(
+            "resolvedDigest") == moved.digest, 120)
+        moved_s = time.monotonic() - started
+        assert any(figures["number"] > last and figures["changed"] for figures in resyncing.resyncs()), (
+            resyncing.resyncs())
+        record_property("resync_repair_s", round(repaired_s, 1))
+        record_property("resync_moved_tag_s", round(moved_s, 1))
+        print("controller resync every %ds: nothing changed -> %s; hand edit -> repaired %.1fs (%d writes); moved tag "
+              "-> Extracted at it %.1fs" % (RESYNC_SECONDS, quiet, repaired_s, repair["writes"], moved_s))
+    finally:
+        kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
+        poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
+        resyncing.stop()

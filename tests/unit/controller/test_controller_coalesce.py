@@ -85,3 +85,19 @@ def test_a_run_that_ends_before_its_cache_settled_runs_again_as_the_index_holds_
     clock.fire()
     clock.fire()
     assert clock.scheduled == []
+
+
+def test_a_reconcile_started_elsewhere_is_followed_on_the_same_retry_path_with_one_count_of_attempts():
+    """kopf's handlers and the resync hand their results to follow: an unsettled cache is submitted again, backing
+    off across whoever ran it; a settled one ends the attempts; without the index's copy (held None) nothing."""
+    runs, clock, held = [], Clock(), {"a": cache("a", "9")}
+    coalescer = Coalescer(lambda kind, resource, finalizing: runs.append(resource) or status("Extracted"), Inline(),
+                          schedule=clock, held=lambda kind, resource: held.get(resource["metadata"]["name"]))
+    assert coalescer.follow("GKMCache", cache("a", "1"), status("Pending")) is True
+    assert coalescer.follow("GKMCache", cache("a", "1"), status("Extracting")) is True  # a second attempt
+    assert [delay for delay, _function in clock.scheduled] == [5, 10]
+    clock.fire()  # both rechecks submit the index's copy: one window
+    clock.fire()
+    assert [resource["metadata"]["resourceVersion"] for resource in runs] == ["9"]
+    assert clock.scheduled == [] and coalescer.follow("GKMCache", cache("a"), status("Extracted")) is False
+    assert Coalescer(None, Inline(), schedule=clock).follow("GKMCache", cache("a"), status("Pending")) is False

@@ -1,7 +1,7 @@
 """The controller's kopf registration (controller/gkm_controller/handlers.py) and what its handlers do, driven
 without a cluster: every indexed kind but the Nodes feeds the index before kopf's readiness gate, no cache handler
 reconciles before the Nodes' first listing is in, a cache being deleted is reconciled by its finalizer only, a cache not
-settled has kopf run the handler again, and kopf keeps today's finalizer name.
+settled is handed to the one retry path (not kopf's), and kopf keeps today's finalizer name.
 
 kopf 1.45.2 is pinned in requirements/dev.txt for Python 3.11 and later; without it this file skips."""
 
@@ -101,23 +101,17 @@ def test_a_cache_being_deleted_is_reconciled_by_its_finalizer_only(listed):
     assert controller.calls["reconcile"] == [("GKMCache", "vector-add", False), ("GKMCache", "vector-add", True)]
 
 
-def test_a_reconcile_that_ends_before_the_cache_settled_has_kopf_run_the_handler_again_backing_off(listed):
-    for unsettled in ({"rollout": {"moving": True}}, {"resource": {"status": {"phase": "Extracting"}}},
-                      {"resource": {"status": {"phase": "Pending"}}}):
-        listed.reconcile = lambda kind, body, finalizing, _result=unsettled: _result
-        with pytest.raises(kopf.TemporaryError) as raised:
-            listed.cache_changed("GKMCache", cache())
-        assert raised.value.delay == 5
-    with pytest.raises(kopf.TemporaryError) as raised:
-        listed.cache_changed("GKMCache", cache(), retry=3)
-    assert raised.value.delay == 40
-    with pytest.raises(kopf.TemporaryError) as raised:
-        listed.cache_changed("GKMCache", cache(), retry=10)
-    assert raised.value.delay == 300
-    for done in ({"rollout": {"moving": False}, "resource": {"status": {"phase": "Extracted"}}},
-                 {"resource": {"status": {"phase": "Error"}}}, {"changed": False}, None):
-        listed.reconcile = lambda kind, body, finalizing, _done=done: _done
-        assert listed.cache_changed("GKMCache", cache()) == done
+def test_every_reconcile_of_a_changed_cache_is_handed_to_the_one_retry_path_and_kopf_retries_none(listed):
+    """The coalescer's follow decides whether to run it again (test_controller_coalesce.py); the handler returns."""
+    followed = []
+    listed.recheck = lambda kind, body, result: followed.append((kind, body["metadata"]["name"], result))
+    for result in ({"rollout": {"moving": True}}, {"resource": {"status": {"phase": "Extracting"}}}, None):
+        listed.reconcile = lambda kind, body, finalizing, _result=result: _result
+        assert listed.cache_changed("GKMCache", cache()) == result
+    assert followed == [("GKMCache", "vector-add", {"rollout": {"moving": True}}),
+                        ("GKMCache", "vector-add", {"resource": {"status": {"phase": "Extracting"}}}),
+                        ("GKMCache", "vector-add", None)]
+    assert listed.cache_changed("GKMCache", cache(deleting=True)) is None and len(followed) == 3
 
 
 def test_deletions_reach_the_index_through_the_event_handler(controller):

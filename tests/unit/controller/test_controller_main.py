@@ -85,12 +85,17 @@ def test_kopf_reaches_the_api_server_as_the_client_does():
 def test_build_wires_the_reconciler_the_node_path_and_kopfs_settings():
     args = main.parse_args(["--tools-image", "t:1", "--workers", "4"], {})
     deadline = LeaseDeadline()
-    registry, settings, controller, nodes = main.build(args, client.ApiClient(), lease=deadline)
+    registry, settings, controller, nodes, resync = main.build(args, client.ApiClient(), lease=deadline)
     assert isinstance(controller.reconcile, Reconciler) and controller.reconcile.options == args.options
     assert controller.reconcile.lease is deadline  # every reconcile's write is checked against the Lease
     assert nodes.node_changed.submit.__self__.run is controller.reconcile  # the coalescer runs the reconciler
     assert nodes.relister.submit.__self__.run is controller.reconcile  # and the caches of vanished nodes
     assert nodes.index is controller.index
+    # one retry path: kopf's handlers, the node path and the resync all hand an unsettled cache to the coalescer
+    assert controller.recheck == resync.follow == nodes.node_changed.submit.__self__.follow
+    assert resync.reconcile is controller.reconcile and resync.ready is controller.ready
+    assert resync.period == 300 and main.parse_args(["--resync-seconds", "2"], {}).resync_seconds == 2
+    assert main.parse_args([], {"GKM_RESYNC_SECONDS": "30"}).resync_seconds == 30
     assert settings.execution.max_workers == 4 and settings.persistence.finalizer == "gkm.io/cache-cleanup"
     # the login, and the node watch started and stopped with kopf (which starts once this replica leads)
     assert len(registry._activities.get_all_handlers()) == 3

@@ -27,9 +27,10 @@ def test_the_local_operator_is_the_controller_with_its_lease_in_the_operators_na
     assert flag(argv, "--tools-image") == "registry/tools:1"
     assert json.loads(flag(argv, "--options")) == {"wait": True}
     # No port unless asked: the local operator binds nothing.
-    assert not {"--probe-port", "--identity", "--verbose"} & set(argv)
-    tested = plan.argv("py", "k", "ns", "t", {}, identity="second", probe_port=40003, verbose=True)
+    assert not {"--probe-port", "--identity", "--verbose", "--resync-seconds"} & set(argv)
+    tested = plan.argv("py", "k", "ns", "t", {}, identity="second", probe_port=40003, verbose=True, resync_seconds=3)
     assert flag(tested, "--identity") == "second" and flag(tested, "--probe-port") == "40003" and "--verbose" in tested
+    assert flag(tested, "--resync-seconds") == "3"
 
 
 def test_the_checkouts_controller_and_collection_are_importable():

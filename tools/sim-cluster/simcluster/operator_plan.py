@@ -22,14 +22,16 @@ def options(given=None):
 
 
 def argv(python, kubeconfig, namespace, tools_image, distribution_options, identity=None, probe_port=None,
-         verbose=False):
+         verbose=False, resync_seconds=None):
     """The controller's command line: its Lease in namespace, the extraction Jobs' image, the options as JSON;
-    identity and probe port as its flags (default: host name and pid, no probe)."""
+    identity, probe port and resync period as its flags (default: host name and pid, no probe, the controller's
+    period)."""
     command = [python, "-m", ENTRY_POINT, "--kubeconfig", kubeconfig, "--namespace", namespace,
                "--tools-image", tools_image, "--options", json.dumps(distribution_options, sort_keys=True)]
     command += ["--verbose"] if verbose else []
     command += ["--identity", identity] if identity else []
     command += ["--probe-port", str(probe_port)] if probe_port else []
+    command += ["--resync-seconds", str(resync_seconds)] if resync_seconds else []
     return command
 
 

@@ -1,5 +1,6 @@
 """A node event's reconcile (issue 33) plans with the facts narrowed to that node (facts/cluster.py narrow_to_node)
-and writes only the actions on that node's objects: for a node that joins, is tainted away or is deleted, those
+and writes only the actions on that node's objects: for a node that joins, is tainted away, is deleted or whose GPU
+changes to one the image's targets do not cover, those
 actions are exactly the ones the whole cache's plan has for that node, and the namespace-level objects a narrowed
 plan would misjudge are never among them."""
 
@@ -46,6 +47,16 @@ def deleted(spec):
     return facts(nodes=[n for n in nodes if n["metadata"]["name"] != name], objects=live), name
 
 
+def gpu_changed(spec):
+    """The node's GPU becomes one the image has no kernels for (judged against the image's targets)."""
+    nodes, live = converged(spec)
+    name = planner.plan(spec, facts(nodes=nodes, objects=live)).eligibility.eligible[0]["metadata"]["name"]
+    for node in nodes:
+        if node["metadata"]["name"] == name:
+            node["metadata"]["labels"]["gkm.io/gpu-arch"] = "gfx942"
+    return facts(nodes=nodes, objects=live), name
+
+
 SPECS = {
     "per-node": make_spec,
     "serving-pvc": lambda: make_spec(serving_pvc=True),
@@ -53,7 +64,8 @@ SPECS = {
 }
 
 
-@pytest.mark.parametrize("event", [joined, tainted, deleted], ids=["joined", "tainted", "deleted"])
+@pytest.mark.parametrize("event", [joined, tainted, deleted, gpu_changed], ids=["joined", "tainted", "deleted",
+                                                                                "gpu-changed"])
 @pytest.mark.parametrize("kind", sorted(SPECS))
 def test_the_narrowed_plan_has_the_whole_plans_actions_for_that_node(kind, event):
     spec = SPECS[kind]()
