@@ -238,7 +238,7 @@ def distribution(status, digest="sha256:abc", targets=None, excluded=None, rollo
     spec = SimpleNamespace(digest=digest, targets=targets, overlay_variable=overlay_variable)
     plan = SimpleNamespace(eligibility=SimpleNamespace(excluded=excluded or {}),
                            rollout=None if rollout is None else SimpleNamespace(to_dict=lambda: rollout))
-    return Distribution(spec, plan, status, result=None)
+    return Distribution(spec, plan, status, result=None, source=None)
 
 
 _LARGE_CLUSTER_DIGEST = "sha256:" + "d" * 64

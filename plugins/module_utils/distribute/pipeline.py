@@ -43,12 +43,12 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node
 
 class Distribution:
     """One reconcile as its stages left it: the spec (inputs), the plan with its rollout, the status (status_of),
-    and the module's result made of them."""
+    the module's result made of them, and the facts' source it read (for the reads that follow it)."""
 
-    __slots__ = ("plan", "result", "spec", "status")
+    __slots__ = ("plan", "result", "source", "spec", "status")
 
-    def __init__(self, spec, plan, status, result):
-        self.spec, self.plan, self.status, self.result = spec, plan, status, result
+    def __init__(self, spec, plan, status, result, source):
+        self.spec, self.plan, self.status, self.result, self.source = spec, plan, status, result, source
 
 
 def distribute(kube, params, check_mode=False, want_diff=False, timings=None, source=None):
@@ -149,4 +149,4 @@ def run(kube, params, check_mode=False, want_diff=False, timings=None, source=No
         if params.get("wait") and not check_mode and plan.rollout.moving():
             result["warnings"] = [*result["warnings"], "%s: still moving when this run's wait ended (wait_timeout "
                                   "%ss); the next run goes on from here" % (plan.rollout.message, wait_timeout)]
-    return Distribution(spec, plan, status, result)
+    return Distribution(spec, plan, status, result, source)

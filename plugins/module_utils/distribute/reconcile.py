@@ -145,7 +145,7 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
         # What the pods given the kernel overlay found in the cache and compiled (their sidecars' last lines).
         with timings.phase("kernel_use"):
             try:
-                status[KERNEL_USE_STATUS] = read_kernel_use(kube, spec)
+                status[KERNEL_USE_STATUS] = read_kernel_use(kube, spec, distribution.source)
             except GkmError as error:
                 # A report, never a reason to fail the reconcile: the last one read is kept.
                 result.setdefault("warnings", []).append("%s %s: the kernel use of its pods was not read: %s" % (

@@ -255,6 +255,9 @@ class IndexSource(FactsSource):
         return [pod for pod in self.index.select("Pod", namespace)
                 if (pod.get("status") or {}).get("phase") not in FINISHED_PHASES]
 
+    def pods(self, namespace):
+        return self.index.select("Pod", namespace)
+
     def failed_managed_pods(self, namespace):
         return self.index.select("Pod", namespace, label_selector=managed_selector(),
                                  field_selector="status.phase=Failed")

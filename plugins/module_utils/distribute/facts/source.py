@@ -60,6 +60,10 @@ class FactsSource:
         """Pods of the namespace whose phase is neither Succeeded nor Failed."""
         raise NotImplementedError
 
+    def pods(self, namespace):
+        """Every pod of the namespace (a finished pod's kernel-use sidecar printed its last figures)."""
+        raise NotImplementedError
+
     def failed_managed_pods(self, namespace):
         """Failed pods of the namespace labelled as the collection's (its Jobs' pods)."""
         raise NotImplementedError
@@ -110,6 +114,9 @@ class ListSource(FactsSource):
 
     def unfinished_pods(self, namespace):
         return self._listed("Pod", namespace=namespace, field_selector=UNFINISHED_PODS)
+
+    def pods(self, namespace):
+        return self._listed("Pod", namespace=namespace)
 
     def failed_managed_pods(self, namespace):
         return self._listed("Pod", namespace=namespace, label_selector=managed_selector(),

@@ -4,7 +4,7 @@
 a kernel was compiled when that can be known.
 
 Each such pod runs the kernel-use sidecar the webhook adds (kernels/usage_main.py), which prints its look at the
-pod's overlay directory as a JSON line. `read_kernel_use` (I/O) lists the pods of the cache's namespaces that have
+pod's overlay directory as a JSON line. `read_kernel_use` (I/O) takes the pods of the cache's namespaces that have
 the sidecar and reads each one's last line through pods/log; the rest is pure. A pod is a tenant's: everything it
 prints is counted for that pod alone (its namespace, name and node come from the API, never from the line), each
 figure is clamped, a kernel name or version is kept only when it has the shape Triton gives it, and every reason is
@@ -141,13 +141,13 @@ def _has_sidecar(pod, container):
                for c in (pod.get("spec") or {}).get("initContainers") or ())
 
 
-def read_kernel_use(kube, spec):
-    """status.kernelUse of the cache `spec` describes, read from its pods' sidecars: one LIST of pods per namespace
-    and one pods/log request per pod read. A log that cannot be read (the sidecar not started yet, no permission)
-    leaves that pod out; it never fails the reconcile."""
+def read_kernel_use(kube, spec, source):
+    """status.kernelUse of the cache `spec` describes, read from its pods' sidecars: the pods from `source` (the
+    facts' source: a LIST per namespace, or the controller's index) and one pods/log request per pod read. A log
+    that cannot be read (the sidecar not started yet, no permission) leaves that pod out; it never fails the
+    reconcile."""
     container = kernel_use_container(spec.name)
-    pods = [pod for namespace in spec.namespaces for pod in kube.items("Pod", namespace=namespace)
-            if _has_sidecar(pod, container)]
+    pods = [pod for namespace in spec.namespaces for pod in source.pods(namespace) if _has_sidecar(pod, container)]
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp") or "", pod["metadata"].get("name")),
               reverse=True)
     entries = []

@@ -27,7 +27,7 @@ class _Spec:
 
 
 class _Distribution:
-    spec, result, status = _Spec(), {"changed": False}, {"entries": []}
+    spec, result, status, source = _Spec(), {"changed": False}, {"entries": []}, None
 
 
 class StatusKube:
@@ -52,12 +52,12 @@ def _reconcile_with_kernel_use(monkeypatch, read, current):
 
 
 def test_the_pods_kernel_use_is_written_to_the_status(monkeypatch):
-    result = _reconcile_with_kernel_use(monkeypatch, lambda kube, spec: {"podCnt": 1, "hits": 6}, {})
+    result = _reconcile_with_kernel_use(monkeypatch, lambda kube, spec, source: {"podCnt": 1, "hits": 6}, {})
     assert result["resource"]["status"]["kernelUse"] == {"podCnt": 1, "hits": 6}
 
 
 def test_a_kernel_use_that_cannot_be_read_warns_and_keeps_the_last_one(monkeypatch):
-    def refused(kube, spec):
+    def refused(kube, spec, source):
         raise cache_reconcile.GkmError("list pods: HTTP 403")
 
     result = _reconcile_with_kernel_use(monkeypatch, refused, {"kernelUse": {"podCnt": 2}})

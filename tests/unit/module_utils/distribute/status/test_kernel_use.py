@@ -6,6 +6,7 @@ import json
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.source import ListSource
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec import CacheSpec
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import kernel_use
 
@@ -103,7 +104,7 @@ def test_last_report_skips_other_lines():
 
 
 class _Kube:
-    """The two calls read_kernel_use makes: a LIST of pods, and a pod's log (text)."""
+    """The two calls read_kernel_use makes through a ListSource: a LIST of pods, and a pod's log (text)."""
 
     def __init__(self, pods, logs):
         self.pods, self.logs, self.asked = pods, logs, []
@@ -128,7 +129,7 @@ def test_read_kernel_use_reads_the_newest_pods_with_the_sidecar_and_skips_what_i
     logs["starting"] = KubeError("container not started", 400)
     logs["p22"] = "no report yet\n"
     kube = _Kube(pods, logs)
-    status = kernel_use.read_kernel_use(kube, _spec())
+    status = kernel_use.read_kernel_use(kube, _spec(), ListSource(kube))
     read = [path.split("/")[-2] for path, _query in kube.asked]
     assert read == ["starting"] + ["p%02d" % i for i in range(22, 3, -1)]
     assert kube.asked[0][1] == {"container": "gkm-kernel-use-vector-add", "tailLines": "1",
