@@ -21,17 +21,10 @@ description:
     node fits is denied with the reason and the fix; C(gkm.io/cache-steering=disabled) opts out. Deployments,
     StatefulSets and DaemonSets are checked, and their pod template is steered (at any digest) only when the
     workload is annotated C(gkm.io/cache-steering=template).
-  - "Every volume of a pod that names a cache's claim is made read-only (C(persistentVolumeClaim.readOnly: true)),
-    and a ValidatingAdmissionPolicy with its binding, both named C(<name>-<namespace>-read-only-claims), refuses a
-    pod in any namespace but O(namespace) that mounts writable the claim of a PV labelled
-    C(gkm.io/read-only-claim=true) (the serving PVs, and the slots' PVs when their Jobs run in the system
-    namespace). The API server evaluates it, so it holds while the server is down. Pods in O(namespace) (the
-    caches' system namespace with the gkm role, where the extraction Jobs write through PVCs of their own) are
-    exempt."
-  - Installs, in this order, the namespace, that policy and its binding, a ServiceAccount and its RBAC, the TLS
-    material, the server Deployment with a PodDisruptionBudget and a Service, waits until the server is ready,
-    and only then registers the MutatingWebhookConfiguration. A half-finished install therefore never sends a
-    pod to a server that is not there.
+  - Installs, in this order, the namespace, a ServiceAccount and its RBAC, the TLS material, the server
+    Deployment with a PodDisruptionBudget and a Service, waits until the server is ready, and only then registers
+    the MutatingWebhookConfiguration. A half-finished install therefore never sends a pod to a server that is
+    not there.
   - "The server's ServiceAccount may do exactly what its view needs, cluster-wide, through the ClusterRole
     C(gkm.cluster:<namespace>:<name>): C(list) and C(watch) on C(persistentvolumeclaims) and C(nodes) (core
     group), and C(list) and C(watch) on C(gkmcaches), C(clustergkmcaches), C(gkmcachenodes) and
@@ -42,9 +35,9 @@ description:
   - While it waits for the server, the module fails at once, naming the image, the node and the fix, when a
     server pod cannot pull its image (C(ErrImagePull), C(ImagePullBackOff)) or the Deployment cannot create
     pods (for example refused by Pod Security); at O(wait_timeout) it says what each pod still waits for.
-  - O(state=absent) removes the MutatingWebhookConfiguration first, then the policy, its binding and the rest; the
-    namespace is removed only when this module created it and it holds no other ConfigMap or Secret (such as
-    the ownership records of components installed beside the webhook, which their own removal still needs).
+  - O(state=absent) removes the MutatingWebhookConfiguration first, then the rest; the namespace is removed
+    only when this module created it and it holds no other ConfigMap or Secret (such as the ownership
+    records of components installed beside the webhook, which their own removal still needs).
   - Every object is read first and written (server-side apply, field manager C(gkm.cluster)) only when it
     differs, so a re-run with nothing to do reports C(changed=false) and writes nothing, certificates included.
   - Check mode runs every write as a server-side dry run; diff mode shows each changed object (Secret values hidden).

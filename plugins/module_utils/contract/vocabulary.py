@@ -48,10 +48,6 @@ SCRUB_LABEL = DOMAIN + "/scrub"
 # workload namespace of the slot they serve. SLOT_ACCESS_LABEL marks that PVC and PV (not a slot's own, never scrubbed).
 SLOT_NAMESPACE_LABEL = DOMAIN + "/slot-namespace"
 SLOT_ACCESS_LABEL = DOMAIN + "/slot-access"
-# On the PVs whose claim no pod outside the system namespace may mount writable (the serving PVs; the slots' PVs when
-# their Jobs write through the system namespace): the webhook's ValidatingAdmissionPolicy takes them as its params.
-# PVs are cluster-scoped, which no tenant writes, so the label cannot be taken off by one.
-READ_ONLY_CLAIM_LABEL = DOMAIN + "/read-only-claim"
 EXTRACTION_FAILED_LABEL = DOMAIN + "/extraction-failed"
 PROBE_LABEL = DOMAIN + "/probe"
 # Pod Security's level on the namespaces the collection creates for its own pods (the webhook's, the scrub's).

@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import shutil
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive, rules, tree
@@ -254,5 +255,5 @@ def remove_cache(opts, check_mode=False):
                   diff={"before": "digest: %s\n" % previous, "after": "absent\n"}, msg="removed")
     if not check_mode:
         with tree.DestLock(dest):
-            tree.remove_tree(dest)
+            shutil.rmtree(dest)
     return result

@@ -115,15 +115,14 @@ def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(
         assert entry(result, NVIDIA_NODE)["phase"] == "Incompatible"
         assert "cuda/90/32 does not match" in entry(result, NVIDIA_NODE)["message"]
 
-        # On the node's disk: every file readable by any uid, writable by none, owned by root (the extractor runs as
-        # uid 0 without capabilities on hostPath volumes).
+        # On the node's disk: every file readable by any uid, nothing writable by others, owned by the extractor.
         cache_dir = os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache")
         on_disk = files_under(cache_dir)
         assert len(on_disk) == len(kcache_images.cache_entries(spec)[0]) + 1  # + .gkm-cache.json
-        for path in [*on_disk, cache_dir]:
+        for path in on_disk:
             mode = os.stat(path).st_mode
-            assert mode & 0o444 == 0o444 and not mode & 0o222, (path, oct(mode))
-            assert os.stat(path).st_uid == 0
+            assert mode & 0o444 == 0o444 and not mode & 0o022, (path, oct(mode))
+            assert os.stat(path).st_uid == 1000
 
         entries = kcache_images.cache_entries(spec)[0]
         kernel = next(e.name for e in entries if e.name.endswith(".llir"))

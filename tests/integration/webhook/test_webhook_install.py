@@ -113,8 +113,7 @@ def test_install_and_uninstall_never_break_pods_elsewhere(sim, kube, namespace, 
         time.sleep(1)
         result = install(sim.kubeconfig, name=name, namespace=webhook_namespace, url=url, tls_mode="self_signed")
         kinds = [entry["kind"] for entry in result["objects"]]
-        assert kinds == ["Namespace", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Secret",
-                         "Secret", "MutatingWebhookConfiguration"]
+        assert kinds == ["Namespace", "Secret", "Secret", "MutatingWebhookConfiguration"]
         assert result["changed"] and result["tls"]["certificate_renewed"]
         ca = secret_text(core, name + "-ca", webhook_namespace, "ca.crt")
         assert subject_alt_names(server.served_certificate()) == ([], ["127.0.0.1"])
@@ -159,9 +158,8 @@ def test_service_mode_install_is_ordered_idempotent_and_renews(sim, kube):
     try:
         first = install(sim.kubeconfig, **options)
         assert [(entry["kind"], entry["action"]) for entry in first["objects"]] == [
-            ("Namespace", "created"), ("ValidatingAdmissionPolicy", "created"),
-            ("ValidatingAdmissionPolicyBinding", "created"), ("ServiceAccount", "created"),
-            ("ClusterRole", "created"), ("ClusterRoleBinding", "created"), ("Secret", "created"), ("Secret", "created"),
+            ("Namespace", "created"), ("ServiceAccount", "created"), ("ClusterRole", "created"),
+            ("ClusterRoleBinding", "created"), ("Secret", "created"), ("Secret", "created"),
             ("Deployment", "created"), ("PodDisruptionBudget", "created"), ("Service", "created"),
             ("MutatingWebhookConfiguration", "created")]
         deployment = client.AppsV1Api(kube).read_namespaced_deployment(name, namespace)

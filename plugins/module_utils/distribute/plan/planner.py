@@ -210,7 +210,7 @@ class Plan:
 def _storage(spec, facts):
     """(storage class name for PVCs and PVs, whether we create hostPath PVs, whether Jobs set the volume owner).
 
-    fsGroup does not apply to hostPath volumes, so the Jobs filling ours run the extractor as root.
+    fsGroup does not apply to hostPath volumes, so the Jobs filling ours need the permission step.
     """
     storage_class = facts.storage_class
     name = storage_class["metadata"]["name"] if storage_class else (spec.storage_class_name or "")
@@ -378,10 +378,10 @@ class _Planner:
 
     def _slot(self, slot, node, storage_class_name, make_pvs, set_owner):
         spec, plan = self.spec, self.plan
-        in_system = in_system_namespace(spec, make_pvs)
-        pv = ownership.mark(render_pv(spec, slot, node if spec.per_node else None, storage_class_name,
-                                      read_only=in_system) if make_pvs else None, spec.owner)
+        pv = ownership.mark(render_pv(spec, slot, node if spec.per_node else None, storage_class_name)
+                            if make_pvs else None, spec.owner)
         pvc_ref = ("PersistentVolumeClaim", slot.namespace, slot.pvc_name())
+        in_system = in_system_namespace(spec, make_pvs)
         job_ref = ("Job", job_namespace(spec, slot, in_system), slot.job_name())
         pv_ref = ("PersistentVolume", "", slot.pv_name())
         pvc_live, job_live = self.live.get(pvc_ref), self.live.get(job_ref)

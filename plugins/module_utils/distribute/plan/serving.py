@@ -37,7 +37,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     DIGEST_LABEL,
     IMAGE_ANNOTATION,
     NODE_LABEL,
-    READ_ONLY_CLAIM_LABEL,
     SERVING_LABEL,
     SPEC_HASH_ANNOTATION,
 )
@@ -86,9 +85,6 @@ def _object(api_version, kind, name, namespace, spec, body, hashed=None):
                 "annotations": {IMAGE_ANNOTATION: spec.image, SPEC_HASH_ANNOTATION: spec_hash(hashed or body)}}
     if kind == "PersistentVolumeClaim":
         metadata["namespace"] = namespace
-    else:
-        # Nobody writes through a serving PVC: mounted writable it would hand the node's slot to the pod.
-        metadata["labels"][READ_ONLY_CLAIM_LABEL] = "true"
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": body}
 
 

@@ -211,9 +211,6 @@ class Installer:
                                "install cert-manager first or use tls_mode=self_signed")
         self.namespace_exists = self.kube.get("Namespace", settings.namespace) is not None
         self.ensure(objects.namespace(settings))
-        # First: it needs no server, and holds whatever the server's state.
-        self.ensure(objects.read_only_policy(settings))
-        self.ensure(objects.read_only_policy_binding(settings))
         if settings.serves_in_cluster:
             self.ensure(objects.service_account(settings))
             self.ensure(objects.cluster_role(settings))
@@ -338,8 +335,6 @@ class Installer:
     def uninstall(self):
         settings = self.settings
         self.remove("MutatingWebhookConfiguration", settings.cluster_name)
-        self.remove("ValidatingAdmissionPolicyBinding", objects.read_only_policy_name(settings))
-        self.remove("ValidatingAdmissionPolicy", objects.read_only_policy_name(settings))
         self.remove_if_present("NetworkPolicy", settings.name, settings.namespace)
         for kind in ("Service", "PodDisruptionBudget", "Deployment"):
             self.remove(kind, settings.name, settings.namespace)

@@ -24,7 +24,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     POD_SECURITY_LABEL,
     PVC,
     PVC_MUTATION_LABEL,
-    READ_ONLY_CLAIM_LABEL,
 )
 
 SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.main"
@@ -50,8 +49,6 @@ SERVER_RULES = (
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
 )
 CERT_MANAGER_API = "cert-manager.io/v1"
-ADMISSION_API = "admissionregistration.k8s.io/v1"
-READ_ONLY_POLICY_SUFFIX = "read-only-claims"
 
 
 class Settings:
@@ -375,63 +372,3 @@ def mutating_webhook_configuration(settings, ca_bundle):
         obj["metadata"]["annotations"] = {
             INJECT_CA_ANNOTATION: "{0}/{1}".format(settings.namespace, settings.serving_secret)}
     return obj
-
-
-# The claim of the PV the policy is evaluated against, when it is in the pod's namespace; the pod's volumes naming it
-# without persistentVolumeClaim.readOnly. A volumeMount's readOnly is not enough: another container, or one added
-# later, could mount the volume writable.
-_CLAIM = ("has(params.spec.claimRef) && has(params.spec.claimRef.name) && has(params.spec.claimRef.namespace) && "
-          "params.spec.claimRef.namespace == request.namespace ? params.spec.claimRef.name : ''")
-_WRITABLE = ("variables.claim == '' ? [] : object.spec.volumes.filter(v, has(v.persistentVolumeClaim) && "
-             "v.persistentVolumeClaim.claimName == variables.claim && !(has(v.persistentVolumeClaim.readOnly) && "
-             "v.persistentVolumeClaim.readOnly)).map(v, v.name)")
-
-
-def read_only_policy_name(settings):
-    return "{0}-{1}".format(settings.cluster_name, READ_ONLY_POLICY_SUFFIX)
-
-
-def read_only_policy(settings):
-    """A ValidatingAdmissionPolicy refusing a pod that mounts, writable, the claim of a PV labelled
-    READ_ONLY_CLAIM_LABEL (the serving PVs; the slots' when their Jobs write through the system namespace).
-
-    The API server evaluates it (CEL), so it holds while the webhook server is down or unreachable; the webhook's own
-    mutation makes such volumes read-only first (webhook/admission/steering.py). What is ours is read from the PVs,
-    which are cluster-scoped and written by the collection alone: nothing a tenant writes (a PVC's labels, a pod's
-    annotations) decides it.
-    """
-    spec = {
-        "failurePolicy": "Fail",
-        "paramKind": {"apiVersion": "v1", "kind": "PersistentVolume"},
-        "matchConstraints": {"resourceRules": [{
-            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
-        "matchConditions": [{
-            "name": "mounts-a-claim",
-            "expression": "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.persistentVolumeClaim))"}],
-        "variables": [{"name": "claim", "expression": _CLAIM}, {"name": "writable", "expression": _WRITABLE}],
-        "validations": [{
-            "expression": "size(variables.writable) == 0",
-            "reason": "Forbidden",
-            "messageExpression": (
-                "'volume ' + variables.writable[0] + ' mounts PersistentVolumeClaim ' + variables.claim + ', a kernel "
-                "cache of gkm.cluster, writable: set spec.volumes[].persistentVolumeClaim.readOnly: true on it (caches "
-                "are read-only)'"),
-        }],
-    }
-    return _object(ADMISSION_API, "ValidatingAdmissionPolicy", read_only_policy_name(settings), settings,
-                   namespaced=False, spec=spec)
-
-
-def read_only_policy_binding(settings):
-    """The policy bound with every PV labelled READ_ONLY_CLAIM_LABEL as its params (each evaluated; none: allowed),
-    in every namespace but the system one, where the extraction Jobs write slots through their access PVCs."""
-    spec = {
-        "policyName": read_only_policy_name(settings),
-        "validationActions": ["Deny"],
-        "paramRef": {"selector": {"matchLabels": {MANAGED_BY_LABEL: MANAGER, READ_ONLY_CLAIM_LABEL: "true"}},
-                     "parameterNotFoundAction": "Allow"},
-        "matchResources": {"namespaceSelector": {"matchExpressions": [
-            {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": [settings.namespace]}]}},
-    }
-    return _object(ADMISSION_API, "ValidatingAdmissionPolicyBinding", read_only_policy_name(settings), settings,
-                   namespaced=False, spec=spec)

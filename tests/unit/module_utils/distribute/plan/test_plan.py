@@ -8,7 +8,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     MANAGED_BY_LABEL,
     MANAGER,
     NODE_LABEL,
-    READ_ONLY_CLAIM_LABEL,
     SPEC_HASH_ANNOTATION,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import (
@@ -406,10 +405,12 @@ def test_job_command_is_accepted_by_the_extraction_cli():
     assert args.gpus == [{"backend": "hip", "arch": "gfx90a", "warp_size": "64"}]
 
 
-# ---------------------------------------------------------------- the extractor's user and registry Secret
+# ---------------------------------------------------------------- permission step and registry Secret
 
 
 RESTRICTED_ADDABLE_CAPS = {"NET_BIND_SERVICE"}
+BASELINE_ADDABLE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                         "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
 
 
 def restricted_violations(pod_spec, container):
@@ -430,17 +431,21 @@ def restricted_violations(pod_spec, container):
     return problems
 
 
-def test_hostpath_jobs_run_the_extractor_as_root_without_any_capability():
-    """Issue 31, class 1: the tree it publishes is root's (files 0444, directories 0555), so no other uid changes it;
-    root without capabilities writes only what root owns, and Pod Security baseline admits it."""
+def test_hostpath_jobs_get_the_least_privileged_permission_step_and_the_extractor_stays_restricted():
     job = by_kind(planner.plan(make_spec(), facts()).desired, "Job")[0]
     pod_spec = job["spec"]["template"]["spec"]
     extractor, = pod_spec["containers"]
-    assert "initContainers" not in pod_spec
-    assert restricted_violations(pod_spec, extractor) == ["runs as root"]
-    assert extractor["securityContext"] == {
+    owner, = pod_spec["initContainers"]
+    assert restricted_violations(pod_spec, extractor) == []
+    assert restricted_violations(pod_spec, owner) == ["runs as root", "adds capabilities"]
+    assert owner["securityContext"] == {
         "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}}
+    assert set(owner["securityContext"]["capabilities"]["add"]) <= BASELINE_ADDABLE_CAPS
+    assert owner["image"] == extractor["image"]
+    assert owner["command"] == ["python3", "-m", render.OWNER_CLI_MODULE, "/gkm", "1000",
+                                "--termination-log", "/dev/termination-log"]
+    assert owner["volumeMounts"] == [{"name": "cache", "mountPath": "/gkm"}]  # the volume only, no Secret
     assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert job["spec"]["podFailurePolicy"]["rules"][0] == {
         "action": "FailJob", "onExitCodes": {"operator": "In", "values": [1, 2, 4, 5]}}
@@ -453,13 +458,10 @@ def test_hostpath_jobs_run_the_extractor_as_root_without_any_capability():
     (CSI_CLASS, "auto", "always", True),
     (None, "auto", "never", False),
 ])
-def test_the_extractor_runs_as_root_on_the_volumes_that_need_it(
-        storage_class, create_pvs, set_volume_owner, expected):
+def test_permission_step_follows_the_volumes(storage_class, create_pvs, set_volume_owner, expected):
     spec = make_spec(create_pvs=create_pvs, set_volume_owner=set_volume_owner)
     job = by_kind(planner.plan(spec, facts(storage_class=storage_class)).desired, "Job")[0]
-    extractor, = job["spec"]["template"]["spec"]["containers"]
-    assert (extractor["securityContext"].get("runAsUser") == 0) is expected
-    assert (restricted_violations(job["spec"]["template"]["spec"], extractor) == []) is not expected
+    assert ("initContainers" in job["spec"]["template"]["spec"]) is expected
 
 
 def test_bad_set_volume_owner_is_refused():
@@ -654,20 +656,6 @@ def test_pod_template_labels_reach_jobs_in_the_workload_namespace(params, storag
         labels = job["spec"]["template"]["metadata"]["labels"]
         assert labels["team"] == "ml" and labels["app.kubernetes.io/name"] == "gkm-webhook"
         assert labels[MANAGED_BY_LABEL] == MANAGER  # ours win over the template's
-
-
-@pytest.mark.parametrize("system_namespace_jobs", [True, False])
-def test_slot_pvs_are_labelled_read_only_claims_when_no_job_writes_through_their_claim(system_namespace_jobs):
-    """Issue 31, class 1: the webhook's ValidatingAdmissionPolicy refuses a writable mount of the claim of a PV so
-    labelled outside the system namespace; the Jobs there write through the access PV, which is never labelled."""
-    desired = planner.plan(make_spec(system_namespace_jobs=system_namespace_jobs), facts()).desired
-    slot_pvs = [pv for pv in by_kind(desired, "PersistentVolume")
-                if pv["spec"]["hostPath"]["type"] == "DirectoryOrCreate"]
-    assert len(slot_pvs) == len(WORKERS)
-    assert {pv["metadata"]["labels"].get(READ_ONLY_CLAIM_LABEL) for pv in slot_pvs} == {
-        "true" if system_namespace_jobs else None}
-    assert all(READ_ONLY_CLAIM_LABEL not in pv["metadata"]["labels"]
-               for pv in by_kind(desired, "PersistentVolume", access=True))
 
 
 def test_without_system_namespace_jobs_the_jobs_and_their_secret_stay_in_the_workload_namespace():

@@ -9,7 +9,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     EXTRACTED,
-    READ_ONLY_CLAIM_LABEL,
     RUNNING,
     SERVING_LABEL,
     SPEC_HASH_ANNOTATION,
@@ -65,9 +64,6 @@ def test_one_serving_pvc_named_as_the_cache_bound_to_an_unpinned_pv_at_the_publi
     assert slot_paths == {pv["spec"]["hostPath"]["path"].rsplit("/", 1)[0]}
     assert len(by_kind(result.desired, "Job")) == len(WORKERS)
     assert pv["metadata"]["labels"][SERVING_LABEL] == "true"
-    # Nobody writes through it (issue 31, class 1): the ValidatingAdmissionPolicy's params.
-    assert pv["metadata"]["labels"][READ_ONLY_CLAIM_LABEL] == "true"
-    assert READ_ONLY_CLAIM_LABEL not in pvc["metadata"]["labels"]
     assert [(s.outcome, s.pvc) for s in result.slots if s.outcome == serving.SERVING] == [
         (serving.SERVING, "vector-add")]
 

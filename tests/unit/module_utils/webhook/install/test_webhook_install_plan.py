@@ -167,31 +167,6 @@ def test_network_policy_admits_only_the_api_server_cidrs_to_the_server_pods_port
         "ports": [{"protocol": "TCP", "port": objects.SERVER_PORT}]}]
 
 
-def test_read_only_policy_takes_the_labelled_pvs_as_params_everywhere_but_the_system_namespace():
-    """Issue 31, class 1: what is ours comes from PVs (cluster-scoped, written by the collection alone), never from a
-    label a tenant can write on its PVCs; the system namespace, where the Jobs write through access PVCs, is exempt."""
-    settings = validate(params())
-    policy, binding = objects.read_only_policy(settings), objects.read_only_policy_binding(settings)
-    assert policy["metadata"]["name"] == binding["metadata"]["name"] == binding["spec"]["policyName"] == (
-        "gkm-webhook-gkm-system-read-only-claims")
-    assert "namespace" not in policy["metadata"] and "namespace" not in binding["metadata"]
-    spec = policy["spec"]
-    assert spec["paramKind"] == {"apiVersion": "v1", "kind": "PersistentVolume"}
-    assert spec["failurePolicy"] == "Fail"
-    assert spec["matchConstraints"]["resourceRules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                          "operations": ["CREATE"], "resources": ["pods"]}]
-    assert "params.spec.claimRef.namespace == request.namespace" in spec["variables"][0]["expression"]
-    assert "v.persistentVolumeClaim.readOnly" in spec["variables"][1]["expression"]
-    [validation] = spec["validations"]
-    assert "persistentVolumeClaim.readOnly: true" in validation["messageExpression"]
-    assert binding["spec"]["validationActions"] == ["Deny"]
-    assert binding["spec"]["paramRef"] == {"selector": {"matchLabels": {
-        "app.kubernetes.io/managed-by": "gkm.cluster", "gkm.io/read-only-claim": "true"}},
-        "parameterNotFoundAction": "Allow"}
-    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
-        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["gkm-system"]}]
-
-
 def test_cert_manager_uses_a_ca_issuer_for_the_serving_certificate():
     issuer, ca_cert, ca_issuer, serving = objects.cert_manager_objects(validate(params(tls_mode="cert_manager")))
     assert issuer["spec"] == {"selfSigned": {}}
