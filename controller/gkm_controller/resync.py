@@ -44,6 +44,17 @@ class RequestCount:
     def figures(self):
         return {"list_requests": self.lists, "other_reads": self.reads, "writes": self.writes}
 
+    def add(self, other):
+        with self._lock:
+            self.lists, self.reads, self.writes = (
+                self.lists + other.lists, self.reads + other.reads, self.writes + other.writes)
+
+
+def _reference(resource):
+    """namespace/name of a GKMCache, name of a ClusterGKMCache."""
+    metadata = resource["metadata"]
+    return "/".join(filter(None, (metadata.get("namespace"), metadata["name"])))
+
 
 class Resync:
     """once(): every cache reconciled through reconcile(kind, resource, finalizing, count=) and each result handed to
@@ -62,27 +73,33 @@ class Resync:
                 if not deletion_requested(resource)]
 
     def once(self):
-        """One resync; its figures: caches, changed, failed, seconds and the request counts."""
+        """One resync; its figures: caches, changed, failed, seconds and the request counts. A cache that sent a
+        request, changed or failed gets a line of its own: which cache drifted, and what a test on a shared cluster
+        checks of its own cache alone."""
         started, count = time.monotonic(), RequestCount()
         caches = self.caches()
-        changed = failed = 0
+        number, changed, failed = self.resyncs + 1, 0, 0
         for resource in caches:
-            kind = resource["kind"]
+            kind, sent, outcome = resource["kind"], RequestCount(), "unchanged"
             try:
-                result = self.reconcile(kind, resource, False, count=count)
+                result = self.reconcile(kind, resource, False, count=sent)
             except Exception as error:  # one cache's failure must not end the resync of the others
-                failed += 1
+                failed, outcome = failed + 1, "failed"
                 LOG.warning("resync: %s %s failed: %s", kind, resource["metadata"]["name"], error)
-                continue
-            changed += bool((result or {}).get("changed"))
-            if self.follow:
-                self.follow(kind, resource, result)
-        self.resyncs += 1
+            else:
+                if (result or {}).get("changed"):
+                    changed, outcome = changed + 1, "changed"
+                if self.follow:
+                    self.follow(kind, resource, result)
+            count.add(sent)
+            if outcome != "unchanged" or any(sent.figures().values()):
+                LOG.info("resync %d: %s %s %s; %d LIST requests, %d other reads, %d writes", number, kind,
+                         _reference(resource), outcome, sent.lists, sent.reads, sent.writes)
+        self.resyncs = number
         figures = dict(caches=len(caches), changed=changed, failed=failed,
                        seconds=round(time.monotonic() - started, 3), **count.figures())
         LOG.info("resync %d: %d caches in %.1f s, %d changed, %d failed; %d LIST requests, %d other reads, %d writes",
-                 self.resyncs, len(caches), figures["seconds"], changed, failed, count.lists, count.reads,
-                 count.writes)
+                 number, len(caches), figures["seconds"], changed, failed, count.lists, count.reads, count.writes)
         return figures
 
     def run(self):

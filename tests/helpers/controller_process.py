@@ -18,6 +18,9 @@ from tests.helpers.sim import sim_control
 RESYNC_LINE = (r"gkm_controller\.resync: resync (\d+): (\d+) caches in ([\d.]+) s, (\d+) changed, (\d+) failed; "
                r"(\d+) LIST requests, (\d+) other reads, (\d+) writes")
 RESYNC_FIGURES = ("number", "caches", "seconds", "changed", "failed", "list_requests", "other_reads", "writes")
+# Its line per cache that sent a request, changed or failed in a resync.
+RESYNC_CACHE_LINE = (r"gkm_controller\.resync: resync (\d+): (\S+) (\S+) (changed|failed|unchanged); "
+                     r"(\d+) LIST requests, (\d+) other reads, (\d+) writes")
 # What the tests' controllers distribute with: the simulated cluster's registry speaks plain HTTP.
 TEST_OPTIONS = {"registry_plain_http": True, "wait_timeout": 120}
 
@@ -53,6 +56,18 @@ class Controller:
         """The figures of each resync logged so far (RESYNC_FIGURES: a dict per resync, oldest first)."""
         return [{key: float(value) if key == "seconds" else int(value) for key, value in zip(
             RESYNC_FIGURES, re.search(RESYNC_LINE, line).groups())} for line in self.lines(RESYNC_LINE)]
+
+    def resync_of(self, number, kind, reference):
+        """What resync `number` sent for one cache (reference: namespace/name, or the name of a cluster cache): its
+        figures as resyncs() gives them, zero where the resync logged no line of it."""
+        sent = {"changed": 0, "failed": 0, "list_requests": 0, "other_reads": 0, "writes": 0}
+        for line in self.lines(RESYNC_CACHE_LINE):
+            logged, logged_kind, logged_reference, outcome, lists, reads, writes = re.search(
+                RESYNC_CACHE_LINE, line).groups()
+            if (int(logged), logged_kind, logged_reference) == (number, kind, reference):
+                sent.update({"changed": int(outcome == "changed"), "failed": int(outcome == "failed"),
+                             "list_requests": int(lists), "other_reads": int(reads), "writes": int(writes)})
+        return sent
 
     def cpu_seconds(self):
         """User and system CPU seconds of the process so far (/proc/<pid>/stat, its own threads only)."""

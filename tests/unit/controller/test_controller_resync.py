@@ -54,7 +54,7 @@ def test_a_resync_reconciles_each_cache_from_the_index_and_counts_no_request_whe
     assert "resync 1: 2 caches in" in caplog.text and "0 LIST requests, 0 other reads, 0 writes" in caplog.text
 
 
-def test_every_request_of_a_resyncs_reconciles_is_counted_on_the_controllers_client():
+def test_every_request_of_a_resyncs_reconciles_is_counted_on_the_controllers_client(caplog):
     index = indexed(cache("a"), cache("b"))
 
     def run(kube, kind, name, namespace, options, definition=None, source=None, live=None):
@@ -67,8 +67,12 @@ def test_every_request_of_a_resyncs_reconciles_is_counted_on_the_controllers_cli
             return {"changed": True}
         return {"changed": False}
 
-    figures = Resync(index, Reconciler(client.ApiClient(), index, {}, run=run)).once()
+    with caplog.at_level(logging.INFO, logger="controller.gkm_controller.resync"):
+        figures = Resync(index, Reconciler(client.ApiClient(), index, {}, run=run)).once()
     assert (figures["list_requests"], figures["other_reads"], figures["writes"], figures["changed"]) == (2, 2, 2, 1)
+    # Each cache's own line: what a test on a shared cluster reads of its cache alone.
+    assert "resync 1: GKMCache team-a/a unchanged; 1 LIST requests, 1 other reads, 0 writes" in caplog.text
+    assert "resync 1: GKMCache team-a/b changed; 1 LIST requests, 1 other reads, 2 writes" in caplog.text
 
 
 def test_one_caches_failure_leaves_the_others_resynced(caplog):
