@@ -29,7 +29,7 @@ class CacheMetadataError(ValueError):
 _VERSION = re.compile(r"^[0-9A-Za-z.+_-]{1,40}$")
 
 
-def kernel_facts(labels, entry_count):
+def framework_facts(labels, entry_count):
     """(Triton version or None, estimated cold compile seconds per kernel or None) from the image's labels. A label
     that does not parse is ignored: these only explain a pod's misses and estimate its savings."""
     version = labels.get(LABEL_TRITON_VERSION)
@@ -109,7 +109,7 @@ def parse_cache_metadata(config):
     if summary_key not in labels:
         raise CacheMetadataError("label %s is missing: the image does not say which GPUs it targets" % summary_key)
     entry_count = _label_int(labels, "cache.%s.image/entry-count" % kind)
-    triton_version, compile_seconds = kernel_facts(labels, entry_count)
+    triton_version, compile_seconds = framework_facts(labels, entry_count)
     return {
         "kind": kind,
         "targets": parse_targets(labels[summary_key], summary_key),

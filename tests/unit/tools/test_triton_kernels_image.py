@@ -61,7 +61,7 @@ def test_the_compile_seconds_label_sums_the_image_kernels_cold_compiles_and_the_
     labels = image.labels("triton", [_facts("ab" * 32), _facts("cd" * 32)], 1, build)
     assert labels[image.LABEL_COMPILE_SECONDS] == "1.750"
     # What the collection reads back: the seconds per kernel a hit saves.
-    assert metadata.kernel_facts(labels, 2)[1] == 0.875
+    assert metadata.framework_facts(labels, 2)[1] == 0.875
 
 
 def test_the_store_key_follows_the_target_the_python_and_the_inputs(tmp_path):

@@ -77,7 +77,7 @@ class CacheSpec:
         # overlay_reason; filled in with the image.
         self.overlay_variable = fields.get("overlay_variable")
         self.overlay_reason = fields.get("overlay_reason")
-        # From the image's labels (oci/metadata.kernel_facts), filled in with the image: what a pod's misses are
+        # From the image's labels (oci/metadata.framework_facts), filled in with the image: what a pod's misses are
         # compared with, and what a hit is estimated to save (status/kernel_use.py).
         self.triton_version = fields.get("triton_version")
         self.compile_seconds_per_kernel = fields.get("compile_seconds_per_kernel")

@@ -76,5 +76,5 @@ def test_the_triton_version_and_compile_seconds_labels_are_read_leniently():
     # Only explanations and estimates hang on them: a bad value is ignored, never a refusal.
     for version, seconds in (("3.9.0; rm -rf", "lots"), ("x" * 41, "-1"), (None, "nan")):
         bad = dict(labels, **{"io.gkm.cache/triton-version": version, "io.gkm.cache/compile-seconds": seconds})
-        assert cache_metadata.kernel_facts(bad, 4) == (None, None)
-    assert cache_metadata.kernel_facts(labels, None) == ("3.9.0", None)
+        assert cache_metadata.framework_facts(bad, 4) == (None, None)
+    assert cache_metadata.framework_facts(labels, None) == ("3.9.0", None)
