@@ -88,8 +88,7 @@ def _inspect(args):
     facts = [k["facts"] for k in kernels if k["facts"]]
     return {"cache_dir": os.path.abspath(args.cache_dir), "kernels": kernels,
             "states": {s: sum(1 for k in kernels if k["state"] == s) for s in sorted({k["state"] for k in kernels})},
-            "targets": layout.summary_targets(facts), "triton_versions": layout.triton_versions(facts),
-            "manifest": {"triton": [layout.manifest_entry(f) for f in facts]}}
+            "triton_versions": layout.triton_versions(facts)}
 
 
 def _relocate(args):

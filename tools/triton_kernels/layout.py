@@ -7,6 +7,9 @@ group file exists and every path it lists exists (triton/runtime/cache.py, FileC
 are the ones the files had when they were written, so a cache moved elsewhere no longer resolves.
 
 Nothing here touches the disk except through the `exists` callables passed in, so the unit tests can feed paths.
+Standard library only and self-contained: the workload image ships this package alone (tools/images/workload.sh), so
+the few facts it shares with the collection's kernels/image.py (a kernel's facts, its hash directory's name) are kept
+in step by tests/unit/tools/test_triton_kernels_layout.py.
 """
 
 import base64
@@ -149,20 +152,6 @@ def kernel_facts(metadata):
     if "ptx_version" in metadata and metadata["ptx_version"] is not None:
         facts["ptx_version"] = metadata["ptx_version"]
     return facts
-
-
-def manifest_entry(facts):
-    """One kernel as the `io.triton.manifest/manifest.json` entries the collection reads (oci/metadata.py)."""
-    entry = {key: facts[key] for key in ("hash", "num_stages", "num_warps", "backend", "arch", "warp_size")}
-    if "ptx_version" in facts:
-        entry["ptx_version"] = facts["ptx_version"]
-    return entry
-
-
-def summary_targets(all_facts):
-    """The distinct targets of a cache's kernels, sorted: the `cache.triton.image/summary` label's targets."""
-    seen = {(f["backend"], str(f["arch"]), f["warp_size"]) for f in all_facts}
-    return [{"backend": b, "arch": a, "warp_size": w} for b, a, w in sorted(seen)]
 
 
 def triton_versions(all_facts):

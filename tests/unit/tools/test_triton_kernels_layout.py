@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from ansible_collections.gkm.cluster.plugins.module_utils.capture.check import hash_directory_name
+from ansible_collections.gkm.cluster.plugins.module_utils.kernels import image as mcv
 from tools.triton_kernels import layout
 from tools.triton_kernels.targets import parse_target, target_name
 
@@ -27,6 +29,7 @@ def test_a_kernels_directory_is_its_hash_in_unpadded_base32():
     # A pair Triton 3.9.0 wrote: row_softmax for cuda:90.
     digest = "df431eff52cfe40a9ba13f10e9a54c7a3362720055b733dd1123a1b9f94ee817"
     assert layout.hash_directory_name(digest) == "35BR572SZ7SAVG5BH4IOTJKMPIZWE4QAKW3THXIREOQ3T6KO5ALQ"
+    assert hash_directory_name(digest) == layout.hash_directory_name(digest)  # capture's check, the same name
 
 
 def test_group_files_are_named_after_the_metadata_file():
@@ -92,12 +95,10 @@ def test_metadata_gives_the_facts_of_an_images_labels_and_manifest():
     facts = layout.kernel_facts(layout.parse_metadata(json.dumps(metadata)))
     assert facts == {"name": "matmul", "hash": "ab" * 32, "backend": "hip", "arch": "gfx90a", "warp_size": 64,
                      "triton_version": "3.9.0", "num_warps": 4, "num_stages": 2, "shared": 16384}
-    assert layout.manifest_entry(facts) == {"hash": "ab" * 32, "num_stages": 2, "num_warps": 4, "backend": "hip",
-                                            "arch": "gfx90a", "warp_size": 64}
     cuda = dict(facts, backend="cuda", arch=90, warp_size=32, ptx_version=84, triton_version="3.8.0")
-    assert layout.manifest_entry(cuda)["ptx_version"] == 84
-    assert layout.summary_targets([facts, cuda, facts]) == [
-        {"backend": "cuda", "arch": "90", "warp_size": 32}, {"backend": "hip", "arch": "gfx90a", "warp_size": 64}]
+    # The collection's side of the image boundary reads the same facts from the same metadata.
+    assert {key: value for key, value in mcv.kernel_facts(metadata).items() if key != "debug"} == {
+        key: value for key, value in facts.items() if key != "shared"}
     assert layout.triton_versions([facts, cuda]) == ["3.8.0", "3.9.0"]
 
 
