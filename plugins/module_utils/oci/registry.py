@@ -259,7 +259,8 @@ class _OrasSession:
         self.auth_hosts = frozenset(host.lower() for host in auth_hosts or ())
         self.timeout = timeout
         self.tls_verify = tls_verify
-        self.deadline = Deadline(deadline)
+        # A Deadline given is shared: every client of one image counts against the same total.
+        self.deadline = deadline if isinstance(deadline, Deadline) else Deadline(deadline)
         self.session = _deadline_session(self.deadline, timeout)
         # Registries that set cookies (Harbor) take them as a browser's and start asking for CSRF tokens.
         self.session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
@@ -361,8 +362,9 @@ class RegistryClient:
                  validate_certs=True, plain_http=False, timeout=30, deadline=None, credentials_host=None,
                  auth_hosts=()):
         """`timeout`: seconds of one connect or read; `deadline`: seconds of all this client's work (None: none,
-        as the extraction Job streams GiBs); `credentials_host`: the host `username` is for (another host gets
-        none); `auth_hosts`: hosts besides `host` whose token realm may receive the credentials."""
+        as the extraction Job streams GiBs), or a Deadline the clients of one image share; `credentials_host`: the
+        host `username` is for (another host gets none); `auth_hosts`: hosts besides `host` whose token realm may
+        receive the credentials."""
         if not HAS_ORAS:
             raise OCIError("oras-py is required: pip install oras")
         tls_verify = (ca_file or True) if validate_certs else False

@@ -22,6 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.spec
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.metadata import CacheMetadataError, parse_cache_metadata
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import (
+    Deadline,
     OCIError,
     credentials_for,
     fetch_image_config,
@@ -29,17 +30,27 @@ from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import (
 )
 
 
-def resolve_image(params):
-    """(digest-pinned reference, digest, cache metadata) of the image option; tags are resolved now."""
+def resolve_image(params, options):
+    """(digest-pinned reference, digest, cache metadata) of the image option; tags are resolved now. options: the
+    registry clients' (image_registry_options)."""
     image = params["image"]
     try:
         container = parse_reference(image)
-        digest, config = fetch_image_config(image, **registry_options(params))
+        digest, config = fetch_image_config(image, **options)
         metadata = parse_cache_metadata(config)
     except (OCIError, CacheMetadataError) as error:
         raise DistributeError("image %s: cannot resolve its digest and cache labels: %s" % (image, error),
                               reason="ImageUnresolvable") from error
     return "%s/%s@%s" % (container.registry, container.api_prefix, digest), digest, metadata
+
+
+def image_registry_options(params):
+    """The registry options of one image's reads: registry_deadline is one Deadline for all of them (the tag's
+    resolve and the signature check), not one per client."""
+    options = registry_options(params)
+    if "deadline" in options:
+        options["deadline"] = Deadline(options["deadline"])
+    return options
 
 
 def extractor_registry_args(params):
@@ -91,10 +102,11 @@ def build_spec(params):
         if spec.state == "present":
             if not params.get("image"):
                 raise SpecError("image is required with state: present")
-            image_ref, digest, metadata = resolve_image(params)
+            options = image_registry_options(params)
+            image_ref, digest, metadata = resolve_image(params, options)
             if spec.image_volume and verify is not None:
                 # No Job verifies in this mode: the digest is checked before the status records it.
-                image_signature.verify(params, image_ref, digest, verify)
+                image_signature.verify(params, image_ref, digest, verify, options)
             pin_image(spec, image_ref, digest, metadata, registry_files(params, image_ref, verify))
     except SpecError as error:
         raise DistributeError(str(error), reason="InvalidSpec") from error

@@ -27,7 +27,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.veri
     REQUIRED_PARAM,
     SIGNATURE_NOT_VERIFIED,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.args import registry_options
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import OCIError, RegistryClient
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.signature import SignatureError, verify_image_signature
 
@@ -62,27 +61,28 @@ def refusal_message(image, signature_format, why, kept_digest, required=False):
             "with" % (image, asked, signature_format, why, now))
 
 
-def _refusal(params, image, digest, verification):
+def _refusal(image, digest, verification, options):
     """Why no signature of digest verifies with the key (the extractor's words), or None when one does."""
     signature_format, public_key_pem = verification
     try:
-        client, container = RegistryClient.for_reference(image, **registry_options(params))
+        client, container = RegistryClient.for_reference(image, **options)
         verify_image_signature(client, container, digest, public_key_pem, signature_format)
     except (OCIError, SignatureError) as error:
         return str(error)
     return None
 
 
-def verify(params, image, digest, verification):
+def verify(params, image, digest, verification, options):
     """Return once a signature of the digest-pinned image verifies with verification's key and format; raise
-    SignatureRefused otherwise, keeping the digest params[RECORDED_DIGEST_PARAM] if it still verifies."""
-    why = _refusal(params, image, digest, verification)
+    SignatureRefused otherwise, keeping the digest params[RECORDED_DIGEST_PARAM] if it still verifies. options: the
+    registry clients' (inputs/image.image_registry_options: one deadline with the image's resolve)."""
+    why = _refusal(image, digest, verification, options)
     if why is None:
         return
     recorded = params.get(RECORDED_DIGEST_PARAM)
     kept = None
-    if recorded and recorded != digest and _refusal(params, pinned_reference(image, recorded), recorded,
-                                                    verification) is None:
+    if recorded and recorded != digest and _refusal(pinned_reference(image, recorded), recorded, verification,
+                                                    options) is None:
         kept = recorded
     required = bool(params.get(REQUIRED_PARAM)) and not params.get(LABEL_PARAM)
     raise SignatureRefused(refusal_message(image, verification[0], why, kept, required), image, digest, kept)

@@ -116,3 +116,14 @@ def test_a_client_refuses_to_start_a_request_once_its_deadline_passed():
     container = registry.parse_reference("127.0.0.1:9/x/y:v1")
     with pytest.raises(registry.DeadlineExceeded, match=r"127\.0\.0\.1:9 did not finish within the 0s deadline"):
         client.head_digest(container)
+
+
+def test_the_clients_of_one_image_share_one_deadline():
+    """The tag's resolve and the signature check of one image: one total, not one each (inputs/image.py)."""
+    shared = registry.Deadline(0.3)
+    first = registry.RegistryClient("127.0.0.1:9", plain_http=True, deadline=shared)
+    time.sleep(0.35)  # the first client's work took the whole deadline
+    second = registry.RegistryClient("127.0.0.1:9", plain_http=True, deadline=shared)
+    assert first._oras.deadline is second._oras.deadline and second._oras.deadline.passed
+    with pytest.raises(registry.DeadlineExceeded, match=r"within the 0.3s deadline"):
+        second.head_digest(registry.parse_reference("127.0.0.1:9/x/y:v1"))
