@@ -46,6 +46,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.kern
 # A pod's own compiles are some MB; the tar stream is refused past this (and the extractor's own limits apply).
 MAX_TAR_BYTES = 512 * 1024 * 1024
 MAX_FILES = 100000
+# containerd's default max_container_log_line_size: a longer line is kept as partial lines of this size.
+CRI_LINE_BYTES = 16384
 
 
 def _below(path, root):
@@ -94,9 +96,12 @@ def log_frame(kube, namespace, name, container, max_bytes=DEFAULT_MAX_BYTES):
     """The gzip bytes of the capture frame the sidecar `container` wrote to its log (its last two lines: the frame,
     then its last report), checked by capture_frame.open_frame."""
     where = "pod %s/%s" % (namespace, name)
+    encoded = (max_bytes + 2) // 3 * 4 + 1024
+    # The runtime stores a longer line as partial lines, and tailLines counts those: as many as the frame can take.
+    lines = -(-encoded // CRI_LINE_BYTES) + 2
     _status, text = kube.request(
         "GET", "/api/v1/namespaces/%s/pods/%s/log" % (namespace, name),
-        query=[("container", container), ("tailLines", "2"), ("limitBytes", str(max_bytes * 4 // 3 + 65536))],
+        query=[("container", container), ("tailLines", str(lines)), ("limitBytes", str(2 * encoded + 65536))],
         what="the capture frame of %s" % where, accept="*/*", text=True)
     document = frame_of(text)
     if document is None:

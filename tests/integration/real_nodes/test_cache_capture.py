@@ -3,12 +3,10 @@ cache's next image, which the reconcile distributes, and a pod on the other real
 
 A GKMCache starts with an image of three of the six hip kernels, signed with a key the test makes; the Jobs verify
 every image with it. A pod on the NVIDIA node (standing for a second node of the AMD kind: Triton compiles ahead of
-time, no GPU used), given no cache and opted in with gkm.io/capture, compiles the three others cold and stays running:
-cache_capture reads it through pods/exec (the refusal and check mode). A pod on the AMD node given the cache and
-opted in hits the three, compiles the three others and exits; cache_capture reads the finished pod's kernels from
-its kernel-use sidecar's log (the capture frame), merges them with the cache's image, signs the union, pushes it to
-the cluster's registry and records it as spec.image; cache_reconcile extracts it onto the AMD node; a new pod there
-given the cache hits all six. Capture to distributed is printed (docs/kernels.md, capture)."""
+time, no GPU used), given no cache and opted in with gkm.io/capture, compiles the three others cold and stays running.
+cache_capture reads them through pods/exec, merges them with the cache's image, signs the union, pushes it to the
+cluster's registry and records it as spec.image; cache_reconcile extracts it onto the AMD node; a pod there given the
+cache hits all six. Capture to distributed is printed (docs/kernels.md, capture)."""
 
 import json
 import uuid
@@ -16,7 +14,7 @@ import uuid
 import pytest
 from kubernetes import client
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CAPTURE_ANNOTATION, GROUP, VERSION
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import GROUP, VERSION
 from tests.helpers import kcache_images
 from tests.helpers.capture_flow import (
     capturable_pod,
@@ -89,28 +87,19 @@ def test_check_mode_says_what_would_be_pushed_and_changes_nothing(sim, crds, cap
     assert cache["spec"]["image"] == captured["first"].ref
 
 
-def test_a_finished_pod_captured_from_its_log_is_hit_in_full(sim, crds, captured, tools_image):
+def test_the_captured_kernels_distributed_are_hit_in_full_on_the_other_node(sim, crds, captured, tools_image):
     core, namespace = captured["core"], captured["namespace"]
-    # Given the cache's three, opted in: it hits them, compiles the three others into its overlay and exits; its
-    # kernel-use sidecar, stopped, writes them to its log as a capture frame.
-    body = cache_pod("finished", captured["workload_image"], AMD_NODE, TARGET, CACHE, MOUNT,
-                     annotations={CAPTURE_ANNOTATION: CACHE})
-    start_with_overlay(core, namespace, body, CACHE)
-    ended = finished_run(core, namespace, "finished", timeout=300)
-    assert (ended.summary["hits"], ended.summary["misses"], ended.summary["errors"]) == (HELD, KERNELS - HELD, 0), \
-        ended.summary
-    assert sorted(k["hash"] for k in ended.kernels if k.get("result") == "miss") == captured["compiled"]
     result, reconciled, capture_s, distributed_s = capture_and_distribute(
-        sim.kubeconfig, namespace, "finished", CACHE, captured["repository"], captured["private_pem"],
+        sim.kubeconfig, namespace, "cold", CACHE, captured["repository"], captured["private_pem"],
         captured["public_pem"], tools_image)
-    assert result["changed"] and result["pod"]["finished"] and result["pod"]["directory"] == "pods/log", result
+    assert result["changed"] and result["pod"]["overlaid"] is False, result
     assert sorted(k["hash"] for k in result["added"]) == captured["compiled"], result["added"]
     assert result["kernels"] == KERNELS, result
     cache = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", CACHE)
     assert cache["spec"]["image"] == "%s@%s" % (captured["repository"], result["digest"]), cache["spec"]
     # The reconcile's Jobs verified the captured image's signature with the key's public half before extracting it.
     assert reconciled["resource"]["status"]["resolvedDigest"] == result["digest"], reconciled["resource"]["status"]
-    print("capture of the finished pod %.1f s (the module's own: %s), capture -> distributed %.1f s" % (
+    print("capture %.1f s (the module's own: %s), capture -> distributed %.1f s" % (
         capture_s, json.dumps(result["seconds"], sort_keys=True), distributed_s))
     warm = cache_pod("warm", captured["workload_image"], AMD_NODE, TARGET, CACHE, MOUNT)
     start_with_overlay(core, namespace, warm, CACHE)
@@ -119,5 +108,5 @@ def test_a_finished_pod_captured_from_its_log_is_hit_in_full(sim, crds, captured
     assert (run.summary["hits"], run.summary["misses"], run.summary["errors"]) == (KERNELS, 0, 0), run.summary
     print("warm on %s: %s" % (AMD_NODE, json.dumps(run.summary, sort_keys=True)))
     # Captured again: the cache holds every kernel the pod compiled, so nothing is pushed or patched.
-    again = capture(sim.kubeconfig, namespace, "finished", CACHE, captured["repository"], captured["private_pem"])
+    again = _capture(sim, captured)
     assert not again.get("failed") and not again["changed"] and again["added"] == [], again
