@@ -9,10 +9,10 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: cache_capture
-short_description: Make the Triton kernels a running pod compiled the next image of its kernel cache
+short_description: Make the Triton kernels a pod compiled the next image of its kernel cache
 version_added: "0.1.0"
 description:
-  - Reads the Triton kernels a running pod compiled itself, merges them with the cache's current image, checks them,
+  - Reads the Triton kernels a pod compiled itself, merges them with the cache's current image, checks them,
     packages the union as an image in MCV's Triton format, signs it with the admin's key (cosign v2), pushes it to
     the admin's repository and records it by digest as the cache's C(spec.image). The cache's reconcile
     (M(gkm.cluster.cache_reconcile) or the operator) then rolls it out with its upgrade policy.
@@ -21,7 +21,11 @@ description:
     pods of its own namespace.
   - What is read, through the API's C(pods/exec) (C(tar) in the container) - the pod's kernel overlay of the cache
     (the kernels it compiled, its misses, by the overlay's C(.gkm-overlay.json)) or, for a pod given no cache, every
-    kernel of its C(TRITON_CACHE_DIR) when that lies in an emptyDir. A finished pod cannot be read.
+    kernel of its C(TRITON_CACHE_DIR) when that lies in an emptyDir.
+  - A finished pod (Succeeded, Failed, or its containers ended) is read through C(pods/log) instead - the capture frame
+    its kernel-use sidecar wrote when stopped (the webhook has the sidecar of a pod given the cache's overlay and
+    annotated for it write the kernels the pod compiled as one line, at most 4 MiB gzipped); the frame's sha256 and
+    size are checked, and its entries meet the same rules.
   - The captured content is trusted only as far as it is checked - the extractor's entry rules (names, sizes, no
     links or devices), Triton's layout (a group file listing plain names, every file it lists and nothing else,
     metadata naming the hash of its directory). A kernel the current image holds with other bytes is refused, naming
@@ -37,7 +41,8 @@ extends_documentation_fragment:
   - gkm.cluster.registry
 options:
   pod:
-    description: The pod whose compiled kernels are captured. It must be running.
+    description:
+      - The pod whose compiled kernels are captured - running, or finished with a capture frame in its sidecar's log.
     type: str
     required: true
   namespace:
@@ -146,8 +151,8 @@ added:
   type: list
   elements: dict
 pod:
-  description: The pod read - C(namespace), C(name), C(container), C(directory), C(overlaid) (whether it was the
-    cache's kernel overlay).
+  description: The pod read - C(namespace), C(name), C(container), C(directory) (C(pods/log) for a finished pod),
+    C(overlaid) (whether it was the cache's kernel overlay), C(finished) (read from its sidecar's log).
   returned: always
   type: dict
 labels:

@@ -41,6 +41,19 @@ def _describe(kernels, facts, hash_dirs):
             for h in hash_dirs]
 
 
+def _read_pod(kube, api_client, pod, cache, dest):
+    """(the kernel directories the pod compiled, unpacked into dest; where they were read): a running pod's through
+    pods/exec, a finished one's capture frame through its sidecar's pods/log."""
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    if read.finished(pod):
+        container = read.log_source(pod, cache)
+        compiled = read.unpack_frame(read.log_frame(kube, namespace, name, container), dest)
+        return compiled, {"container": container, "directory": "pods/log", "overlaid": True, "finished": True}
+    container, directory, overlaid = read.pod_source(pod, cache)
+    compiled = read.unpack(read.exec_tar(api_client, namespace, name, container, directory), dest, overlaid)
+    return compiled, {"container": container, "directory": directory, "overlaid": overlaid, "finished": False}
+
+
 def capture(kube, api_client, params, check_mode, workdir):
     """The module's result; raises CaptureError (or the client's errors) before any push when refused."""
     seconds = {}
@@ -60,9 +73,7 @@ def capture(kube, api_client, params, check_mode, workdir):
     if status == 404 or cache.image is None:
         ref = policy.cache_ref(kind, cache_name, cache_namespace)
         raise CaptureError("%s %s not found or has no spec.image" % (kind, ref))
-    container, directory, overlaid = read.pod_source(pod, cache_name)
-    tar = read.exec_tar(api_client, params["namespace"], params["pod"], container, directory)
-    compiled = read.unpack(tar, os.path.join(workdir, "pod"), overlaid)
+    compiled, source = _read_pod(kube, api_client, pod, cache_name, os.path.join(workdir, "pod"))
     captured, facts = _checked(read.load_kernels(os.path.join(workdir, "pod"), compiled), "captured kernel")
     seconds["read"] = round(time.monotonic() - started, 3)
     options = registry_options(params)
@@ -70,8 +81,7 @@ def capture(kube, api_client, params, check_mode, workdir):
     held, held_facts = _checked(held, "the cache's image")
     merged, added = merge.merge(held, captured)
     facts.update(held_facts)
-    result = {"changed": False, "pod": {"namespace": params["namespace"], "name": params["pod"],
-                                        "container": container, "directory": directory, "overlaid": overlaid},
+    result = {"changed": False, "pod": dict(source, namespace=params["namespace"], name=params["pod"]),
               "captured": _describe(captured, facts, sorted(captured)), "added": _describe(merged, facts, added),
               "previous_image": cache.image, "previous_digest": before_digest, "kernels": len(merged),
               "image": cache.image, "digest": before_digest}

@@ -27,6 +27,7 @@ __metaclass__ = type
 import posixpath
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import kernel_use_container
+from ansible_collections.gkm.cluster.plugins.module_utils.kernels.capture_frame import DEFAULT_MAX_BYTES
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.cache_mount import (
     MAX_VOLUME_NAME,
     MountError,
@@ -84,16 +85,21 @@ def init_container(cache, source, tools_image):
     }
 
 
-def use_sidecar(cache, tools_image):
+def use_sidecar(cache, tools_image, capture=False):
     """The kernel-use sidecar (kernels/usage_main.py): a native sidecar (restartPolicy Always) that starts once the
     overlay is written, reads the overlay directory read-only and prints what the pod found and compiled to its log,
-    which the reconcile reads through pods/log. It runs until the pod's containers end, then prints its last look."""
+    which the reconcile reads through pods/log. It runs until the pod's containers end, then prints its last look.
+    capture: the pod opted in to capture into this cache; the sidecar then also prints the kernels it compiled as a
+    capture frame when stopped (kernels/capture_frame.py), which cache_capture reads once the pod finished."""
+    command = ["python3", "-m", USE_ENTRY_POINT, OVERLAY_PATH]
+    if capture:
+        command += ["--capture-max-bytes", str(DEFAULT_MAX_BYTES)]
     return {
         "name": kernel_use_container(cache),
         "image": tools_image,
         "imagePullPolicy": "IfNotPresent",
         "restartPolicy": "Always",
-        "command": ["python3", "-m", USE_ENTRY_POINT, OVERLAY_PATH],
+        "command": command,
         "volumeMounts": [{"name": overlay_name(cache), "mountPath": OVERLAY_PATH, "readOnly": True}],
         "securityContext": INIT_SECURITY,
         "resources": USE_RESOURCES,
@@ -141,10 +147,11 @@ def _claim_source(containers, volume):
     return None
 
 
-def overlay_operations(spec, use, variable, tools_image, given=None):
+def overlay_operations(spec, use, variable, tools_image, given=None, capture=False):
     """JSONPatch operations adding the overlay of one cache the pod uses (spec at /spec); [] when the pod has it
     already or no container is left to give it to.
 
+    capture: the pod opted in to capture into this cache (use_sidecar).
     given: the indexes of the containers an earlier cache of the same patch overlaid; they are skipped (a container
     has one variable and one OVERLAY_PATH) and the ones overlaid here are added.
     By annotation: the containers it chooses; raises MountError when one already mounts something at OVERLAY_PATH.
@@ -192,7 +199,7 @@ def overlay_operations(spec, use, variable, tools_image, given=None):
     # An earlier overlay of this patch made the list of init containers, if the pod had none.
     makes_list = init_containers is None and not given
     given.update(overlaid)
-    init = [init_container(use.name, source, tools_image), use_sidecar(use.name, tools_image)]
+    init = [init_container(use.name, source, tools_image), use_sidecar(use.name, tools_image, capture)]
     if makes_list:
         add_init = [{"op": "add", "path": "/spec/initContainers", "value": init}]
     else:

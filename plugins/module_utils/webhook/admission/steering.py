@@ -35,6 +35,7 @@ __metaclass__ = type
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_ANNOTATION,
+    CAPTURE_ANNOTATION,
     GPU_ARCH_LABEL,
     GPU_BACKEND_LABEL,
     GPU_WARP_SIZE_LABEL,
@@ -215,7 +216,9 @@ def _overlay_operations(spec, pod_metadata, use, view, overlaid):
     the overlay's directory is taken. overlaid: the containers earlier caches overlaid, updated."""
     if not use.target.overlay_variable or not view.tools_image or overlay_disabled(pod_metadata):
         return []
-    return kernel_overlay.overlay_operations(spec, use, use.target.overlay_variable, view.tools_image, overlaid)
+    capture = _mapping(pod_metadata.get("annotations")).get(CAPTURE_ANNOTATION) == use.name
+    return kernel_overlay.overlay_operations(spec, use, use.target.overlay_variable, view.tools_image, overlaid,
+                                             capture)
 
 
 def waiting_on_its_node(request, view):

@@ -1,6 +1,9 @@
 """capture/read.py, its pure part and the unpacking: which directory of a pod is read, and the pod's tar through the
 extractor's rules, only the kernels the pod compiled kept."""
 
+import base64
+import gzip
+import hashlib
 import io
 import json
 import os
@@ -10,6 +13,7 @@ import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.capture import read
 from ansible_collections.gkm.cluster.plugins.module_utils.capture.errors import CaptureError
+from ansible_collections.gkm.cluster.plugins.module_utils.kernels.capture_frame import DEFAULT_MAX_BYTES, FRAME_KEY
 from ansible_collections.gkm.cluster.plugins.module_utils.kernels.overlay import MARKER
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.kernel_overlay import OVERLAY_PATH
 from tests.helpers.kernel_dirs import kernel
@@ -111,3 +115,49 @@ def test_a_link_inside_a_kernel_directory_is_refused_when_read(tmp_path):
     assert os.path.islink(os.path.join(dest, compiled, "vector_add.link"))
     with pytest.raises(CaptureError, match="not a regular file"):
         read.load_kernels(dest, [compiled])
+
+
+INIT_USE = {"name": "gkm-kernel-use-llama", "restartPolicy": "Always"}
+
+
+@pytest.mark.parametrize("phase, running, ended", [
+    ("Succeeded", (), True), ("Failed", (), True), ("Running", (), True), ("Running", ("app",), False),
+    ("Pending", ("app",), False)], ids=["succeeded", "failed", "workload ended", "running", "pending"])
+def test_a_pod_is_finished_when_its_phase_or_its_workload_says_so(phase, running, ended):
+    assert read.finished(_pod([OVERLAID], phase=phase, running=running)) is ended
+
+
+def test_a_finished_pod_is_read_from_its_kernel_use_sidecar_and_one_without_is_refused():
+    pod = _pod([OVERLAID], phase="Succeeded", running=())
+    with pytest.raises(CaptureError, match="no kernel-use sidecar of llama"):
+        read.log_source(pod, "llama")
+    pod["spec"]["initContainers"] = [INIT_USE]
+    assert read.log_source(pod, "llama") == "gkm-kernel-use-llama"
+
+
+class _Log:
+    """The API's answer to pods/log: the log text given, the request kept."""
+
+    def __init__(self, text):
+        self.text, self.asked = text, []
+
+    def request(self, method, path, query=None, **options):
+        self.asked.append((method, path, dict(query)))
+        return 200, self.text
+
+
+def test_the_frame_is_read_from_the_sidecar_s_last_two_lines_and_its_absence_said():
+    directory, files = kernel(2)
+    packed = gzip.compress(_tar([("%s/%s" % (directory, n), d) for n, d in files.items()]))
+    frame = {FRAME_KEY: 1, "sha256": hashlib.sha256(packed).hexdigest(), "bytes": len(packed),
+             "data": base64.b64encode(packed).decode()}
+    kube = _Log("\n".join([json.dumps(frame), json.dumps({"gkm_kernel_use": 1, "misses": 1})]))
+    assert read.log_frame(kube, "team-a", "p", "gkm-kernel-use-llama") == packed
+    [(method, path, query)] = kube.asked
+    # The frame's line may be stored as partial lines of 16 KiB, which tailLines counts: enough for the cap's.
+    assert (method, path, query["container"]) == ("GET", "/api/v1/namespaces/team-a/pods/p/log", "gkm-kernel-use-llama")
+    assert int(query["tailLines"]) * read.CRI_LINE_BYTES > DEFAULT_MAX_BYTES * 4 // 3
+    with pytest.raises(CaptureError, match="wrote no capture frame"):
+        read.log_frame(_Log('{"gkm_kernel_use": 1}'), "team-a", "p", "gkm-kernel-use-llama")
+    with pytest.raises(CaptureError, match="does not match"):
+        read.log_frame(_Log(json.dumps(dict(frame, sha256="0" * 64))), "team-a", "p", "gkm-kernel-use-llama")

@@ -9,6 +9,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     OVERLAY_ANNOTATION,
     OVERLAY_DISABLED,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.kernels.capture_frame import DEFAULT_MAX_BYTES
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.kernel_overlay import (
     ENTRY_POINT,
     OVERLAY_PATH,
@@ -176,3 +177,13 @@ def test_a_pod_whose_overlay_directory_is_taken_is_denied_naming_it_and_so_is_su
 def test_a_workload_template_is_only_checked_its_pods_get_the_overlay_when_created():
     result = steer(workload_request("Deployment", pod_spec(), annotations=ANNOTATIONS), triton_view())
     assert (result.operations, result.denial) == ([], None)
+
+
+@pytest.mark.parametrize("capture, framed", [("vector-add", True), ("other-cache", False), (None, False)],
+                         ids=["opted in", "another cache", "not opted in"])
+def test_a_pod_opted_in_to_capture_into_the_cache_gets_a_sidecar_that_frames_its_kernels(capture, framed):
+    annotations = dict(ANNOTATIONS, **({"gkm.io/capture": capture} if capture else {}))
+    spec = admitted(triton_view(), pod_request(pod_spec(), annotations=annotations))
+    _init, use = spec["initContainers"]
+    assert use["command"][3] == OVERLAY_PATH
+    assert use["command"][4:] == (["--capture-max-bytes", str(DEFAULT_MAX_BYTES)] if framed else [])
