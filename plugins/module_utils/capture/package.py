@@ -14,7 +14,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import gzip
-import hashlib
 import io
 import json
 import posixpath
@@ -26,14 +25,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.kernels.image import (
     labels,
     mcv_manifest_entry,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import OCI_MANIFEST
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import OCI_MANIFEST, sha256_digest
 
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
-
-
-def _digest(data):
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def layer_files(kernels, facts):
@@ -54,7 +49,7 @@ def layer(files):
             info.size, info.mode, info.mtime = len(files[path]), 0o644, 0
             tar.addfile(info, io.BytesIO(files[path]))
     tar_bytes = tar_buffer.getvalue()
-    return gzip.compress(tar_bytes, compresslevel=6, mtime=0), _digest(tar_bytes)
+    return gzip.compress(tar_bytes, compresslevel=6, mtime=0), sha256_digest(tar_bytes)
 
 
 def image(kernels, facts):
@@ -66,8 +61,8 @@ def image(kernels, facts):
                          "rootfs": {"type": "layers", "diff_ids": [diff_id]}}, sort_keys=True).encode()
     manifest = json.dumps({
         "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG, "digest": _digest(config), "size": len(config)},
-        "layers": [{"mediaType": OCI_LAYER_GZIP, "digest": _digest(blob), "size": len(blob)}],
+        "config": {"mediaType": OCI_CONFIG, "digest": sha256_digest(config), "size": len(config)},
+        "layers": [{"mediaType": OCI_LAYER_GZIP, "digest": sha256_digest(blob), "size": len(blob)}],
     }, sort_keys=True).encode()
-    return {"layer": blob, "config": config, "manifest": manifest, "digest": _digest(manifest), "labels": found,
+    return {"layer": blob, "config": config, "manifest": manifest, "digest": sha256_digest(manifest), "labels": found,
             "kernels": len(kernels)}

@@ -21,7 +21,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -38,6 +37,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.kernels.capture_frame 
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.kernels.overlay import compiled_here
 from ansible_collections.gkm.cluster.plugins.module_utils.kernels.plan import TRITON_CACHE_ENV
+from ansible_collections.gkm.cluster.plugins.module_utils.oci.registry import sha256_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.admission.kernel_overlay import (
     OVERLAY_PATH,
     overlay_name,
@@ -167,7 +167,7 @@ def exec_tar(api_client, namespace, name, container, directory, max_bytes=MAX_TA
 def _extract(layer, dest):
     limits = rules.Limits(max_bytes=MAX_TAR_BYTES, max_files=MAX_FILES)
     try:
-        archive.extract_layer(io.BytesIO(layer).read, "sha256:" + hashlib.sha256(layer).hexdigest(), len(layer), dest,
+        archive.extract_layer(io.BytesIO(layer).read, sha256_digest(layer), len(layer), dest,
                               limits=limits, whole_layer=True, rewrite_groups=False)
     except rules.ExtractError as error:
         raise CaptureError("the pod's kernels break the extractor's rules: %s" % error) from error
