@@ -76,13 +76,17 @@ class Coalescer:
     def follow(self, kind, resource, result):
         """After any reconcile of the cache (kopf's handlers, the node path, the resync): when it ended before the
         cache settled (reconciles.under_way), submit the cache again, as the index then holds it, after
-        reconciles.recheck_delay of the attempts since it last settled. The one retry path of the controller.
-        True when a recheck was scheduled."""
+        reconciles.recheck_delay of the attempts since it last settled or moved on. The one retry path of the
+        controller. True when a recheck was scheduled."""
         key = (kind, resource["metadata"].get("namespace") or "", resource["metadata"]["name"])
         with self._lock:
             attempt = self._attempts.pop(key, 0)
             if self.held is None or not under_way(result):
                 return False
+            # A reconcile that wrote something moved the cache on (a rollout's next wave): the back-off is for a
+            # cache that waits without moving, or a long rollout's later waves would wait minutes each.
+            if (result or {}).get("changed"):
+                attempt = 0
             self._attempts[key] = attempt + 1
         delay = recheck_delay(attempt)
         LOG.info("%s %s: not settled yet (extractions or a rollout under way), reconciled again in %s s", kind,

@@ -292,9 +292,11 @@ def test_a_rollout_longer_than_a_reconcile_completes_as_the_cache_is_run_again(
         print("controller rollout: 3 nodes, maxUnavailable 1, reconciles waiting %ds: Complete %.1fs after the move, "
               "%d rechecks" % (SHORT_WAIT_SECONDS, rollout_seconds, rechecks))
     finally:
-        kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
-        poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
-        rolling.stop()
+        try:
+            kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
+            poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
+        finally:  # a controller left running would reconcile the next tests' caches beside them
+            rolling.stop()
 
 
 def _upgrade_complete(crds, namespace, name, digest):
@@ -373,6 +375,8 @@ def test_the_resync_sends_nothing_when_nothing_differs_repairs_a_hand_edit_and_f
         print("controller resync every %ds: nothing changed -> %s; hand edit -> repaired %.1fs (%d writes); moved tag "
               "-> Extracted at it %.1fs" % (RESYNC_SECONDS, quiet, repaired_s, repaired["writes"], moved_s))
     finally:
-        kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
-        poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
-        resyncing.stop()
+        try:
+            kubectl(sim, "delete", "gkmcache", name, "-n", namespace, "--wait=false")
+            poll("the cache resource gone", lambda: live(crds, namespace, name) is None, 180)
+        finally:  # a controller left running would reconcile the next tests' caches beside them
+            resyncing.stop()

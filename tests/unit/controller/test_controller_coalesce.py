@@ -101,3 +101,14 @@ def test_a_reconcile_started_elsewhere_is_followed_on_the_same_retry_path_with_o
     assert [resource["metadata"]["resourceVersion"] for resource in runs] == ["9"]
     assert clock.scheduled == [] and coalescer.follow("GKMCache", cache("a"), status("Extracted")) is False
     assert Coalescer(None, Inline(), schedule=clock).follow("GKMCache", cache("a"), status("Pending")) is False
+
+
+def test_a_reconcile_that_moved_the_cache_on_starts_the_back_off_again():
+    """A long rollout: each wave that starts is a change, so the next recheck comes after the first delay again."""
+    clock = Clock()
+    coalescer = Coalescer(lambda kind, resource, finalizing: status("Extracted"), Inline(), schedule=clock,
+                          held=lambda kind, resource: resource)
+    moving = {"rollout": {"moving": True}, **status("Extracted")}
+    for result in (moving, moving, dict(moving, changed=True), moving):
+        assert coalescer.follow("GKMCache", cache("a"), result) is True
+    assert [delay for delay, _function in clock.scheduled] == [5, 10, 5, 10]
