@@ -67,21 +67,24 @@ class Coalescer:
     def _run(self, kind, resource):
         try:
             result = self.run(kind, resource, False)
-        except Exception as error:  # a failed run must not end the executor's thread; the next event retries
+        except Exception as error:  # a failed run must not end the executor's thread
             LOG.warning("%s %s: node-triggered reconcile failed: %s", kind, resource["metadata"]["name"], error)
+            # Run again, backing off: no event may come (a serving PVC that bound after the wait gave up sends none
+            # the controller watches for), and the resync is minutes away.
+            self.follow(kind, resource, None, failed=True)
             return None
         self.follow(kind, resource, result)
         return result
 
-    def follow(self, kind, resource, result):
+    def follow(self, kind, resource, result, failed=False):
         """After any reconcile of the cache (kopf's handlers, the node path, the resync): when it ended before the
         cache settled (reconciles.under_way), submit the cache again, as the index then holds it, after
-        reconciles.recheck_delay of the attempts since it last settled or moved on. The one retry path of the
-        controller. True when a recheck was scheduled."""
+        reconciles.recheck_delay of the attempts since it last settled or moved on; a reconcile that raised
+        (`failed`) likewise. The one retry path of the controller. True when a recheck was scheduled."""
         key = (kind, resource["metadata"].get("namespace") or "", resource["metadata"]["name"])
         with self._lock:
             attempt = self._attempts.pop(key, 0)
-            if self.held is None or not under_way(result):
+            if self.held is None or not (failed or under_way(result)):
                 return False
             # A reconcile that wrote something moved the cache on (a rollout's next wave): the back-off is for a
             # cache that waits without moving, or a long rollout's later waves would wait minutes each.
@@ -89,8 +92,8 @@ class Coalescer:
                 attempt = 0
             self._attempts[key] = attempt + 1
         delay = recheck_delay(attempt)
-        LOG.info("%s %s: not settled yet (extractions or a rollout under way), reconciled again in %s s", kind,
-                 resource["metadata"]["name"], delay)
+        LOG.info("%s %s: %s, reconciled again in %s s", kind, resource["metadata"]["name"],
+                 "its reconcile failed" if failed else "not settled yet (extractions or a rollout under way)", delay)
         self.schedule(delay, lambda: self._again(kind, resource))
         return True
 

@@ -2,6 +2,8 @@
 each, with the newest copy, on the executor; a failed run is logged and leaves the executor's thread alive; a run
 that ends before its cache settled runs again, backing off."""
 
+import logging
+
 from controller.gkm_controller.coalesce import Coalescer
 
 
@@ -112,3 +114,27 @@ def test_a_reconcile_that_moved_the_cache_on_starts_the_back_off_again():
     for result in (moving, moving, dict(moving, changed=True), moving):
         assert coalescer.follow("GKMCache", cache("a"), result) is True
     assert [delay for delay, _function in clock.scheduled] == [5, 10, 5, 10]
+
+
+def test_a_failed_run_is_run_again_backing_off(caplog):
+    """A reconcile that raised (the serving PVC's bind wait gave up) is submitted again as the index holds it."""
+    calls, clock = [], Clock()
+
+    def run(kind, resource, finalizing):
+        calls.append(resource["metadata"]["resourceVersion"])
+        if len(calls) < 3:
+            raise RuntimeError("timed out waiting for the serving PVC(s) to bind")
+        return status("Extracted")
+
+    caplog.set_level(logging.INFO, logger="controller.gkm_controller.coalesce")
+    coalescer = Coalescer(run, Inline(), schedule=clock, held=lambda kind, resource: cache("a", "8"))
+    coalescer.submit("GKMCache", cache("a", "1"))
+    clock.fire()
+    assert [delay for delay, _function in clock.scheduled] == [5]
+    clock.fire()
+    clock.fire()
+    assert [delay for delay, _function in clock.scheduled] == [10]
+    clock.fire()
+    clock.fire()
+    assert calls == ["1", "8", "8"] and clock.scheduled == []
+    assert "its reconcile failed, reconciled again in 5 s" in caplog.text
