@@ -65,9 +65,13 @@ def execute(kube, plan, replace_timeout, scrub):
     later = {id(a) for a in bound_later}
     for kind in planner.KIND_ORDER[1:]:
         batch = [a for a in applies if a.kind == kind and id(a) not in later]
-        record(batch, kube.map(apply, batch))
+        new = [a for a in batch if a.verb != "update"]
+        # Updates first: a PVC's mark of a finished extraction lands before the next wave's new PVC, so no reader
+        # ever sees two nodes upgrading under maxUnavailable 1.
+        for part in ([a for a in batch if a.verb == "update"], new):
+            record(part, kube.map(apply, part))
         if kind == "PersistentVolume" and not kube.dry_run:
-            _wait_pvs_synced(kube, [a.name for a in batch if a.verb != "update"])
+            _wait_pvs_synced(kube, [a.name for a in new])
         if kind == "PersistentVolumeClaim" and bound_later:
             record(bound_later, kube.map(lambda a: _apply_bound(kube, a), bound_later))
     return errors

@@ -40,3 +40,30 @@ def test_an_access_pv_is_written_after_its_pvc_bound_to_that_pvc_s_uid():
         assert order.index(("PersistentVolumeClaim", True, name)) < order.index(("PersistentVolume", True, name))
         assert pv["spec"]["claimRef"] == {"namespace": "gkm-system", "name": name, "uid": "uid-" + name}
     assert [kind for kind, _access, _name in order][-3:] == ["Job"] * 3
+
+
+class BatchRecordingKube(RecordingKube):
+    """Records each map call's names: what one batch writes concurrently."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def map(self, function, items):
+        self.batches.append([item.name for item in items])
+        return super().map(function, items)
+
+
+def _pvc(name):
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "team"}}
+
+
+def test_a_finished_wave_s_mark_lands_before_the_next_wave_s_new_pvc():
+    """The mark (an update) and the next node's slot (a create) are in one plan: written concurrently, a reader could
+    see both nodes upgrading under maxUnavailable 1 (the watcher of test_upgrades did, once in CI)."""
+    plan = planner.Plan(eligibility=None)
+    plan.add("create", _pvc("a-next-wave"), "missing")
+    plan.add("update", _pvc("b-finished-wave"), "labels or annotations differ")
+    kube = BatchRecordingKube()
+    assert writes.execute(kube, plan, 1, NoScrub()) == []
+    assert [batch for batch in kube.batches if batch] == [["b-finished-wave"], ["a-next-wave"]]
