@@ -208,6 +208,11 @@ def managed_selector():
     return "{0}={1}".format(MANAGED_BY_LABEL, MANAGER)
 
 
+def unmanaged_selector():
+    """Label selector for every object this collection does not manage (workload pods, not our Jobs' pods)."""
+    return "{0}!={1}".format(MANAGED_BY_LABEL, MANAGER)
+
+
 def readiness_label_key(cache, cache_namespace):
     """The node label saying which digest of a cache the node holds extracted: `cache.gkm.io/<namespace>.<cache>`."""
     return _node_label_key(READINESS_LABEL_PREFIX, cache, cache_namespace)

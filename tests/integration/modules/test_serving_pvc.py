@@ -11,6 +11,7 @@ from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, AuditWrites, run_module
 from tests.integration.modules.test_cache_distribute import (
     EXTRACT_IMAGE,
+    GPU_TOLERATION,
     WORKERS,
     tolerated,
     unique,
@@ -155,3 +156,63 @@ def test_a_pvc_of_the_cache_name_that_is_not_ours_refuses_the_cache_and_stays(si
     assert refused.get("failed") and "belongs to no cache (gkm.cluster did not make it)" in refused["msg"]
     assert not core.list_persistent_volume_claim_for_all_namespaces(label_selector="gkm.io/cache=%s" % name).items
     assert serving_pvc(kube, namespace, name).metadata.labels is None
+
+
+def finished_batch_pod(kube, namespace, claim, node):
+    """A Job's pod on a kwok node that names the claim and has Succeeded (kwok completes Job pods): the name of the
+    pod. Its Job keeps it, as a batch Job does until its TTL."""
+    job = {"metadata": {"name": unique("batch"), "namespace": namespace},
+           "spec": {"backoffLimit": 0, "template": {"spec": {
+               "restartPolicy": "Never", "nodeName": node, "tolerations": [GPU_TOLERATION],
+               "containers": [{"name": "warmup", "image": "warmup:1",
+                               "volumeMounts": [{"name": "k", "mountPath": "/root/.triton", "readOnly": True}]}],
+               "volumes": [{"name": "k", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}]}}}}
+    client.BatchV1Api(kube).create_namespaced_job(namespace, job)
+    selector = "job-name=%s" % job["metadata"]["name"]
+    core = client.CoreV1Api(kube)
+    wait_until("the batch pod Succeeded", lambda: [
+        p for p in core.list_namespaced_pod(namespace, label_selector=selector).items if p.status.phase == "Succeeded"])
+    return job["metadata"]["name"], core.list_namespaced_pod(namespace, label_selector=selector).items[0].metadata.name
+
+
+def test_a_serving_pvc_a_finished_pod_names_is_kept_at_its_digest_until_the_pod_goes(sim, kube, images, namespace):
+    """A finished pod holds the claims it names until it is deleted (the API server's pvc-protection): a new digest
+    keeps the serving PVC and the run completes, where a replace waited on the Terminating claim until the run's
+    deadline (a capture's finished pod held one for 294 s). Once the pod goes, the next run renews the PVC."""
+    name = unique("held")
+    args = tolerated(name=name, namespace=namespace, image=images[0].ref, wait=True, wait_timeout=120)
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    new_hex = images[1].digest.split(":")[1]
+    job = None
+    try:
+        assert not distribute(sim, **args).get("failed")
+        wait_until("serving PVC bound", lambda: bound(kube, namespace, name), timeout=30)
+        original = serving_pvc(kube, namespace, name).metadata.uid
+        job, finished = finished_batch_pod(kube, namespace, name, WORKERS[0])
+
+        started = time.monotonic()
+        changed = distribute(sim, **{**args, "image": images[1].ref})
+        seconds = time.monotonic() - started
+        assert not changed.get("failed"), changed.get("msg")
+        held = serving_pvc(kube, namespace, name)
+        assert held.metadata.uid == original and held.metadata.deletion_timestamp is None
+        kept = [e for e in changed["status"]["entries"] if e["phase"] == "Outdated" and not e["node"]]
+        assert [e.get("mounted_by") for e in kept] == [["%s/%s" % (namespace, finished)]], changed["status"]["entries"]
+        assert "finished pod(s) %s" % finished in kept[0]["message"]
+        assert changed["status"]["counts"]["pod_running"] == 0
+        print("finished pod: the run with a new digest took %.1fs, the serving PVC kept" % seconds)
+
+        batch.delete_namespaced_job(job, namespace, propagation_policy="Foreground")
+        wait_until("the batch pod gone", lambda: not core.list_namespaced_pod(
+            namespace, label_selector="job-name=%s" % job).items)
+        job = None
+        released = distribute(sim, **{**args, "image": images[1].ref})
+        assert not released.get("failed"), released.get("msg")
+        wait_until("the renewed serving PVC bound", lambda: bound(kube, namespace, name), timeout=30)
+        renewed = serving_pvc(kube, namespace, name)
+        assert renewed.metadata.uid != original
+        assert core.read_persistent_volume(renewed.spec.volume_name).spec.host_path.path.endswith(new_hex + "/cache")
+    finally:
+        if job:
+            batch.delete_namespaced_job(job, namespace, propagation_policy="Background")
+        distribute(sim, name=name, namespace=namespace, state="absent", force=True)

@@ -114,13 +114,15 @@ def _failing_job_namespaces(jobs):
 
 def pods_of(source, namespaces, objects, existing_namespaces=None):
     """Unfinished pods of the namespaces given (a cache's workload namespaces) and of every namespace its objects are
-    in (who mounts what, stuck Jobs), and the failed pods of its failing Jobs (their termination messages)."""
+    in (who mounts what, stuck Jobs), their finished pods that are not ours (who still holds a claim), and the failed
+    pods of its failing Jobs (their termination messages)."""
     namespaces = set(namespaces)
     for kind in ("PersistentVolumeClaim", "Job"):
         namespaces.update(obj["metadata"]["namespace"] for obj in objects.get(kind, []))
     if existing_namespaces is not None:
         namespaces &= existing_namespaces
     calls = [lambda ns=ns: source.unfinished_pods(ns) for ns in sorted(namespaces)]
+    calls += [lambda ns=ns: source.finished_workload_pods(ns) for ns in sorted(namespaces)]
     calls += [lambda ns=ns: source.failed_managed_pods(ns)
               for ns in sorted(_failing_job_namespaces(objects.get("Job", [])))]
     return [pod for pods in source.gather(calls, "listing pods") for pod in pods]

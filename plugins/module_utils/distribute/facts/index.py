@@ -10,13 +10,14 @@ __metaclass__ = type
 
 import threading
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector, unmanaged_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS, NODE_KINDS
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.source import FactsSource
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import (
-    FINISHED_PHASES,
+    FINISHED_PODS,
     OBJECT_KINDS,
+    UNFINISHED_PODS,
     node_facts,
 )
 
@@ -252,8 +253,10 @@ class IndexSource(FactsSource):
         return self.index.select("StorageClass")
 
     def unfinished_pods(self, namespace):
-        return [pod for pod in self.index.select("Pod", namespace)
-                if (pod.get("status") or {}).get("phase") not in FINISHED_PHASES]
+        return self.index.select("Pod", namespace, field_selector=UNFINISHED_PODS)
+
+    def finished_workload_pods(self, namespace):
+        return self.index.select("Pod", namespace, label_selector=unmanaged_selector(), field_selector=FINISHED_PODS)
 
     def pods(self, namespace):
         return self.index.select("Pod", namespace)

@@ -14,11 +14,12 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector, unmanaged_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS, GROUP, VERSION
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.node_objects import list_node_objects
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import (
+    FINISHED_PODS,
     UNFINISHED_PODS,
     node_facts,
     without_managed_fields,
@@ -58,6 +59,10 @@ class FactsSource:
 
     def unfinished_pods(self, namespace):
         """Pods of the namespace whose phase is neither Succeeded nor Failed."""
+        raise NotImplementedError
+
+    def finished_workload_pods(self, namespace):
+        """Succeeded or Failed pods of the namespace that are not the collection's (they still hold their claims)."""
         raise NotImplementedError
 
     def pods(self, namespace):
@@ -114,6 +119,10 @@ class ListSource(FactsSource):
 
     def unfinished_pods(self, namespace):
         return self._listed("Pod", namespace=namespace, field_selector=UNFINISHED_PODS)
+
+    def finished_workload_pods(self, namespace):
+        return self._listed("Pod", namespace=namespace, label_selector=unmanaged_selector(),
+                            field_selector=FINISHED_PODS)
 
     def pods(self, namespace):
         return self._listed("Pod", namespace=namespace)

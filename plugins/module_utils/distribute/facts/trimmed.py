@@ -12,9 +12,12 @@ __metaclass__ = type
 # The kinds of a cache's own objects, each read by the cache's labels.
 OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job", "Secret")
 
-# Finished pods neither mount a PVC nor say why an extraction is stuck; after a converge they are most
-# of a namespace's pods (one per extraction Job), so the server leaves them out.
+# After a converge, finished pods are most of a namespace's pods (one per extraction Job), so the server leaves them
+# out of the pods a reconcile reads: the unfinished ones (who mounts what, why an extraction is stuck), and the
+# finished ones that are not ours. A finished pod reads nothing, but it still holds every claim it names: the API
+# server removes a deleted PVC only once no scheduled pod names it, whatever its phase (pvc-protection).
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+FINISHED_PODS = "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown"
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 

@@ -49,7 +49,11 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
     scrub,
     serving,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import pod_user, workload_pod
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import (
+    claim_holder,
+    holders_text,
+    pod_user,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import (
     in_system_namespace,
     job_namespace,
@@ -121,9 +125,10 @@ def _metadata_outdated(live, desired):
 
 
 def pod_mounts(pods):
-    """(namespace, claim name) -> pods that mount it and are not finished; our own Job pods do not count."""
+    """(namespace, claim name) -> the pods that hold it (pod_use.claim_holder): those not finished, and finished
+    ones until they are deleted; our own Job pods do not count."""
     mounts = {}
-    for pod in filter(workload_pod, pods):
+    for pod in filter(claim_holder, pods):
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
             if claim:
@@ -570,7 +575,7 @@ class _Planner:
                 continue
             keep_reason = None
             if users and not spec.force:
-                keep_reason = "mounted by %s" % ", ".join(u["name"] for u in users)
+                keep_reason = holders_text(users)
             elif not spec.prune and spec.state == "present":
                 keep_reason = "prune is false"
             if keep_reason:

@@ -16,6 +16,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
     job_condition,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import holders_text
 
 
 def was_extracted(members):
@@ -95,4 +96,4 @@ def kept_reason(spec, namespace, node, digest, users):
     else:
         reason = ("serving PVC kept at digest %s until %s is extracted on every node in namespace %s (make before "
                   "break)" % (digest, current, namespace))
-    return reason + ("; mounted by %s" % ", ".join(u["name"] for u in users) if users else "")
+    return reason + ("; %s" % holders_text(users) if users else "")

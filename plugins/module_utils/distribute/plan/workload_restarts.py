@@ -18,6 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     DIGEST_LABEL,
     NODE_LABEL,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import finished
 
 # A Deployment's pods belong to its ReplicaSet "<deployment>-<pod-template-hash>".
 TEMPLATE_HASH_LABEL = "pod-template-hash"
@@ -72,7 +73,7 @@ def outdated_pods(workloads, digest, pvcs, pods):
     for pod in pods:
         metadata, spec = pod["metadata"], pod.get("spec") or {}
         namespace, node = metadata.get("namespace"), spec.get("nodeName")
-        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if not node or finished(pod):
             continue
         claims = {(namespace, (volume.get("persistentVolumeClaim") or {}).get("claimName"))
                   for volume in spec.get("volumes") or []}

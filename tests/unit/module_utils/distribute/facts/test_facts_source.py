@@ -171,12 +171,15 @@ RIVALS = [("LIST", "PersistentVolumeClaim", None, None, "metadata.name=vector-ad
           ("LIST", "/apis/gkm.io/v1alpha1/clustergkmcaches", None, None, "metadata.name=vector-add", False),
           ("LIST", "/apis/gkm.io/v1alpha1/gkmcaches", None, None, "metadata.name=vector-add", False)]
 UNFINISHED = [("LIST", "Pod", "team-a", None, "status.phase!=Succeeded,status.phase!=Failed", False)]
+# Added since: the finished pods that are not ours, which still hold the claims they name.
+FINISHED_WORKLOADS = [("LIST", "Pod", "team-a", "app.kubernetes.io/managed-by!=gkm.cluster",
+                       "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown", False)]
 FAILED = [("LIST", "Pod", "team-a", "app.kubernetes.io/managed-by=gkm.cluster", "status.phase=Failed", False)]
 SPECS = {
-    "serving-pvc": (serving_spec(), OWN_OBJECTS + CLUSTER_WIDE + RIVALS + UNFINISHED + FAILED),
+    "serving-pvc": (serving_spec(), OWN_OBJECTS + CLUSTER_WIDE + RIVALS + UNFINISHED + FINISHED_WORKLOADS + FAILED),
     "image-volume": (serving_spec(mount_mode=cache_spec.IMAGE_VOLUME),
-                     OWN_OBJECTS + CLUSTER_WIDE + RIVALS + UNFINISHED + FAILED),
-    "per-node-only": (make_spec(), OWN_OBJECTS + CLUSTER_WIDE + UNFINISHED + FAILED),
+                     OWN_OBJECTS + CLUSTER_WIDE + RIVALS + UNFINISHED + FINISHED_WORKLOADS + FAILED),
+    "per-node-only": (make_spec(), OWN_OBJECTS + CLUSTER_WIDE + UNFINISHED + FINISHED_WORKLOADS + FAILED),
     "absent": (make_spec(state="absent"), OWN_OBJECTS + FAILED),
 }
 
@@ -201,8 +204,8 @@ def test_cache_info_lists_the_pods_it_reports_as_the_reconcile_does():
     api = FakeApi(cluster())
     objects = {"Job": [obj("Job", "vector-add-abc-w1", "team-a", cache_labels(), status={"failed": 1})]}
     pods = facts_cluster.list_pods(api, {"team-a"}, objects)
-    assert sorted(pod["metadata"]["name"] for pod in pods) == ["extract-1", "workload"]
-    assert api.requests == UNFINISHED + FAILED
+    assert sorted(pod["metadata"]["name"] for pod in pods) == ["done", "extract-1", "stranger-failed", "workload"]
+    assert api.requests == UNFINISHED + FINISHED_WORKLOADS + FAILED
 
 
 def test_the_facts_read_only_this_caches_objects_and_the_pods_that_matter():
@@ -211,8 +214,9 @@ def test_the_facts_read_only_this_caches_objects_and_the_pods_that_matter():
     assert names == {"PersistentVolumeClaim": ["vector-add", "vector-add-abc-w1"],
                      "PersistentVolume": ["gkm-vector-add-abc-w1"], "Job": ["vector-add-abc-w1"],
                      "Secret": ["vector-add-registry"]}
-    # unfinished pods of the cache's namespaces, and the failed pods of ours where a Job is failing
-    assert sorted(pod["metadata"]["name"] for pod in facts.pods) == ["extract-1", "workload"]
+    # unfinished pods of the cache's namespaces, their finished pods that are not ours, and the failed pods of ours
+    # where a Job is failing
+    assert sorted(pod["metadata"]["name"] for pod in facts.pods) == ["done", "extract-1", "stranger-failed", "workload"]
     assert [(r["kind"], r["metadata"].get("namespace")) for r in facts.rivals] == [
         ("ClusterGKMCache", None), ("GKMCache", "team-b")]
     assert sorted(c["metadata"]["namespace"] for c in facts.named_claims) == ["team-a", "team-b"]

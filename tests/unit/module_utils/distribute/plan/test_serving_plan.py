@@ -152,6 +152,25 @@ def test_a_mounted_serving_pvc_keeps_its_digest_and_the_slots_its_pods_read_unti
     assert counts["pod_outdated"] == 1 and counts["pod_running"] == 0
 
 
+def test_a_serving_pvc_a_finished_pod_still_names_is_kept_not_replaced():
+    """The API server keeps a deleted claim that a scheduled pod names, finished or not (pvc-protection): a replace
+    would wait for it until the run's deadline (a finished pod a capture read held one for 294 s). The claim stays at
+    its digest until the pod is deleted; the pod counts as no running reader."""
+    first = planner.plan(serving_spec(), facts())
+    finished = pod("batch-1", "team-a", "vector-add", node=WORKERS[0], phase="Succeeded")
+    old, live = upgraded(first, [finished])
+    second = planner.plan(serving_spec(DIGEST_B), facts(objects=live, pods=[finished]))
+    assert not any(a.name == "vector-add" for a in second.actions)
+    kept = [s for s in second.slots if s.outcome == "outdated" and s.pvc == "vector-add"]
+    assert [[(u["name"], u["phase"]) for u in s.users] for s in kept] == [[("batch-1", "Succeeded")]]
+    reported = status.cache_status(second.slots, WORKERS, [], {}, old, [finished])
+    assert reported["counts"]["pod_outdated"] == 0 and reported["counts"]["pod_running"] == 0
+    assert [e["message"] for e in reported["entries"] if e["pvc"] == "vector-add" and e["phase"] == "Outdated"] == [
+        "named by finished pod(s) batch-1: deleting them releases it"]
+    gone = planner.plan(serving_spec(DIGEST_B), facts(objects=live))
+    assert ("replace", "PersistentVolumeClaim", "vector-add") in verbs(gone)
+
+
 def test_pods_of_the_current_serving_pvc_count_as_running_on_their_nodes():
     first = planner.plan(serving_spec(), facts())
     live = live_after(first, complete_jobs=True, marked=True)
