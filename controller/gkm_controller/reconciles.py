@@ -52,6 +52,11 @@ class CacheLocks:
             return self._locks.setdefault(key, threading.Lock())
 
 
+def cache_reference(metadata):
+    """namespace/name of a GKMCache, name of a ClusterGKMCache: how the controller's log names a cache."""
+    return "/".join(filter(None, (metadata.get("namespace"), metadata["name"])))
+
+
 def _definition(body):
     """The resource as kopf delivered it, as plain dicts (kopf's Body is a read-only view)."""
     return {key: value for key, value in dict(body).items()}
@@ -80,7 +85,7 @@ class Reconciler:
         kube = GuardedKube(self.api_client, guard, *[other for other in (self.lease, count) if other])
         options = dict(self.options, state="absent" if finalizing else "present")
         resource = _definition(body)
-        what = "%s %s%s" % (kind, "%s/" % namespace if namespace else "", name)
+        what = "%s %s" % (kind, cache_reference(metadata))
         with self.locks.of(kind, namespace, name):
             # One line per run, the count the integration test reads (heartbeats start none).
             LOG.info("reconcile %s (%s)", what, options["state"])

@@ -17,6 +17,7 @@ import time
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS
 
 from .deletion import WRITE_METHODS, deletion_requested
+from .reconciles import cache_reference
 
 LOG = logging.getLogger(__name__)
 # Today's reconcilePeriod of the cache resources (the ansible-operator's watches.yaml had it).
@@ -48,12 +49,6 @@ class RequestCount:
         with self._lock:
             self.lists, self.reads, self.writes = (
                 self.lists + other.lists, self.reads + other.reads, self.writes + other.writes)
-
-
-def _reference(resource):
-    """namespace/name of a GKMCache, name of a ClusterGKMCache."""
-    metadata = resource["metadata"]
-    return "/".join(filter(None, (metadata.get("namespace"), metadata["name"])))
 
 
 class Resync:
@@ -94,7 +89,7 @@ class Resync:
             count.add(sent)
             if outcome != "unchanged" or any(sent.figures().values()):
                 LOG.info("resync %d: %s %s %s; %d LIST requests, %d other reads, %d writes", number, kind,
-                         _reference(resource), outcome, sent.lists, sent.reads, sent.writes)
+                         cache_reference(resource["metadata"]), outcome, sent.lists, sent.reads, sent.writes)
         self.resyncs = number
         figures = dict(caches=len(caches), changed=changed, failed=failed,
                        seconds=round(time.monotonic() - started, 3), **count.figures())
