@@ -191,7 +191,7 @@ def test_a_serving_pvc_a_finished_pod_names_is_kept_at_its_digest_until_the_pod_
         job, finished = finished_batch_pod(kube, namespace, name, WORKERS[0])
 
         started = time.monotonic()
-        changed = distribute(sim, **{**args, "image": images[1].ref})
+        changed = distribute(sim, **{**args, "image": images[1].ref, "node_details": True})
         seconds = time.monotonic() - started
         assert not changed.get("failed"), changed.get("msg")
         held = serving_pvc(kube, namespace, name)
