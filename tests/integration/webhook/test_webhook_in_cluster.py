@@ -4,7 +4,8 @@ On kwok nodes (always): Pod Security admission of the server pods, the ServiceAc
 the API server reports them, and the install failing early on a server image that cannot be pulled or
 pods the namespace refuses. On the real nodes (when the simulated cluster has them and the tools image
 can be built): the API server calling the server through its Service, certificate rotation under load
-with zero failed admissions, and the server pods deleted while a labelled DaemonSet rolls out.
+with zero failed admissions, the server pods deleted while a labelled DaemonSet rolls out, and the servers
+restarted under 150 tenant caches of the largest size the API server stores.
 """
 
 import json
@@ -20,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install.installer import InstallError
+from tests.helpers.tenant import apply_tenant, tenant_kube
 from tests.helpers.webhook import (
     COLLECTIONS,
     GPU_TOLERATION,
@@ -536,6 +538,111 @@ def test_server_pods_deleted_during_a_daemonset_rollout_only_delay_labelled_pods
     assert all("failed calling webhook" in error for _at, error in refused)
     assert probe.failures(labelled=False) == []
     assert not probe.results[-2][2] and not probe.results[-1][2]
+
+
+# Issue 31, class 11: a tenant's GKMCaches as large as the API server stores (its schema bounds no podTemplate
+# annotation: etcd's 1.5 MiB request limit does), 150 of them, and the servers restarted so each lists them all at
+# start, their largest moment. The server's memory limit is 256Mi.
+LARGE_CACHES = 150
+LARGE_ANNOTATION_BYTES = 1_400_000
+SERVER_MEMORY_LIMIT = 256 * 1024 * 1024
+
+
+def large_cache(namespace, name):
+    return {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"image": "registry.invalid/caches/large:v1",
+                     "podTemplate": {"metadata": {"annotations": {"large": "x" * LARGE_ANNOTATION_BYTES}}}}}
+
+
+def pod_memory_peak(pod):
+    """The largest memory use (bytes) the kernel recorded for the pod's cgroup on its real node (cgroup v1
+    memory.max_usage_in_bytes; cgroup v2 memory.peak), or None when this machine keeps neither."""
+    uid = pod.metadata.uid
+    for root in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup"):
+        for directory, subdirectories, files in os.walk(root):
+            if uid in directory or uid.replace("-", "_") in directory:
+                subdirectories[:] = []
+                for name in ("memory.max_usage_in_bytes", "memory.peak"):
+                    if name in files:
+                        with open(os.path.join(directory, name)) as handle:
+                            return int(handle.read())
+    return None
+
+
+def server_states(core, options):
+    """What a failure says of each server pod: phase, readiness, restarts, last termination and its caches' count."""
+    states = []
+    for pod in server_pods(core, options["name"], options["namespace"]):
+        statuses = pod.status.container_statuses or []
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        try:
+            caches = metric_value(pod_metrics(core, pod), 'gkm_webhook_view_objects{kind="namespaced_caches"}')
+        except ApiException as error:
+            caches = "metrics unreadable (%s)" % error.status
+        states.append({"pod": pod.metadata.name, "phase": pod.status.phase, "ready": ready,
+                       "restarts": [c.restart_count for c in statuses],
+                       "last": [str(c.last_state.terminated.reason) for c in statuses if c.last_state.terminated],
+                       "caches": caches,
+                       "log": core.read_namespaced_pod_log(pod.metadata.name, pod.metadata.namespace,
+                                                           tail_lines=5)[-1500:]})
+    return states
+
+
+def test_the_real_servers_survive_150_caches_of_the_largest_size_a_tenant_can_store(
+        sim, kube, crds, real_node_names, real_webhook, namespace, record_property):
+    """A tenant with `edit` creates 150 GKMCaches of 1.4 MB each; the servers, restarted, list them (pages of a few
+    caches, each cut to what the views read) and come up within their 256Mi limit: no restart, no OOM kill, every
+    cache in their views, a labelled pod then steered to its node's PVC through them."""
+    core = client.CoreV1Api(kube)
+    tenant_namespace = unique("t-large")
+    apply_tenant(Kube(kube), tenant_namespace, pod_security="restricted")
+    try:
+        tenant = tenant_kube(kube, tenant_namespace)
+        started = time.monotonic()
+        names = ["large-%03d" % index for index in range(LARGE_CACHES)]
+
+        def create(name):
+            return tenant.kube.request("POST", tenant.gkmcaches_path(), body=large_cache(tenant_namespace, name),
+                                       what="GKMCache " + name)[0]
+
+        assert tenant.kube.map(create, names) == [201] * LARGE_CACHES
+        created_s = time.monotonic() - started
+        before = {pod.metadata.name for pod in server_pods(core, real_webhook["name"], real_webhook["namespace"])}
+        for name in before:
+            core.delete_namespaced_pod(name, real_webhook["namespace"], grace_period_seconds=0)
+
+        def restarted_and_holding_them_all():
+            pods = [pod for pod in ready_server_pods(core, real_webhook) if pod.metadata.name not in before]
+            return pods if len(pods) == real_webhook["replicas"] and all(
+                metric_value(pod_metrics(core, pod), 'gkm_webhook_view_objects{kind="namespaced_caches"}')
+                >= LARGE_CACHES for pod in pods) else None
+
+        try:
+            servers = wait_until("the restarted servers holding every cache", restarted_and_holding_them_all,
+                                 timeout=180, interval=2)
+        except AssertionError as timed_out:
+            raise AssertionError("%s: %s" % (timed_out, server_states(core, real_webhook))) from None
+        ready_s = time.monotonic() - started - created_s
+        peaks = []
+        for pod in servers:
+            [status] = core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace).status.container_statuses
+            assert status.restart_count == 0 and status.last_state.terminated is None, status
+            peaks.append(pod_memory_peak(pod))
+        assert all(peak is not None and peak < SERVER_MEMORY_LIMIT for peak in peaks), peaks
+        expected = create_node_pvcs(kube, namespace, CACHE, real_node_names)
+        wait_views_hold(core, real_webhook, len(real_node_names))
+        node = real_node_names[0]
+        probe = core.create_namespaced_pod(namespace, labelled_pod(unique("probe"), node, real_webhook["image"]),
+                                           dry_run="All")
+        assert probe.spec.volumes[0].persistent_volume_claim.claim_name == expected[node]
+        record_property("large_caches_created_s", round(created_s, 1))
+        record_property("servers_ready_s", round(ready_s, 1))
+        record_property("server_memory_peak_bytes", max(peaks))
+        print("webhook: %d caches of %d bytes created in %.1fs; restarted servers ready in %.1fs, memory peak %s MiB"
+              % (LARGE_CACHES, LARGE_ANNOTATION_BYTES, created_s, ready_s,
+                 ", ".join("%.0f" % (peak / 1048576) for peak in peaks)))
+    finally:
+        core.delete_namespace(tenant_namespace)
 
 
 def test_the_role_without_a_tools_image_stops_before_changing_anything(sim, kube, tmp_path):
