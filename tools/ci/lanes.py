@@ -9,7 +9,8 @@ integration lanes from the seconds each test file took, measured and kept in too
 builds it needs are there, and every lane runs to its end. The summary gives the 20 slowest tests, then each
 lane's wall time, CPU time, budget and result (last, for logs shown by their tail); the logs stay in
 .cache/lanes/. The run fails if a lane fails or runs more than 25% over its budget (waits for builds not
-counted), and ends with one line `total: N passed, M failed, K skipped`.
+counted; budgets scale by how much slower than theirs this machine runs tools/ci/speed_probe.py), and ends
+with one line `total: N passed, M failed, K skipped`.
 """
 
 import argparse
@@ -34,6 +35,8 @@ DURATIONS = os.path.join(HERE, "durations.json")
 LOG_ROOT = os.path.join(ROOT, ".cache", "lanes")
 SIM_ROOT = os.path.join(ROOT, ".sim-lanes")
 CPUACCT = "/sys/fs/cgroup/cpuacct"
+SPEED_PROBE = os.path.join(HERE, "speed_probe.py")
+SPEED_PROBE_RUNS = 3
 
 
 def log(message):
@@ -160,6 +163,12 @@ def run_lane(lane, builds, log_dir, environment, outcomes):
                              outcomes[lane.name].wall))
 
 
+def probe_speed():
+    """CPU seconds of the speed probe, the least of its runs, each in a fresh interpreter, before any lane starts."""
+    return min(float(subprocess.run([sys.executable, SPEED_PROBE], check=True, capture_output=True,
+                                    text=True).stdout) for _run in range(SPEED_PROBE_RUNS))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", help="run only this lane (repeatable)")
@@ -199,6 +208,9 @@ def main():
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(SIM_ROOT, ignore_errors=True)
 
+    machine = plan.speed(config, probe_speed(), [lane.budget for lane in lanes])
+    log("speed probe: %.2f s of CPU (%.2f s on the budgets' machine): budgets x %.2f" % (
+        machine.probe, machine.reference, machine.factor))
     started = time.monotonic()
     outcomes = {}
     threads = [threading.Thread(target=builds.run)]
@@ -213,7 +225,7 @@ def main():
     reports = {lane.name: dict(plan.read_junit(os.path.join(log_dir, lane.name)),
                                molecule=plan.read_molecule(os.path.join(log_dir, lane.name + ".log")))
                for lane in lanes}
-    summary = plan.summary(config, lanes, outcomes, reports, builds.results, wall)
+    summary = plan.summary(config, lanes, outcomes, reports, builds.results, wall, machine)
     print(summary.text, flush=True)
     with open(os.path.join(log_dir, "summary.txt"), "w") as handle:
         handle.write(summary.text)

@@ -62,6 +62,16 @@ class TestCase:
 
 
 @dataclass
+class Speed:
+    """This machine against the one the budgets were measured on: the speed probe's CPU seconds here and there, and
+    the factor every budget is multiplied by."""
+
+    probe: float
+    reference: float
+    factor: float
+
+
+@dataclass
 class Summary:
     text: str
     passed: int
@@ -218,11 +228,21 @@ def read_molecule(path):
         return []
 
 
+def speed(config, probe_seconds, budgets):
+    """How much longer than the budgets' machine this one may take: its probe's CPU seconds over the reference's, never
+    below 1 (a faster machine keeps the committed budgets) and never so high that a lane's allowance, tolerance
+    included, passes CI's hard limit."""
+    settings = config["speed"]
+    ceiling = settings["hard_limit"] / ((1 + config.get("budget_tolerance", 0.25)) * max(budgets))
+    factor = min(max(probe_seconds / settings["reference_seconds"], 1.0), ceiling)
+    return Speed(probe_seconds, settings["reference_seconds"], factor)
+
+
 def _minutes(seconds):
     return "%dm%02ds" % divmod(round(seconds), 60)
 
 
-def summary(config, lanes_run, outcomes, reports, build_results, wall):
+def summary(config, lanes_run, outcomes, reports, build_results, wall, machine):
     """The closing report: the slowest and the failed tests, the builds, then each lane against its budget. The lane
     table comes last because a CI log is often shown by its tail only."""
     tolerance = config.get("budget_tolerance", 0.25)
@@ -236,6 +256,8 @@ def summary(config, lanes_run, outcomes, reports, build_results, wall):
     lines += ["", "builds:"]
     lines += ["  %-18s %-8s %s" % (name, "ok" if code == 0 else "FAILED", _minutes(seconds))
               for name, (code, seconds) in build_results.items()] or ["  (none needed)"]
+    lines += ["", "budgets: tools/ci/lanes.yml's x %.2f (the speed probe took %.2f s of CPU here, %.2f s on the "
+              "budgets' machine)" % (machine.factor, machine.probe, machine.reference)]
     lines += ["", "%-15s %-7s %8s %8s %8s %6s  %s" % ("lane", "result", "wall", "cpu", "budget", "use", "tests")]
     passed = failed = skipped = 0
     lanes_failed = []
@@ -253,18 +275,20 @@ def summary(config, lanes_run, outcomes, reports, build_results, wall):
             elif code != 0 and not any(case.outcome == "failed" for case in reported):
                 # It failed outside its tests (collection, a set-up step, sanity after the unit tests).
                 counts["failed"] += 1
-        over = outcome.wall > lane.budget * (1 + tolerance)
+        budget = lane.budget * machine.factor
+        over = outcome.wall > budget * (1 + tolerance)
         result = "passed" if outcome.passed and not over else ("OVER" if outcome.passed else "FAILED")
         if result != "passed":
             lanes_failed.append(lane.name)
         passed, failed, skipped = passed + counts["passed"], failed + counts["failed"], skipped + counts["skipped"]
         failing = [name for name, code in outcome.steps if code != 0]
         lines.append("%-15s %-7s %8s %8s %8s %5.0f%%  %d passed, %d failed, %d skipped%s" % (
-            lane.name, result, _minutes(outcome.wall), _minutes(outcome.cpu), _minutes(lane.budget),
-            100 * outcome.wall / lane.budget, counts["passed"], counts["failed"], counts["skipped"],
+            lane.name, result, _minutes(outcome.wall), _minutes(outcome.cpu), _minutes(budget),
+            100 * outcome.wall / budget, counts["passed"], counts["failed"], counts["skipped"],
             "; failed steps: %s" % ", ".join(failing) if failing else (" (%s)" % outcome.note if outcome.note else "")))
     lines.append("%-15s %-7s %8s" % ("run", "failed" if lanes_failed else "passed", _minutes(wall)))
     if lanes_failed:
         lines.append("failed lanes: %s; a lane fails when a step fails or its wall time is more than %d%% over its "
-                     "budget (tools/ci/lanes.yml)" % (", ".join(lanes_failed), round(100 * tolerance)))
+                     "budget (tools/ci/lanes.yml, scaled by the machine's speed)" % (
+                         ", ".join(lanes_failed), round(100 * tolerance)))
     return Summary("\n".join(lines) + "\n", passed, failed, skipped, lanes_failed)

@@ -3,6 +3,8 @@ committed lanes.yml describes, reports read back, and a summary that fails a lan
 
 import importlib.util
 import os
+import subprocess
+import sys
 
 import yaml
 
@@ -60,6 +62,9 @@ def test_the_committed_lanes_file_gives_a_static_lane_and_shared_integration_and
     # Every build a lane or step waits for is one the run knows how to make.
     needed = {need for lane in lanes for need in [*lane.needs, *(n for step in lane.steps for n in step.needs)]}
     assert needed <= set(plan.builds(config))
+    # The committed speed settings keep every lane inside CI's 90 minutes, however slow the machine.
+    slowest = plan.speed(config, 100.0, [lane.budget for lane in lanes])
+    assert max(lane.budget for lane in lanes) * slowest.factor * (1 + config["budget_tolerance"]) <= 90 * 60
 
 
 def test_shared_items_are_found_in_folders_at_any_depth(tmp_path):
@@ -114,7 +119,7 @@ def test_a_lane_over_its_budget_fails_the_run_and_checks_without_reports_count_o
     slow = [plan.TestCase("tests/integration/test_i.py::t%d" % i, "tests/integration/test_i.py", i, "passed")
             for i in range(30)]
     result = plan.summary(config, lanes, outcomes, {"static": {"unit": unit}, "integration-1": {"pytest": slow}},
-                          {"binaries": (0, 5.0)}, 200)
+                          {"binaries": (0, 5.0)}, 200, plan.Speed(0.4, 0.5, 1.0))
     assert (result.passed, result.failed, result.skipped) == (1 + 1 + 30, 1, 0)
     assert result.lanes_failed == ["static", "integration-1"]
     assert "OVER" in result.text and "failed steps: sanity" in result.text
@@ -124,6 +129,33 @@ def test_a_lane_over_its_budget_fails_the_run_and_checks_without_reports_count_o
     tail = result.text.splitlines()[-3:]
     assert tail[0].startswith("integration-1   OVER") and tail[1].startswith("run             failed")
     assert tail[2].startswith("failed lanes: static, integration-1;")
+
+
+def test_the_speed_probe_prints_its_cpu_seconds():
+    printed = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "ci", "speed_probe.py")], check=True,
+                             capture_output=True, text=True).stdout
+    assert 0.05 < float(printed) < 60
+
+
+def test_a_slower_machine_scales_every_budget_up_to_the_hard_limit_and_a_faster_one_none():
+    config = {"budget_tolerance": 0.25, "speed": {"reference_seconds": 0.5, "hard_limit": 5400}}
+    budgets = [1200, 1800]
+    assert plan.speed(config, 0.4, budgets).factor == 1.0
+    assert plan.speed(config, 1.0, budgets).factor == 2.0
+    # 1800 s x 1.25 x 2.4 is the hard limit: a machine five times slower gets no more.
+    assert plan.speed(config, 2.5, budgets).factor == 2.4
+
+
+def test_a_lane_within_its_scaled_budget_passes_and_the_table_says_by_how_much_it_was_scaled():
+    config = {"budget_tolerance": 0.25}
+    lanes = [plan.Lane("static", 100, [], [])]
+    outcomes = {"static": plan.LaneOutcome("static", [("ruff", 0)], 240, 200)}
+    scaled = plan.summary(config, lanes, outcomes, {}, {}, 240, plan.Speed(1.0, 0.5, 2.0))
+    assert scaled.lanes_failed == []
+    assert "x 2.00 (the speed probe took 1.00 s of CPU here, 0.50 s on the budgets' machine)" in scaled.text
+    assert scaled.text.splitlines()[-2].split()[:5] == ["static", "passed", "4m00s", "3m20s", "3m20s"]
+    unscaled = plan.summary(config, lanes, outcomes, {}, {}, 240, plan.Speed(0.5, 0.5, 1.0))
+    assert unscaled.lanes_failed == ["static"]
 
 
 def test_durations_keep_files_this_run_did_not_measure(tmp_path):
