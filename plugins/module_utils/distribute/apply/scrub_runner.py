@@ -23,6 +23,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
     job_condition,
 )
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import UNFINISHED_PODS
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_pods import (
     IMAGE_NOT_PULLABLE,
     pods_problem,
@@ -43,7 +44,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scrub 
 
 POLL_SECONDS = 1.0
 CLEANUP_SECONDS = 30
-UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 # Random bytes in a scrub's name (hex: twice as many characters).
 NAME_BYTES = 5
 
@@ -107,6 +107,8 @@ class NodeDiskScrub:
     # ------------------------------------------------------------ internals
 
     def _unmounted(self, pvs):
+        """The PVs no unfinished pod reads through its claim. A finished pod still holds its claim (pvc-protection)
+        but reads nothing more, so its directory may go."""
         namespaces = sorted({((pv["spec"].get("claimRef") or {}).get("namespace")) or "" for pv in pvs} - {""})
         listings = self.kube.map(lambda ns: self.kube.list("Pod", namespace=ns, field_selector=UNFINISHED_PODS),
                                  namespaces)

@@ -16,9 +16,11 @@ OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "Job", "Secret")
 # out of the pods a reconcile reads: the unfinished ones (who mounts what, why an extraction is stuck), and the
 # finished ones that are not ours. A finished pod reads nothing, but it still holds every claim it names: the API
 # server removes a deleted PVC only once no scheduled pod names it, whatever its phase (pvc-protection).
-UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
-FINISHED_PODS = "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown"
+# Field selectors match phases by equality only, so each side names the other's phases.
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 FINISHED_PHASES = ("Succeeded", "Failed")
+UNFINISHED_PODS = ",".join("status.phase!=%s" % phase for phase in FINISHED_PHASES)
+FINISHED_PODS = ",".join("status.phase!=%s" % phase for phase in POD_PHASES if phase not in FINISHED_PHASES)
 
 
 def without_managed_fields(obj):
