@@ -4,6 +4,8 @@ kopf's default one at import), so a test or a second operator task builds its ow
 - Every kind the index holds but the Nodes (feed.kopf_kinds) has an index handler, which feeds the ClusterIndex before
   kopf's readiness gate: no cache handler runs before each of these kinds' initial listing is in the index.
   Deletions reach the index through an event handler (kopf calls no index handler for them).
+- Pods: each one listed, added or modified also goes to Controller.on_pod (captures.py: a finished pod opted in to
+  capture).
 - Nodes: the controller's own watch (node_watch.NodeWatch) feeds them; the cache handlers wait for its first listing
   (Controller.nodes_listed), the same guarantee kopf's gate gives for the other kinds.
 - Cache kinds: create, update and resume reconcile the cache, and refuse to for one with a deletion timestamp; a
@@ -29,6 +31,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 
 from .deletion import deletion_requested
 from .feed import feed, kopf_kinds
+from .relist import caches_for_vanished
 
 LOG = logging.getLogger(__name__)
 # How long a cache handler waits for the Nodes' first listing before kopf is told to retry it later (a listing that
@@ -69,13 +72,18 @@ class Controller:
     ready: set once kopf's kinds (its first event handler call: kopf holds them until every indexed kind's initial
     listing is in, and the Namespaces always list some) and the Nodes are in: the moment the controller may plan;
     on_ready() is called then, once. recheck(kind, body, result): called after each reconcile of a changed cache,
-    to run it again when it ended before the cache settled (coalesce.Coalescer.follow).
+    to run it again when it ended before the cache settled (coalesce.Coalescer.follow). on_pod(pod): called with
+    every Pod the watch delivers, listed, added or modified (captures.Captures.pod_changed), or None.
+    released(kind, resource): called with each cache a deleted object calls to re-plan (relist.caches_for_vanished:
+    a pod that named a cache's claim), meant to be the coalescer's submit; None: none is.
     """
 
-    def __init__(self, index, reconcile, on_ready=None, recheck=None):
+    def __init__(self, index, reconcile, on_ready=None, recheck=None, on_pod=None, released=None):
         self.index = index
         self.reconcile = reconcile
         self.recheck = recheck
+        self.on_pod = on_pod
+        self.released = released
         self.nodes_listed = threading.Event()
         self.ready = threading.Event()
         self.on_ready = on_ready
@@ -128,6 +136,11 @@ class Controller:
             self._open()
         if event.get("type") == "DELETED":
             feed(self.index, event, kind)
+            if kind == "Pod" and self.released:
+                for resource in caches_for_vanished(self.index, [dict(event["object"], kind=kind)]):
+                    self.released(resource["kind"], resource)
+        elif kind == "Pod" and self.on_pod:
+            self.on_pod(event["object"])
 
 
 def register(registry, controller):

@@ -6,7 +6,8 @@ kopf's operator loop, cluster-wide and standalone (no peering), with this packag
 create, update, resume and delete run the collection's reconcile (distribute/reconcile.py) over the index, writing
 through the deletion guard; the Nodes are watched by the controller's own loop (node_watch.py), and a Node event that
 passes the filter has the caches it affects reconciled whole, coalesced over 0.5 s, on an executor of its own; every
---resync-seconds each cache is reconciled again from the index (resync.py: no LIST, no write when nothing differs).
+--resync-seconds each cache is reconciled again from the index (resync.py: no LIST, no write when nothing differs);
+with --capture, each finished pod opted in to capture into a cache the admin allows is captured once (captures.py).
 kopf (and with it the node watch and the resync) starts only once this replica holds the Lease gkm-cluster-operator
 in the controller's namespace (lease_loop.py); every reconcile's write is checked against the Lease's deadline, a
 lost Lease ends the process, and a clean stop (SIGTERM, SIGINT) releases it.
@@ -34,10 +35,12 @@ import kopf
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_kubeconfig
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import DEFAULT_WORKERS, Kube
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CAPTURE_ANNOTATION
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import ClusterIndex
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC
 
 from . import handlers
+from .captures import Captures, capture_settings
 from .coalesce import Coalescer
 from .deletion import deletion_requested
 from .lease import LeaseDeadline, LeaseElector
@@ -95,12 +98,21 @@ def parse_args(argv=None, environ=None):
                              "%d)" % DEFAULT_PERIOD_SECONDS)
     parser.add_argument("--probe-port", type=int, default=int(environ.get("GKM_PROBE_PORT") or 0) or None,
                         help="serve /healthz on this port, for the pod's probes (env GKM_PROBE_PORT; default none)")
+    parser.add_argument("--capture", default=environ.get("GKM_CAPTURE") or "",
+                        help="capture finished pods opted in with the %s annotation, as a JSON object: repositories "
+                             "(cache -> repository), allowed_namespaces, signing_key_file, tag (env GKM_CAPTURE; "
+                             "default none; the key's password from env GKM_CAPTURE_KEY_PASSWORD)" % CAPTURE_ANNOTATION)
     parser.add_argument("--verbose", action="store_true", help="log every Node event's decision")
     args = parser.parse_args(argv)
     try:
         args.options = distribution_options(json.loads(args.options), args.tools_image)
     except ValueError as error:  # json.JSONDecodeError is one
         parser.error("--options: %s" % error)
+    args.capture_key_password = environ.get("GKM_CAPTURE_KEY_PASSWORD") or None
+    try:
+        args.capture = capture_settings(args.capture, args.capture_key_password)
+    except ValueError as error:
+        parser.error("--capture: %s" % error)
     return args
 
 
@@ -136,7 +148,10 @@ def build(args, api_client, started=None, lease=None):
     def ready():
         LOG.info("ready: every watched kind listed into the index, %.1f s after start", time.monotonic() - started)
 
-    controller = handlers.Controller(index, reconciler, on_ready=ready, recheck=coalescer.follow)
+    captures = Captures(api_client, index, args.capture, args.options, args.capture_key_password,
+                        lease) if args.capture else None
+    controller = handlers.Controller(index, reconciler, on_ready=ready, recheck=coalescer.follow,
+                                     on_pod=captures.pod_changed if captures else None, released=coalescer.submit)
     resync = Resync(index, reconciler, args.resync_seconds, controller.ready, coalescer.follow)
     compatibility = args.options["compatibility"]
     nodes = NodeWatch(Kube(api_client), index, NodeReconciles(index, coalescer.submit, compatibility),
@@ -153,6 +168,8 @@ def build(args, api_client, started=None, lease=None):
     def stop_loops(**_):
         nodes.stop()
         resync.stop()
+        if captures:
+            captures.stop()
 
     kopf.on.login(registry=registry)(login)
     kopf.on.startup(registry=registry)(start_loops)

@@ -11,8 +11,13 @@ request, no thread. Which caches a vanished object calls to re-plan:
 - a Node: the caches holding objects on it (node_reconciles.caches_for_node, over the index already relisted);
 - a per-node status object: the caches of its kind in its namespace (cluster-wide for the cluster kind);
 - a Namespace or a StorageClass: every cache (rare, and always right);
-- a Pod or a cache resource: none. A Pod starts nothing by itself (a waiting reconcile is woken by the index's
-  version, which the relist moves); a cache resource carries the finalizer, so it cannot be gone unhandled.
+- a Pod: the caches labelled on a claim it named. A claim a pod names, running or finished, is kept at its digest
+  until the pod goes (pvc-protection, and make before break), and nothing else would reconcile the cache then; the
+  cache's status cannot tell, since a reconcile under way when the pod went wrote it from what it read before. Any
+  other pod starts nothing (a waiting reconcile is woken by the index's version, which the relist moves);
+- a cache resource: none; it carries the finalizer, so it cannot be gone unhandled.
+
+The same rules serve a single deletion the watch delivers (handlers.Controller.watched).
 
 A cache being deleted is never handed on (deletion is final); the finalizer's reconcile is kopf's.
 """
@@ -37,6 +42,15 @@ def _cache_key(resource):
     return metadata["name"], metadata.get("namespace") or ""
 
 
+def _claims_held_for(index, pod):
+    """The claims of the index a pod names."""
+    namespace = pod["metadata"].get("namespace")
+    names = [(volume.get("persistentVolumeClaim") or {}).get("claimName")
+             for volume in (pod.get("spec") or {}).get("volumes") or []]
+    return [claim for claim in (index.get("PersistentVolumeClaim", name, namespace) for name in names if name)
+            if claim]
+
+
 def caches_for_vanished(index, vanished, compatibility="skip"):
     """The cache resources (as the index holds them, kind set; no duplicates, in the index's order) that objects
     gone from the index call to re-plan; never a cache being deleted."""
@@ -55,7 +69,8 @@ def caches_for_vanished(index, vanished, compatibility="skip"):
             chosen.update((resource["kind"], _key(resource)) for resource in resources
                           if resource["kind"] == cache_kind and _key(resource)[0] == namespace)
         else:
-            owners = holders([obj])
+            # Ours by its labels; a Pod by the labels of the claims it named.
+            owners = holders(_claims_held_for(index, obj) if kind == "Pod" else [obj])
             if not owners and kind == "PersistentVolumeClaim":
                 chosen.update((resource["kind"], _key(resource)) for resource in resources
                               if resource["metadata"]["name"] == obj["metadata"]["name"])

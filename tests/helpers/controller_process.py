@@ -27,16 +27,17 @@ TEST_OPTIONS = {"registry_plain_http": True, "wait_timeout": 120}
 
 class Controller:
     """The controller's process and its log, its Lease in lease_namespace; identity, probe_port and resync_seconds as
-    its flags (default: host name and pid, no probe, the controller's resync period)."""
+    its flags (default: host name and pid, no probe, the controller's resync period); capture: its --capture setting
+    (a dict), or None."""
 
     def __init__(self, kubeconfig, log_path, lease_namespace, tools_image, options, identity=None, probe_port=None,
-                 verbose=True, resync_seconds=None):
+                 verbose=True, resync_seconds=None, capture=None):
         self.log_path, self.probe_port = log_path, probe_port
         self.started = time.monotonic()
         plan = sim_control.operator_plan
         env = plan.environment(os.environ, ROOT)
         argv = plan.argv(sys.executable, kubeconfig, lease_namespace, tools_image, options, identity=identity,
-                         probe_port=probe_port, verbose=verbose, resync_seconds=resync_seconds)
+                         probe_port=probe_port, verbose=verbose, resync_seconds=resync_seconds, capture=capture)
         with open(log_path, "w") as log:
             self.process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 

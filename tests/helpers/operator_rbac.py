@@ -35,8 +35,9 @@ def option_names():
         return yaml.safe_load(handle)["gkm_operator_option_names"]
 
 
-def render_operator(namespace="gkm-system", caches_options=None):
-    """Every object of the template, for the operator in `namespace` with the caches_* variables `caches_options`."""
+def render_operator(namespace="gkm-system", caches_options=None, capture=None, capture_key_secret=""):
+    """Every object of the template, for the operator in `namespace` with the caches_* variables `caches_options`
+    (and gkm_operator_capture, gkm_operator_capture_key_secret)."""
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
     environment.filters.update({
         "to_json": json.dumps,
@@ -51,7 +52,8 @@ def render_operator(namespace="gkm-system", caches_options=None):
         gkm_namespace=namespace, gkm_operator_caches_options=caches_options or {},
         gkm_operator_option_names=option_names(), gkm_operator_replicas=1, gkm_operator_node_selector={},
         gkm_operator_tolerations=[], gkm_operator_image="registry.example/controller:0",
-        gkm_tools_image="registry.example/tools:0", gkm_registry_mirror="", gkm_operator_resources={})
+        gkm_tools_image="registry.example/tools:0", gkm_registry_mirror="", gkm_operator_resources={},
+        gkm_operator_capture=capture or {}, gkm_operator_capture_key_secret=capture_key_secret)
     return [obj for obj in yaml.safe_load_all(text) if obj]
 
 

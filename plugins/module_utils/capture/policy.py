@@ -38,3 +38,19 @@ def check_allowed(pod, kind, cache, cache_namespace, allowed_caches, allowed_nam
                            % (metadata.get("namespace"), ", ".join(allowed_namespaces or ()) or "none"))
     if kind == "GKMCache" and metadata.get("namespace") != cache_namespace:
         raise CaptureError("pod %s is not in the namespace of the GKMCache %s" % (where, ref))
+
+
+def opted_in_cache(pod, allowed_caches):
+    """(kind, name, namespace) of the cache a pod's opt-in names among `allowed_caches` (the admin's references, as
+    cache_ref gives them): the GKMCache of the pod's namespace when the admin allows it, else the ClusterGKMCache of
+    that name; None when the pod did not opt in or names no cache the admin allows."""
+    metadata = pod.get("metadata") or {}
+    wanted = (metadata.get("annotations") or {}).get(CAPTURE_ANNOTATION)
+    if not wanted:
+        return None
+    namespace = metadata.get("namespace")
+    if cache_ref("GKMCache", wanted, namespace) in allowed_caches:
+        return "GKMCache", wanted, namespace
+    if cache_ref("ClusterGKMCache", wanted, None) in allowed_caches:
+        return "ClusterGKMCache", wanted, None
+    return None

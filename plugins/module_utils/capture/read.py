@@ -28,6 +28,7 @@ import posixpath
 
 from ansible_collections.gkm.cluster.plugins.module_utils.capture.errors import CaptureError
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import kernel_use_container
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import FINISHED_PHASES
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive, rules
 from ansible_collections.gkm.cluster.plugins.module_utils.kernels.capture_frame import (
     DEFAULT_MAX_BYTES,
@@ -59,7 +60,7 @@ def finished(pod):
     """Whether the pod's workload is over: its phase Succeeded or Failed, or every container of spec.containers
     terminated (its sidecars may still be stopping)."""
     status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
+    if status.get("phase") in FINISHED_PHASES:
         return True
     states = status.get("containerStatuses") or []
     return bool(states) and all("terminated" in (s.get("state") or {}) for s in states)

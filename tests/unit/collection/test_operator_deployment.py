@@ -11,13 +11,13 @@ from tests.helpers.operator_rbac import option_names, render_operator
 from tests.helpers.paths import ROOT
 
 
-def deployment(caches_options=None):
-    (found,) = [obj for obj in render_operator(caches_options=caches_options) if obj["kind"] == "Deployment"]
+def deployment(caches_options=None, **capture):
+    (found,) = [obj for obj in render_operator(caches_options=caches_options, **capture) if obj["kind"] == "Deployment"]
     return found
 
 
-def environment(caches_options=None):
-    (container,) = deployment(caches_options)["spec"]["template"]["spec"]["containers"]
+def environment(caches_options=None, **capture):
+    (container,) = deployment(caches_options, **capture)["spec"]["template"]["spec"]["containers"]
     return {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
 
 
@@ -54,3 +54,21 @@ def test_the_probes_ask_the_port_the_controller_serves():
     assert container["readinessProbe"]["httpGet"] == container["livenessProbe"]["httpGet"] == {
         "path": "/healthz", "port": port}
     assert container["securityContext"]["readOnlyRootFilesystem"] and spec["securityContext"]["runAsNonRoot"]
+
+
+def test_capture_gives_the_controller_its_setting_and_the_key_file_only_to_its_group():
+    capture = {"repositories": {"team-a/llama": "reg/captures/llama"}, "allowed_namespaces": ["team-a"]}
+    spec = deployment(capture=capture, capture_key_secret="capture-key")["spec"]["template"]["spec"]
+    env = environment(capture=capture, capture_key_secret="capture-key")
+    assert json.loads(env["GKM_CAPTURE"]) == dict(capture, signing_key_file="/etc/gkm/capture/cosign.key")
+    assert env["GKM_CAPTURE_KEY_PASSWORD"] == {"secretKeyRef": {"name": "capture-key", "key": "cosign.password",
+                                                                "optional": True}}
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "capture-key"]
+    assert volume["secret"] == {"secretName": "capture-key", "defaultMode": 0o440,
+                                "items": [{"key": "cosign.key", "path": "cosign.key"}]}
+    assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsGroup"]
+    (container,) = spec["containers"]
+    assert {"name": "capture-key", "mountPath": "/etc/gkm/capture", "readOnly": True} in container["volumeMounts"]
+    # Without the setting, neither the variable nor the key's volume.
+    assert "GKM_CAPTURE" not in environment()
+    assert [v["name"] for v in deployment()["spec"]["template"]["spec"]["volumes"]] == ["tmp"]

@@ -121,3 +121,19 @@ def test_deletions_reach_the_index_through_the_event_handler(controller):
     assert controller.index.count("PersistentVolumeClaim") == 1
     controller.watched("PersistentVolumeClaim", {"type": "DELETED", "object": pvc})
     assert controller.index.count("PersistentVolumeClaim") == 0
+
+
+def test_a_deleted_pod_hands_the_cache_whose_claim_it_named_to_the_reconcile():
+    released = []
+    controller = handlers.Controller(ClusterIndex(), lambda *args: None, released=lambda kind, body: released.append(
+        (kind, body["metadata"]["name"])))
+    controller.indexed("GKMCache", cache())
+    labels = {"gkm.io/cache": "vector-add", "gkm.io/cache-namespace": "team-a"}
+    controller.indexed("PersistentVolumeClaim", {"kind": "PersistentVolumeClaim", "metadata": {
+        "name": "vector-add", "namespace": "team-a", "labels": labels}})
+    pod = {"metadata": {"name": "w", "namespace": "team-a"},
+           "spec": {"volumes": [{"name": "c", "persistentVolumeClaim": {"claimName": "vector-add"}}]}}
+    controller.watched("Pod", {"type": "MODIFIED", "object": pod})
+    assert released == []
+    controller.watched("Pod", {"type": "DELETED", "object": pod})
+    assert released == [("GKMCache", "vector-add")]

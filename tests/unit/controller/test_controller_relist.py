@@ -141,6 +141,21 @@ def test_which_caches_each_vanished_kind_replans():
         "name": "gpu-1", "namespace": "team-b"}}])) == [("GKMCache", "vector-add", "team-b")]
     assert names(caches_for_vanished(index, [{"kind": "ClusterGKMCacheNode", "metadata": {"name": "gpu-1"}}])) == [
         ("ClusterGKMCache", "fleet", None)]
-    # a Namespace or StorageClass: every cache not being deleted; a Pod: none
+    # a Namespace or StorageClass: every cache not being deleted; a Pod naming no claim of a cache: none
     assert len(caches_for_vanished(index, [{"kind": "Namespace", "metadata": {"name": "team-c"}}])) == 4
     assert caches_for_vanished(index, [{"kind": "Pod", "metadata": {"name": "w", "namespace": "team-a"}}]) == []
+
+
+def test_a_pod_gone_replans_the_caches_whose_claims_it_named_and_no_other():
+    index = index_of(resource(), resource("other"), labelled("PersistentVolumeClaim", "vector-add", "team-a"),
+                     labelled("PersistentVolumeClaim", "other", "team-a", cache="other"))
+
+    def pod(*claims):
+        return {"kind": "Pod", "metadata": {"name": "w", "namespace": "team-a"}, "spec": {"volumes": [
+            {"name": claim, "persistentVolumeClaim": {"claimName": claim}} for claim in claims] + [
+            {"name": "scratch", "emptyDir": {}}]}}
+
+    # The cache's claim, kept at its digest while the pod named it (pvc-protection), may now be released.
+    assert names(caches_for_vanished(index, [pod("vector-add")])) == [("GKMCache", "vector-add", "team-a")]
+    # A claim the index does not hold (someone else's) names no cache.
+    assert caches_for_vanished(index, [pod("someone-elses")]) == []

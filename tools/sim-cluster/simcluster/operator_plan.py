@@ -22,16 +22,17 @@ def options(given=None):
 
 
 def argv(python, kubeconfig, namespace, tools_image, distribution_options, identity=None, probe_port=None,
-         verbose=False, resync_seconds=None):
+         verbose=False, resync_seconds=None, capture=None):
     """The controller's command line: its Lease in namespace, the extraction Jobs' image, the options as JSON;
-    identity, probe port and resync period as its flags (default: host name and pid, no probe, the controller's
-    period)."""
+    identity, probe port, resync period and capture setting (a dict) as its flags (default: host name and pid, no
+    probe, the controller's period, no capture)."""
     command = [python, "-m", ENTRY_POINT, "--kubeconfig", kubeconfig, "--namespace", namespace,
                "--tools-image", tools_image, "--options", json.dumps(distribution_options, sort_keys=True)]
     command += ["--verbose"] if verbose else []
     command += ["--identity", identity] if identity else []
     command += ["--probe-port", str(probe_port)] if probe_port else []
     command += ["--resync-seconds", str(resync_seconds)] if resync_seconds else []
+    command += ["--capture", json.dumps(capture, sort_keys=True)] if capture else []
     return command
 
 

@@ -4,7 +4,7 @@ namespace; the annotation never widens the admin's setting."""
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.capture.errors import CaptureError
-from ansible_collections.gkm.cluster.plugins.module_utils.capture.policy import check_allowed
+from ansible_collections.gkm.cluster.plugins.module_utils.capture.policy import check_allowed, opted_in_cache
 
 
 def _pod(namespace="team-a", capture="llama"):
@@ -30,3 +30,11 @@ def test_anything_else_is_refused(pod, kind, cache_namespace, caches, namespaces
     with pytest.raises(CaptureError) as refused:
         check_allowed(pod, kind, "llama", cache_namespace, caches, namespaces)
     assert fragment in str(refused.value), str(refused.value)
+
+
+def test_the_cache_an_opt_in_names_is_the_namespace_s_own_before_a_cluster_cache_and_only_one_the_admin_allows():
+    assert opted_in_cache(_pod(), ["team-a/llama", "llama"]) == ("GKMCache", "llama", "team-a")
+    assert opted_in_cache(_pod(), ["llama"]) == ("ClusterGKMCache", "llama", None)
+    # Another namespace's GKMCache of that name is not the pod's to name.
+    assert opted_in_cache(_pod(), ["team-b/llama"]) is None
+    assert opted_in_cache(_pod(capture=None), ["team-a/llama"]) is None
