@@ -7,8 +7,8 @@ The lanes and their budgets are in tools/ci/lanes.yml; the integration tests are
 integration lanes from the seconds each test file took, measured and kept in tools/ci/durations.json
 (--record-durations writes it from this run). Builds run first, in one queue; a lane starts as soon as the
 builds it needs are there, and every lane runs to its end. The summary gives the 20 slowest tests, then each
-lane's wall time, CPU time, budget and result (last, for logs shown by their tail); the logs stay in
-.cache/lanes/. The run fails if a lane fails or runs more than 25% over its budget (waits for builds not
+lane's wall time, CPU time, budget and result, then the failed tests (last, for logs shown by their tail); the
+logs stay in .cache/lanes/. The run fails if a lane fails or runs more than 25% over its budget (waits for builds not
 counted; budgets scale by how much slower than theirs this machine runs tools/ci/speed_probe.py), and ends
 with one line `total: N passed, M failed, K skipped`.
 """
@@ -208,7 +208,7 @@ def main():
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(SIM_ROOT, ignore_errors=True)
 
-    machine = plan.speed(config, probe_speed(), [lane.budget for lane in lanes])
+    machine = plan.speed(config, probe_speed())
     log("speed probe: %.2f s of CPU (%.2f s on the budgets' machine): budgets x %.2f" % (
         machine.probe, machine.reference, machine.factor))
     started = time.monotonic()

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 # A test file missing from durations.json (new since the last --record-durations) counts as this many seconds.
 UNMEASURED_SECONDS = 60
 SLOWEST = 20
+# Failed tests the summary's tail names, each with its failure's first line cut to MESSAGE_CHARACTERS.
+FAILED_SHOWN = 10
+MESSAGE_CHARACTERS = 200
 MOLECULE_LINE = re.compile(r"^molecule (\S+): (passed|FAILED|SKIPPED)(?: (?:in|after) (\d+)s)?")
 
 
@@ -59,6 +62,7 @@ class TestCase:
     file: str
     seconds: float
     outcome: str  # passed, failed, skipped
+    message: str = ""  # a failure's first line
 
 
 @dataclass
@@ -188,13 +192,18 @@ def _case_file(element):
 def parse_junit(text):
     cases = []
     for element in ElementTree.fromstring(text).iter("testcase"):
-        outcome = "passed"
-        if element.find("failure") is not None or element.find("error") is not None:
+        outcome, message = "passed", ""
+        failure = element.find("failure")
+        if failure is None:
+            failure = element.find("error")
+        if failure is not None:
             outcome = "failed"
+            message = ((failure.get("message") or failure.text or "").strip().splitlines() or [""])[0]
         elif element.find("skipped") is not None:
             outcome = "skipped"
         path = _case_file(element)
-        cases.append(TestCase("%s::%s" % (path, element.get("name")), path, float(element.get("time") or 0), outcome))
+        cases.append(TestCase("%s::%s" % (path, element.get("name")), path, float(element.get("time") or 0), outcome,
+                              message[:MESSAGE_CHARACTERS]))
     return cases
 
 
@@ -228,14 +237,18 @@ def read_molecule(path):
         return []
 
 
-def speed(config, probe_seconds, budgets):
-    """How much longer than the budgets' machine this one may take: its probe's CPU seconds over the reference's, never
-    below 1 (a faster machine keeps the committed budgets) and never so high that a lane's allowance, tolerance
-    included, passes CI's hard limit."""
+def speed(config, probe_seconds):
+    """How much longer than the budgets' machine this one may take: its probe's CPU seconds over the reference's,
+    never below 1 (a faster machine keeps the committed budgets)."""
     settings = config["speed"]
-    ceiling = settings["hard_limit"] / ((1 + config.get("budget_tolerance", 0.25)) * max(budgets))
-    factor = min(max(probe_seconds / settings["reference_seconds"], 1.0), ceiling)
-    return Speed(probe_seconds, settings["reference_seconds"], factor)
+    return Speed(probe_seconds, settings["reference_seconds"],
+                 max(probe_seconds / settings["reference_seconds"], 1.0))
+
+
+def scaled_budget(config, budget, machine):
+    """A lane's budget on this machine: scaled by its speed, but never so high that the lane's allowance, tolerance
+    included, passes CI's hard limit."""
+    return min(budget * machine.factor, config["speed"]["hard_limit"] / (1 + config.get("budget_tolerance", 0.25)))
 
 
 def _minutes(seconds):
@@ -243,21 +256,20 @@ def _minutes(seconds):
 
 
 def summary(config, lanes_run, outcomes, reports, build_results, wall, machine):
-    """The closing report: the slowest and the failed tests, the builds, then each lane against its budget. The lane
-    table comes last because a CI log is often shown by its tail only."""
+    """The closing report: the slowest tests, the builds, each lane against its budget, then the failed tests, each
+    with its failure's first line. The lane table and the failures come last because a CI log is often shown by its
+    tail only."""
     tolerance = config.get("budget_tolerance", 0.25)
     cases = sorted((case for lane_reports in reports.values() for lane_cases in lane_reports.values()
                     for case in lane_cases), key=lambda c: -c.seconds)
     lines = ["", "%d slowest tests:" % SLOWEST]
     lines += ["  %7.1fs  %s" % (case.seconds, case.name) for case in cases[:SLOWEST]]
-    failed_cases = [case.name for case in cases if case.outcome == "failed"]
-    if failed_cases:
-        lines += ["", "failed tests:"] + ["  " + name for name in failed_cases]
     lines += ["", "builds:"]
     lines += ["  %-18s %-8s %s" % (name, "ok" if code == 0 else "FAILED", _minutes(seconds))
               for name, (code, seconds) in build_results.items()] or ["  (none needed)"]
     lines += ["", "budgets: tools/ci/lanes.yml's x %.2f (the speed probe took %.2f s of CPU here, %.2f s on the "
-              "budgets' machine)" % (machine.factor, machine.probe, machine.reference)]
+              "budgets' machine), none past %s" % (machine.factor, machine.probe, machine.reference,
+                                                   _minutes(scaled_budget(config, float("inf"), machine)))]
     lines += ["", "%-15s %-7s %8s %8s %8s %6s  %s" % ("lane", "result", "wall", "cpu", "budget", "use", "tests")]
     passed = failed = skipped = 0
     lanes_failed = []
@@ -275,7 +287,7 @@ def summary(config, lanes_run, outcomes, reports, build_results, wall, machine):
             elif code != 0 and not any(case.outcome == "failed" for case in reported):
                 # It failed outside its tests (collection, a set-up step, sanity after the unit tests).
                 counts["failed"] += 1
-        budget = lane.budget * machine.factor
+        budget = scaled_budget(config, lane.budget, machine)
         over = outcome.wall > budget * (1 + tolerance)
         result = "passed" if outcome.passed and not over else ("OVER" if outcome.passed else "FAILED")
         if result != "passed":
@@ -291,4 +303,12 @@ def summary(config, lanes_run, outcomes, reports, build_results, wall, machine):
         lines.append("failed lanes: %s; a lane fails when a step fails or its wall time is more than %d%% over its "
                      "budget (tools/ci/lanes.yml, scaled by the machine's speed)" % (
                          ", ".join(lanes_failed), round(100 * tolerance)))
+    # Last of all: a CI log shown by its tail names what failed and why.
+    failed_cases = [case for case in cases if case.outcome == "failed"]
+    if failed_cases:
+        lines += ["failed tests:"] + ["  %s: %s" % (case.name, case.message or "(no message)")
+                                      for case in failed_cases[:FAILED_SHOWN]]
+        if len(failed_cases) > FAILED_SHOWN:
+            lines.append("  and %d more: the lane logs name them" % (
+                len(failed_cases) - FAILED_SHOWN))
     return Summary("\n".join(lines) + "\n", passed, failed, skipped, lanes_failed)

@@ -20,6 +20,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 <failure message="x"/></testcase>
 <testcase classname="tests.integration.webhook.test_b" name="test_three[p]" time="0.1"><skipped message="y"/></testcase>
 </testsuite></testsuites>"""
+CONFIG = {"budget_tolerance": 0.25, "speed": {"reference_seconds": 0.5, "hard_limit": 5400}}
 
 
 def test_files_are_shared_out_longest_first_to_the_least_loaded_lane():
@@ -63,8 +64,9 @@ def test_the_committed_lanes_file_gives_a_static_lane_and_shared_integration_and
     needed = {need for lane in lanes for need in [*lane.needs, *(n for step in lane.steps for n in step.needs)]}
     assert needed <= set(plan.builds(config))
     # The committed speed settings keep every lane inside CI's 90 minutes, however slow the machine.
-    slowest = plan.speed(config, 100.0, [lane.budget for lane in lanes])
-    assert max(lane.budget for lane in lanes) * slowest.factor * (1 + config["budget_tolerance"]) <= 90 * 60
+    slowest = plan.speed(config, 100.0)
+    assert max(plan.scaled_budget(config, lane.budget, slowest) for lane in lanes) * (
+        1 + config["budget_tolerance"]) <= 90 * 60
 
 
 def test_shared_items_are_found_in_folders_at_any_depth(tmp_path):
@@ -111,7 +113,7 @@ def test_molecule_scenarios_are_read_from_the_lane_log():
 
 
 def test_a_lane_over_its_budget_fails_the_run_and_checks_without_reports_count_once():
-    config = {"budget_tolerance": 0.25}
+    config = CONFIG
     lanes = [plan.Lane("static", 100, [], []), plan.Lane("integration-1", 100, [], [])]
     outcomes = {"static": plan.LaneOutcome("static", [("ruff", 0), ("sanity", 1), ("unit", 0)], 90, 80),
                 "integration-1": plan.LaneOutcome("integration-1", [("pytest", 0)], 126, 60)}
@@ -138,24 +140,44 @@ def test_the_speed_probe_prints_its_cpu_seconds():
 
 
 def test_a_slower_machine_scales_every_budget_up_to_the_hard_limit_and_a_faster_one_none():
-    config = {"budget_tolerance": 0.25, "speed": {"reference_seconds": 0.5, "hard_limit": 5400}}
-    budgets = [1200, 1800]
-    assert plan.speed(config, 0.4, budgets).factor == 1.0
-    assert plan.speed(config, 1.0, budgets).factor == 2.0
-    # 1800 s x 1.25 x 2.4 is the hard limit: a machine five times slower gets no more.
-    assert plan.speed(config, 2.5, budgets).factor == 2.4
+    config = CONFIG
+    assert plan.speed(config, 0.4).factor == 1.0
+    assert plan.speed(config, 1.0).factor == 2.0
+    # Five times slower: the 20-minute lane gets its 100 minutes' worth only up to 72, where 72 x 1.25 is the hard
+    # limit; so does the 30-minute one, which would reach it at 2.4.
+    machine = plan.speed(config, 2.5)
+    assert machine.factor == 5.0
+    assert plan.scaled_budget(config, 1200, machine) == plan.scaled_budget(config, 1800, machine) == 4320
+    assert plan.scaled_budget(config, 1200, plan.speed(config, 1.44)) == 1200 * 2.88
 
 
 def test_a_lane_within_its_scaled_budget_passes_and_the_table_says_by_how_much_it_was_scaled():
-    config = {"budget_tolerance": 0.25}
+    config = CONFIG
     lanes = [plan.Lane("static", 100, [], [])]
     outcomes = {"static": plan.LaneOutcome("static", [("ruff", 0)], 240, 200)}
     scaled = plan.summary(config, lanes, outcomes, {}, {}, 240, plan.Speed(1.0, 0.5, 2.0))
     assert scaled.lanes_failed == []
-    assert "x 2.00 (the speed probe took 1.00 s of CPU here, 0.50 s on the budgets' machine)" in scaled.text
+    assert ("x 2.00 (the speed probe took 1.00 s of CPU here, 0.50 s on the budgets' machine), none past 72m00s"
+            in scaled.text)
     assert scaled.text.splitlines()[-2].split()[:5] == ["static", "passed", "4m00s", "3m20s", "3m20s"]
     unscaled = plan.summary(config, lanes, outcomes, {}, {}, 240, plan.Speed(0.5, 0.5, 1.0))
     assert unscaled.lanes_failed == ["static"]
+
+
+def test_the_tail_names_each_failed_test_with_the_first_line_of_its_failure(tmp_path):
+    config = CONFIG
+    (tmp_path / "pytest.xml").write_text(JUNIT.replace('<failure message="x"/>', '<failure message="AssertionError: '
+                                                       'assert 3 == 2&#10;  more"/>'))
+    lanes = [plan.Lane("integration-1", 100, [], [])]
+    outcomes = {"integration-1": plan.LaneOutcome("integration-1", [("pytest", 1)], 60, 30)}
+    result = plan.summary(config, lanes, outcomes, {"integration-1": plan.read_junit(str(tmp_path))}, {}, 60,
+                          plan.Speed(0.5, 0.5, 1.0))
+    assert result.text.splitlines()[-2:] == [
+        "failed tests:", "  tests/integration/modules/test_a.py::test_two: AssertionError: assert 3 == 2"]
+    many = [plan.TestCase("t.py::t%d" % i, "t.py", 1.0, "failed", "") for i in range(plan.FAILED_SHOWN + 3)]
+    crowded = plan.summary(config, lanes, outcomes, {"integration-1": {"pytest": many}}, {}, 60,
+                           plan.Speed(0.5, 0.5, 1.0))
+    assert crowded.text.splitlines()[-1] == "  and 3 more: the lane logs name them"
 
 
 def test_durations_keep_files_this_run_did_not_measure(tmp_path):
