@@ -11,7 +11,8 @@ request, no thread. Which caches a vanished object calls to re-plan:
 - a Node: the caches holding objects on it (node_reconciles.caches_for_node, over the index already relisted);
 - a per-node status object: the caches of its kind in its namespace (cluster-wide for the cluster kind);
 - a Namespace or a StorageClass: every cache (rare, and always right);
-- a Pod: the caches labelled on a claim it named. A claim a pod names, running or finished, is kept at its digest
+- a Pod: the caches labelled on a claim it named, unless it is one of our own Jobs' pods, which hold no claim
+  (pod_use.claim_holder, the planner's rule). A claim a pod names, running or finished, is kept at its digest
   until the pod goes (pvc-protection, and make before break), and nothing else would reconcile the cache then; the
   cache's status cannot tell, since a reconcile under way when the pod went wrote it from what it read before. Any
   other pod starts nothing (a waiting reconcile is woken by the index's version, which the relist moves);
@@ -23,6 +24,7 @@ A cache being deleted is never handed on (deletion is final); the finalizer's re
 """
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS, NODE_KINDS
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import claim_holder, claims_named
 from ansible_collections.gkm.cluster.plugins.module_utils.operator.node_events import holders
 
 from .deletion import deletion_requested
@@ -43,11 +45,12 @@ def _cache_key(resource):
 
 
 def _claims_held_for(index, pod):
-    """The claims of the index a pod names."""
+    """The claims of the index a pod held, as the planner counts holders (pod_use.claim_holder): none for one of our
+    own Jobs' pods, whose going releases nothing, so a finished extraction's pod collected re-plans no cache."""
+    if not claim_holder(pod):
+        return []
     namespace = pod["metadata"].get("namespace")
-    names = [(volume.get("persistentVolumeClaim") or {}).get("claimName")
-             for volume in (pod.get("spec") or {}).get("volumes") or []]
-    return [claim for claim in (index.get("PersistentVolumeClaim", name, namespace) for name in names if name)
+    return [claim for claim in (index.get("PersistentVolumeClaim", name, namespace) for name in claims_named(pod))
             if claim]
 
 

@@ -150,12 +150,15 @@ def test_a_pod_gone_replans_the_caches_whose_claims_it_named_and_no_other():
     index = index_of(resource(), resource("other"), labelled("PersistentVolumeClaim", "vector-add", "team-a"),
                      labelled("PersistentVolumeClaim", "other", "team-a", cache="other"))
 
-    def pod(*claims):
-        return {"kind": "Pod", "metadata": {"name": "w", "namespace": "team-a"}, "spec": {"volumes": [
-            {"name": claim, "persistentVolumeClaim": {"claimName": claim}} for claim in claims] + [
-            {"name": "scratch", "emptyDir": {}}]}}
+    def pod(*claims, labels=None):
+        return {"kind": "Pod", "metadata": {"name": "w", "namespace": "team-a", "labels": labels or {}},
+                "spec": {"volumes": [{"name": claim, "persistentVolumeClaim": {"claimName": claim}}
+                                     for claim in claims] + [{"name": "scratch", "emptyDir": {}}]}}
 
     # The cache's claim, kept at its digest while the pod named it (pvc-protection), may now be released.
     assert names(caches_for_vanished(index, [pod("vector-add")])) == [("GKMCache", "vector-add", "team-a")]
     # A claim the index does not hold (someone else's) names no cache.
     assert caches_for_vanished(index, [pod("someone-elses")]) == []
+    # Our own extraction Job's pod held nothing (the planner's rule): its going, collected after the Job, re-plans
+    # nothing.
+    assert caches_for_vanished(index, [pod("vector-add", labels={MANAGED_BY_LABEL: MANAGER})]) == []

@@ -51,6 +51,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.pod_use import (
     claim_holder,
+    claims_named,
     holders_text,
     pod_user,
 )
@@ -129,10 +130,8 @@ def pod_mounts(pods):
     ones until they are deleted; our own Job pods do not count."""
     mounts = {}
     for pod in filter(claim_holder, pods):
-        for volume in (pod.get("spec") or {}).get("volumes") or []:
-            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
-            if claim:
-                mounts.setdefault((pod["metadata"].get("namespace") or "", claim), []).append(pod_user(pod))
+        for claim in claims_named(pod):
+            mounts.setdefault((pod["metadata"].get("namespace") or "", claim), []).append(pod_user(pod))
     return mounts
 
 

@@ -35,6 +35,12 @@ def claim_holder(pod):
     return not _ours(pod) and (not finished(pod) or bool((pod.get("spec") or {}).get("nodeName")))
 
 
+def claims_named(pod):
+    """The claim names of a pod's persistentVolumeClaim volumes, in its order."""
+    return [claim for claim in ((volume.get("persistentVolumeClaim") or {}).get("claimName")
+                                for volume in (pod.get("spec") or {}).get("volumes") or []) if claim]
+
+
 def holders_text(users):
     """What a kept slot's message says of the pods that hold it (pod_user dicts): those that mount it, and the
     finished ones, which hold it only until they are deleted."""
