@@ -22,6 +22,13 @@ from tests.helpers.webhook import wait_until
 from tools.triton_kernels import image, store
 from tools.triton_kernels.targets import DEFAULT_SET
 
+# The real-node capture tests' cache (by the module, by the controller): its first image holds HELD of the KERNELS
+# kernels of TARGET, and its pods mount it at MOUNT.
+TARGET = "hip:gfx90a"
+CACHE = "captured"
+MOUNT = "/kernels"
+HELD, KERNELS = 3, 6
+
 
 def lacking_labels(target, held, kernel_set=DEFAULT_SET):
     """The labels of the set's kernels a first image of `held` kernels lacks."""

@@ -17,6 +17,11 @@ from kubernetes import client
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import GROUP, VERSION
 from tests.helpers import kcache_images
 from tests.helpers.capture_flow import (
+    CACHE,
+    HELD,
+    KERNELS,
+    MOUNT,
+    TARGET,
     capturable_pod,
     capture,
     capture_and_distribute,
@@ -30,11 +35,7 @@ from tests.helpers.warmup_pods import cache_pod, distribute_cache, finished_run,
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 
-TARGET = "hip:gfx90a"
 COLD_NODE = "gkm-real-nvidia-1"
-CACHE = "captured"
-MOUNT = "/kernels"
-HELD, KERNELS = 3, 6
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     VERSION,
 )
 from tests.helpers import kcache_images
-from tests.helpers.capture_flow import signing_key
+from tests.helpers.capture_flow import CACHE, HELD, KERNELS, MOUNT, TARGET, signing_key
 from tests.helpers.controller_process import TEST_OPTIONS, Controller
 from tests.helpers.modules import NODE_DISK
 from tests.helpers.operator_caches import live, poll
@@ -34,10 +34,6 @@ from tests.helpers.warmup_pods import cache_pod, finished_run, start_with_overla
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 
-TARGET = "hip:gfx90a"
-CACHE = "captured"
-MOUNT = "/kernels"
-HELD, KERNELS = 3, 6
 CAPTURED_LINE = r"captured pod %s/finished into GKMCache %s/%s in ([\d.]+) s: pushed"
 
 
