@@ -137,7 +137,10 @@ class Controller:
         if event.get("type") == "DELETED":
             feed(self.index, event, kind)
             if kind == "Pod" and self.released:
+                pod = event["object"]["metadata"]
                 for resource in caches_for_vanished(self.index, [dict(event["object"], kind=kind)]):
+                    LOG.info("pod %s/%s gone: it held a claim of %s %s, re-planned", pod.get("namespace"),
+                             pod.get("name"), resource["kind"], resource["metadata"]["name"])
                     self.released(resource["kind"], resource)
         elif kind == "Pod" and self.on_pod:
             self.on_pod(event["object"])
