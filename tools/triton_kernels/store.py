@@ -5,8 +5,10 @@ the small one unless `kernel_set` names another) for that target
 (`cache/`, as `TRITON_CACHE_DIR` left it) and `build.json` (what the compile reported: Triton's version, the
 digest of its `triton_key()`, each kernel's hash and seconds). The key hashes the inputs of a compile: the sources
 of this package that decide what is compiled and how (kernels, compile_run, targets, the CLI), the pin in
-requirements/triton.txt, the target, the set, and the Triton venv's python (its real path, so $GKM_TRITON_PY
-pointing at another install compiles apart). The store is ${XDG_CACHE_HOME:-~/.cache}/gkm-cluster/triton-caches/.
+requirements/triton.txt, the target, the set, and the Triton install the python runs from (its venv's directory,
+resolved: a venv's bin/python links to the base interpreter, which every venv of that Python shares), so
+$GKM_TRITON_PY or another venv's python (requirements/triton-previous.txt's) compiles apart. The store is
+${XDG_CACHE_HOME:-~/.cache}/gkm-cluster/triton-caches/.
 
 The compile runs the Triton venv's python in a fresh process with Triton's cache-invalidating variables removed
 (set, they would enter every key), under a lock, so pytest-xdist workers and parallel lanes compile once. Nothing
@@ -39,15 +41,21 @@ def store_root():
                         "triton-caches")
 
 
+def install_directory(python):
+    """The directory of the install a python runs from, resolved: its venv's (bin/python's parent's parent), where
+    the link .venv-triton leads, not the base interpreter a venv's python links to."""
+    return os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(python))))
+
+
 def inputs_key(target, python, kernel_set=DEFAULT_SET):
-    """12 hex digits of sha256 over the INPUTS' bytes, the target's canonical name, the set and the python's real
-    path."""
+    """12 hex digits of sha256 over the INPUTS' bytes, the target's canonical name, the set and the python's
+    install_directory."""
     digest = hashlib.sha256()
     for relative in INPUTS:
         digest.update(relative.encode() + b"\0")
         with open(os.path.join(ROOT, relative), "rb") as handle:
             digest.update(handle.read())
-    digest.update(b"\0" + target.encode() + b"\0" + kernel_set.encode() + b"\0" + os.path.realpath(python).encode())
+    digest.update(b"\0" + target.encode() + b"\0" + kernel_set.encode() + b"\0" + install_directory(python).encode())
     return digest.hexdigest()[:12]
 
 

@@ -71,9 +71,16 @@ def test_the_store_key_follows_the_target_the_python_and_the_inputs(tmp_path):
     assert store.inputs_key("cuda:90", python, "warm-start") != store.inputs_key("cuda:90", python)
     assert store.inputs_key("cuda:90", python) == store.inputs_key("cuda:90", python)
     assert store.inputs_key("cuda:90", python) != store.inputs_key("hip:gfx90a", python)
-    other = tmp_path / "python"
-    other.symlink_to("/bin/true")
-    assert store.inputs_key("cuda:90", str(other)) != store.inputs_key("cuda:90", python)
+    # Two venvs of one interpreter (each bin/python links to it) are two Triton installs; a link to a venv's
+    # directory (.venv-triton) is that venv.
+    for venv in ("pinned", "previous"):
+        (tmp_path / venv / "bin").mkdir(parents=True)
+        (tmp_path / venv / "bin" / "python").symlink_to(os.path.realpath(python))
+    (tmp_path / ".venv-triton").symlink_to(tmp_path / "pinned")
+    pinned, previous = (str(tmp_path / venv / "bin" / "python") for venv in ("pinned", "previous"))
+    assert store.inputs_key("cuda:90", pinned) != store.inputs_key("cuda:90", previous)
+    assert store.inputs_key("cuda:90", str(tmp_path / ".venv-triton" / "bin" / "python")) == store.inputs_key(
+        "cuda:90", pinned)
 
 
 def test_the_store_says_how_to_get_triton_when_there_is_none(monkeypatch, tmp_path):
