@@ -92,7 +92,7 @@ class Reconciler:
             started = time.monotonic()
             # kopf's body is the live resource (its uid, creation time and status): no GET (row 1 of the reads).
             result = self.run(kube, kind, name, namespace, options, definition=None if finalizing else resource,
-                              source=IndexSource(self.index), live=resource)
+                              source=IndexSource(self.index, kube.written), live=resource)
             LOG.info("reconciled %s in %.1f s: changed %s", what, time.monotonic() - started,
                      bool((result or {}).get("changed")))
             return result

@@ -112,6 +112,9 @@ class Kube:
         self.workers = workers
         self.requests = 0
         self.writes = 0
+        # (kind, namespace, name, resourceVersion) of each object applied, in order; None for one deleted: what a
+        # reader fed by watches must show before it plans again (facts/index.py IndexSource).
+        self.written = []
         self._lock = threading.Lock()
 
     def _count(self, write):
@@ -254,8 +257,12 @@ class Kube:
         metadata = obj["metadata"]
         path = resource_path(obj["kind"], metadata.get("namespace"), metadata["name"])
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
-        return self.request("PATCH", path, query, obj, APPLY_CONTENT_TYPE,
-                            what=_describe(obj["kind"], metadata.get("namespace"), metadata["name"]))[1]
+        reply = self.request("PATCH", path, query, obj, APPLY_CONTENT_TYPE,
+                             what=_describe(obj["kind"], metadata.get("namespace"), metadata["name"]))[1]
+        resource_version = ((reply or {}).get("metadata") or {}).get("resourceVersion")
+        if resource_version:
+            self._wrote(obj["kind"], metadata.get("namespace"), metadata["name"], resource_version)
+        return reply
 
     def delete(self, kind, name, namespace=None):
         """Delete in the background (a Job's pods go with it); a missing object is already deleted."""
@@ -265,7 +272,13 @@ class Kube:
             body["dryRun"] = ["All"]
         status = self.request("DELETE", resource_path(kind, namespace, name), body=body,
                               what=_describe(kind, namespace, name))[0]
+        self._wrote(kind, namespace, name, None)
         return status != 404
+
+    def _wrote(self, kind, namespace, name, resource_version):
+        if not self.dry_run:
+            with self._lock:
+                self.written.append((kind, namespace or "", name, resource_version))
 
     def wait_gone(self, refs, timeout):
         """Wait until every (kind, namespace, name) is gone (finalizers done); returns the ones still there."""

@@ -172,6 +172,22 @@ class ClusterIndex:
         with self._lock:
             return self._changed.wait_for(lambda: self.version > since, timeout)
 
+    def wait_for_writes(self, written, timeout):
+        """Block until the index shows every write of `written` (Kube.written's entries) or `timeout` seconds pass;
+        True when it does. An object applied shows at its reply's resourceVersion or a later one, an object deleted
+        once it is gone or being deleted. Kinds the index does not hold, and Nodes and Namespaces (held without their
+        resourceVersion), are not waited for."""
+        with self._lock:
+            return self._changed.wait_for(lambda: all(self._shows(*write) for write in written), timeout)
+
+    def _shows(self, kind, namespace, name, resource_version):
+        if kind not in self._objects or kind in ("Node", "Namespace"):
+            return True
+        held = self._objects[kind].get((namespace or "", name))
+        if resource_version is None:
+            return held is None or bool(held["metadata"].get("deletionTimestamp"))
+        return held is not None and _not_older(held["metadata"].get("resourceVersion"), resource_version)
+
     def select(self, kind, namespace=None, label_selector=None, field_selector=None):
         """Copies of the held objects of a kind (in a namespace), filtered as the API server filters a LIST.
 
@@ -210,6 +226,14 @@ class Relisting:
         return "Relisting(%s, changed=%s, vanished=%d)" % (self.kind, self.changed, len(self.vanished))
 
 
+def _not_older(held, written):
+    """True when a held resourceVersion is the written one or came after it. The API server's are etcd revisions,
+    decimal and increasing, which is what is compared; any other form must be the same string."""
+    if held == written:
+        return True
+    return bool(held and written and held.isdigit() and written.isdigit() and int(held) > int(written))
+
+
 def _copy(obj):
     """A copy deep enough that a reconcile editing its facts (node_labels keeps written labels on the facts' nodes)
     never edits the index."""
@@ -220,12 +244,24 @@ def _copy(obj):
     return obj
 
 
-class IndexSource(FactsSource):
-    """The reads answered from a ClusterIndex: no request to the API server."""
+# How long a read waits for the index to show the reconcile's own writes: watch events follow a write within
+# milliseconds on a quiet machine, seconds on a loaded one; past this the read goes on with what the index holds.
+WRITES_SHOWN_SECONDS = 15
 
-    def __init__(self, index):
+
+class IndexSource(FactsSource):
+    """The reads answered from a ClusterIndex: no request to the API server.
+
+    written: the reconcile's Kube.written. Each read first waits (at most WRITES_SHOWN_SECONDS) until the index
+    shows the writes made since the last read: planned again from an index a write had not reached yet, a run took
+    the slot PVC it had just created for missing and replaced the slot's PV, which then waited a minute on its
+    finalizer (seen on a loaded machine)."""
+
+    def __init__(self, index, written=None):
         self.index = index
         self._seen = index.version
+        self._written = written if written is not None else []
+        self._shown = 0
 
     def pause(self, seconds):
         """Wait for a change the index has not shown this source yet, at most `seconds`."""
@@ -234,6 +270,9 @@ class IndexSource(FactsSource):
         return changed
 
     def gather(self, calls, what):
+        pending, self._shown = self._written[self._shown:], len(self._written)
+        if pending:
+            self.index.wait_for_writes(pending, WRITES_SHOWN_SECONDS)
         self._seen = self.index.version
         try:
             return [call() for call in calls]

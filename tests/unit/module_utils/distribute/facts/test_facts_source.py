@@ -362,6 +362,48 @@ def test_a_change_between_the_read_and_the_poll_is_not_missed():
     assert reader.pause(0.01) is False
 
 
+def test_a_read_after_the_runs_own_writes_waits_until_the_index_shows_them():
+    # The run created a slot PVC (the reply's resourceVersion 7) and deleted a Job: the watch events come a moment
+    # later, and the read that plans again waits for both, not for the Node label it also wrote.
+    job = obj("Job", "vector-add-abc-w1", "team-a", cache_labels())
+    index = indexed([job])
+    written = [("PersistentVolumeClaim", "team-a", "vector-add-abc-w2", "7"),
+               ("Job", "team-a", job["metadata"]["name"], None), ("Node", "", "gpu-1", "9")]
+    reader = facts_index.IndexSource(index, written)
+    created = obj("PersistentVolumeClaim", "vector-add-abc-w2", "team-a", cache_labels())
+    created["metadata"]["resourceVersion"] = "7"
+    events = [threading.Timer(0.1, index.apply, ("ADDED", created)),
+              threading.Timer(0.2, index.apply, ("DELETED", job))]
+    started = time.monotonic()
+    for event in events:
+        event.start()
+    try:
+        [pvcs] = reader.gather([lambda: index.select("PersistentVolumeClaim", "team-a")], "reading")
+    finally:
+        for event in events:
+            event.cancel()
+    assert 0.15 < time.monotonic() - started < 10
+    assert [pvc["metadata"]["name"] for pvc in pvcs] == ["vector-add-abc-w2"]
+    assert index.select("Job") == []
+    # Shown once, never waited for again; a later version, or a deletion under way, shows a write too.
+    assert reader.gather([lambda: None], "reading") == [None]
+    assert index.wait_for_writes([("PersistentVolumeClaim", "team-a", "vector-add-abc-w2", "6")], 0)
+    terminating = obj("PersistentVolumeClaim", "gone", "team-a", cache_labels(), status={})
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-28T18:00:00Z"
+    index.apply("ADDED", terminating)
+    assert index.wait_for_writes([("PersistentVolumeClaim", "team-a", "gone", None)], 0)
+
+
+def test_a_write_the_index_never_shows_holds_a_read_for_a_bounded_time_only(monkeypatch):
+    monkeypatch.setattr(facts_index, "WRITES_SHOWN_SECONDS", 0.2)
+    index = indexed([])
+    assert index.wait_for_writes([("PersistentVolumeClaim", "team-a", "taken-back", "8")], 0.05) is False
+    reader = facts_index.IndexSource(index, [("PersistentVolumeClaim", "team-a", "taken-back", "8")])
+    started = time.monotonic()
+    assert reader.gather([lambda: 1], "reading") == [1]
+    assert 0.2 <= time.monotonic() - started < 5
+
+
 def test_a_poll_through_lists_sleeps_its_interval(monkeypatch):
     slept = []
     monkeypatch.setattr(source.time, "sleep", slept.append)
