@@ -1,13 +1,15 @@
-"""Triton's cache layout read without Triton (tools/triton_kernels/layout.py, targets.py): group files, their
-state from where they are, the rewrite a relocated cache needs, and the facts an image's labels carry."""
+"""Triton's cache layout read without Triton (tools/triton_kernels/layout.py, targets.py, scan.py): group files, their
+state from where they are, the rewrite a relocated cache needs, the facts an image's labels carry, and a scan that
+leaves no trace."""
 
 import json
+import os
 
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.capture.check import hash_directory_name
 from ansible_collections.gkm.cluster.plugins.module_utils.kernels import image as mcv
-from tools.triton_kernels import layout
+from tools.triton_kernels import layout, scan
 from tools.triton_kernels.targets import parse_target, target_name
 
 KERNEL_DIR = "/cache/35BR572SZ7SAVG5BH4IOTJKMPIZWE4QAKW3THXIREOQ3T6KO5ALQ"
@@ -107,3 +109,17 @@ def test_metadata_gives_the_facts_of_an_images_labels_and_manifest():
 def test_metadata_without_hash_name_or_target_is_refused(text):
     with pytest.raises(layout.LayoutError):
         layout.parse_metadata(text)
+
+
+def test_a_scan_leaves_the_access_times_that_the_kernel_use_sidecar_counts_as_hits(tmp_path):
+    """inspect (scan) reads each group file; the pod's kernel-use sidecar takes a group's moved access time for
+    Triton's read of it, so a scan reads with O_NOATIME and moves none."""
+    kernel = tmp_path / "ABCDEF"
+    kernel.mkdir()
+    (kernel / "k.json").write_text("{}")
+    group = kernel / "__grp__k.json"
+    group.write_text(json.dumps({"child_paths": {"k.json": str(kernel / "k.json")}}))
+    os.utime(group, ns=(1_000_000_000, 2_000_000_000))  # written, never read since
+    [kernel_report] = scan.scan(str(tmp_path))
+    assert kernel_report["name"] == "k"
+    assert os.stat(group).st_atime_ns == 1_000_000_000
