@@ -44,7 +44,7 @@ matrix_env = PATH=$(abspath $(1))/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTI
 junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
-        kyverno venv-triton test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
+        kyverno venv-triton venv-triton-previous test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
         bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes bench-warm-start images image-tools image-controller image-pause image-workload
 
 help: ## List the targets
@@ -97,6 +97,10 @@ $(VENV_HIGHEST)/.installed: requirements/highest.txt
 # The compiled kernel caches (tools/triton_kernels/store.py) run its python; GKM_TRITON_PY names another one.
 venv-triton: ## Build or reuse the pinned Triton venv (real kernel caches; about 1 GB, cached under ~/.cache/gkm-cluster)
 	@ln -sfn "$$(PYTHON=$(PYTHON) tools/triton-venv.sh)" .venv-triton
+
+# The release before the pin (requirements/triton-previous.txt), the same way: the caches another Triton compiled.
+venv-triton-previous: ## Build or reuse the previous Triton release's venv (the version-mismatch test's cache)
+	@ln -sfn "$$(PYTHON=$(PYTHON) tools/triton-venv.sh requirements/triton-previous.txt)" .venv-triton-previous
 
 debian-packages: ## Install missing Debian packages (root only; otherwise says what to install)
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \

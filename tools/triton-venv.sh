@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds (or reuses) the Triton venv of requirements/triton.txt; prints its directory.
+# Builds (or reuses) the Triton venv of a requirements file (the argument; requirements/triton.txt when none);
+# prints its directory.
 # Cache: ${XDG_CACHE_HOME:-~/.cache}/gkm-cluster/triton-<version>_<inputs>/, where <inputs> hashes
-# requirements/triton.txt, this script and the interpreter's version: a change to any of them builds a new venv,
+# the requirements file, this script and the interpreter's version: a change to any of them builds a new venv,
 # so every checkout and worktree of one machine shares one install (about 1 GB). PYTHON names the interpreter
 # (default: the first of 3.11, 3.12, 3.13 that runs, as for .venv).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-requirements="$here/../requirements/triton.txt"
+requirements=${1:-"$here/../requirements/triton.txt"}
 python=${PYTHON:-$("$here/find-python.sh" 3.11 3.12 3.13)}
 version=$(awk -F'==' '$1 == "triton" {print $2; exit}' "$requirements")
 inputs=$( (cat "$requirements" "$here/triton-venv.sh"; "$python" -c 'import sys; print(sys.version)') \

@@ -147,8 +147,8 @@ class CacheSpec:
     """What to put in an image. kind is 'triton' or 'vllm' (vLLM's Triton-format layout).
 
     compiled: real kernels of the spec's target from the kernel set `kernel_set` (tools/triton_kernels; at most its
-    size, six for the small set, 56 for warm-start; `seed` chooses which, and `kernel_bytes` does not apply);
-    otherwise synthetic ones.
+    size, six for the small set, 56 for warm-start; `seed` chooses which, and `kernel_bytes` does not apply), by the
+    pinned Triton or the one `triton_python` runs; otherwise synthetic ones.
     """
 
     kind: str = "triton"
@@ -161,6 +161,7 @@ class CacheSpec:
     extra_entries: list = field(default_factory=list)
     compiled: bool = False
     kernel_set: str = "small"
+    triton_python: str = None
 
     def targets(self):
         arch = self.arch or ("90" if self.backend == "cuda" else "gfx90a")
@@ -174,7 +175,7 @@ def compiled_cache_files(spec):
 
     target = spec.targets()[0]
     directory, info = store.compiled_cache("%s:%s:%d" % (target["backend"], target["arch"], target["warp_size"]),
-                                           kernel_set=spec.kernel_set)
+                                           python=spec.triton_python, kernel_set=spec.kernel_set)
     files, facts, debug = image.cache_content(os.path.join(directory, "cache"), spec.kernels, spec.seed)
     if len(facts) != spec.kernels:
         raise ValueError("the compiled kernel set has %d kernels for %s, the spec asks for %d"

@@ -12,6 +12,9 @@ and in each mode:
   pointed at the read-only mount): no hit; Triton fails to write each recompile (docs/kernels.md);
 - a cache lacking one kernel, overlaid: one miss, compiled into the pod's writable overlay.
 
+and a cache of the same kernels compiled by the previous Triton release (an image volume): nothing hit, every kernel
+compiled and reported as another Triton version than the image's, not as a bare miss;
+
 and a pod mounting the PVC-mode cache itself by claim (gkm.io/pvc-mutation, its node's per-node PVC): the same overlay
 for its own mount, every kernel a hit (one miss for the cache lacking one).
 
@@ -19,6 +22,7 @@ Each pod prints its warm-up lines, then `inspect` of its TRITON_CACHE_DIR (each 
 pod creation to its end and the compile seconds are printed (docs/kernels.md, "Measured")."""
 
 import json
+import os
 import time
 import uuid
 
@@ -28,13 +32,16 @@ from kubernetes.client.rest import ApiException
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import kernel_use_container
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.kernel_use import last_report
+from ansible_collections.gkm.cluster.plugins.module_utils.kernels.image import LABEL_TRITON_VERSION
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
+from tests.helpers.paths import ROOT
 from tests.helpers.real_nodes import AMD_NODE, BASELINE, delete_namespace, labelled_namespace, real_pod_template
 from tests.helpers.warmup_pods import cache_pod, cold_pod, finished_run, overlay_container, overlay_written, warmup_pod
 from tests.helpers.webhook import metric_value, wait_until
 from tests.integration.webhook.test_steering_apiserver import GROUP, VERSION, reconcile
 from tools.triton_kernels import layout
+from tools.triton_kernels.venv import PREVIOUS_HINT, previous_triton_python
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 
@@ -279,3 +286,46 @@ def test_each_pod_s_hits_and_misses_are_in_the_cache_s_status_cache_info_and_met
             server.get("/metrics", ca)[1], labels, (row["hits"], row["misses"])), timeout=30, interval=0.5)
         assert metric_value(exported, "gkm_cache_compile_seconds_saved{%s}" % labels) == pytest.approx(
             row["compileSecondsSaved"])
+
+
+def _pin(requirements):
+    """The Triton version a requirements file pins."""
+    with open(os.path.join(ROOT, "requirements", requirements)) as handle:
+        [version] = [line.split("==")[1].strip() for line in handle if line.startswith("triton==")]
+    return version
+
+
+def test_a_cache_another_triton_compiled_is_reported_as_another_version_not_as_a_silent_miss(
+        cluster, sim, crds, registry, tools_image):
+    """A cache of the same six kernels by name, compiled by the previous Triton release (requirements/
+    triton-previous.txt), given through the overlay as an image volume: the pod's Triton, the pin, finds none of them
+    (triton_key() enters every kernel's key) and compiles all six into its overlay; the status says why for each, the
+    pod's Triton version against the image's label, not a bare miss."""
+    python = previous_triton_python()
+    assert python, PREVIOUS_HINT
+    pinned, previous = _pin("triton.txt"), _pin("triton-previous.txt")
+    assert pinned != previous
+    cache = "previous-triton-iv"
+    pushed = kcache_images.build_image(registry.host, "real-overlay/" + cache, "v1", kcache_images.CacheSpec(
+        backend="hip", kernels=KERNELS, compiled=True, triton_python=python))
+    assert pushed.config["config"]["Labels"][LABEL_TRITON_VERSION] == previous, pushed.config
+    crds.create_namespaced_custom_object(GROUP, VERSION, cluster.namespace, "gkmcaches", {
+        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
+        "metadata": {"name": cache, "namespace": cluster.namespace},
+        "spec": {"image": pushed.ref, "podTemplate": real_pod_template(), "mountMode": "imageVolume"}})
+    reconciled = reconcile(sim, cache, cluster.namespace, extract_image=tools_image, wait=True, wait_timeout=240)
+    assert not reconciled.get("failed"), reconciled.get("msg")
+
+    pod = "overlaid-" + cache
+    _given(cluster.create(_cache_pod(pod, cluster.image, cache)), "imageVolume", cache)
+    finished, kernels, summary, _report = cluster.finished(pod)
+    assert finished.status.phase == "Succeeded", (finished.status, kernels)
+    assert (summary["hits"], summary["misses"], summary["errors"]) == (0, KERNELS, 0), summary
+
+    use = reconcile(sim, cache, cluster.namespace, extract_image=tools_image)["resource"]["status"]["kernelUse"]
+    [entry] = [p for p in use["pods"] if p["name"] == pod]
+    assert (entry["hits"], entry["misses"]) == (0, KERNELS), entry
+    assert {(m["reason"], m["tritonVersion"]) for m in entry["missed"]} == {("tritonVersion", pinned)}, entry
+    assert len(entry["missed"]) == KERNELS and "reason" not in entry, entry
+    print("%s: the previous Triton's (%s) cache, the pod's Triton %s: %d hits, %d misses, reasons %s" % (
+        pod, previous, pinned, entry["hits"], entry["misses"], sorted({m["reason"] for m in entry["missed"]})))
