@@ -270,7 +270,9 @@ class IndexSource(FactsSource):
         return changed
 
     def gather(self, calls, what):
-        pending, self._shown = self._written[self._shown:], len(self._written)
+        # Each object's last write only: a Job the run created and then deleted is waited for as deleted.
+        pending = list({write[:3]: write for write in self._written[self._shown:]}.values())
+        self._shown = len(self._written)
         if pending:
             self.index.wait_for_writes(pending, WRITES_SHOWN_SECONDS)
         self._seen = self.index.version

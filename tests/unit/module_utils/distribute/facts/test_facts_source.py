@@ -388,6 +388,11 @@ def test_a_read_after_the_runs_own_writes_waits_until_the_index_shows_them():
     # Shown once, never waited for again; a later version, or a deletion under way, shows a write too.
     assert reader.gather([lambda: None], "reading") == [None]
     assert index.wait_for_writes([("PersistentVolumeClaim", "team-a", "vector-add-abc-w2", "6")], 0)
+    # An object applied, then deleted in the same run, is waited for as deleted.
+    superseded = facts_index.IndexSource(index, [("Job", "team-a", "scrub", "5"), ("Job", "team-a", "scrub", None)])
+    started = time.monotonic()
+    assert superseded.gather([lambda: None], "reading") == [None]
+    assert time.monotonic() - started < 1
     terminating = obj("PersistentVolumeClaim", "gone", "team-a", cache_labels(), status={})
     terminating["metadata"]["deletionTimestamp"] = "2026-11-28T18:00:00Z"
     index.apply("ADDED", terminating)
