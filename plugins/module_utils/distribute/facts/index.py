@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import threading
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector, unmanaged_selector
@@ -177,8 +178,17 @@ class ClusterIndex:
         True when it does. An object applied shows at its reply's resourceVersion or a later one, an object deleted
         once it is gone or being deleted. Kinds the index does not hold, and Nodes and Namespaces (held without their
         resourceVersion), are not waited for."""
+        pending = collections.deque(written)
+
+        def shown():
+            # Front to back, each write checked until it shows: a change costs one check while the events come in
+            # the writes' order, not one per write of thousands.
+            while pending and self._shows(*pending[0]):
+                pending.popleft()
+            return not pending
+
         with self._lock:
-            return self._changed.wait_for(lambda: all(self._shows(*write) for write in written), timeout)
+            return self._changed.wait_for(shown, timeout)
 
     def _shows(self, kind, namespace, name, resource_version):
         if kind not in self._objects or kind in ("Node", "Namespace"):
