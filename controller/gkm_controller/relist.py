@@ -57,6 +57,8 @@ def _claims_held_for(index, pod):
 def caches_for_vanished(index, vanished, compatibility="skip"):
     """The cache resources (as the index holds them, kind set; no duplicates, in the index's order) that objects
     gone from the index call to re-plan; never a cache being deleted."""
+    if all(obj.get("kind") == "Pod" and not _claims_held_for(index, obj) for obj in vanished):
+        return []  # the common case, any pod deleted anywhere: no cache is looked at
     resources = [resource for kind in sorted(CACHE_KINDS) for resource in index.select(kind)
                  if not deletion_requested(resource)]
     chosen = set()
