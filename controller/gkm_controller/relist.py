@@ -57,12 +57,14 @@ def _claims_held_for(index, pod):
 def caches_for_vanished(index, vanished, compatibility="skip"):
     """The cache resources (as the index holds them, kind set; no duplicates, in the index's order) that objects
     gone from the index call to re-plan; never a cache being deleted."""
-    if all(obj.get("kind") == "Pod" and not _claims_held_for(index, obj) for obj in vanished):
+    # (object, the claims it held when a Pod, else None), each pod's claims looked up once.
+    gone = [(obj, _claims_held_for(index, obj) if obj.get("kind") == "Pod" else None) for obj in vanished]
+    if all(claims == [] for _obj, claims in gone):
         return []  # the common case, any pod deleted anywhere: no cache is looked at
     resources = [resource for kind in sorted(CACHE_KINDS) for resource in index.select(kind)
                  if not deletion_requested(resource)]
     chosen = set()
-    for obj in vanished:
+    for obj, claims in gone:
         kind = obj.get("kind")
         if kind in EVERY_CACHE_KINDS:
             chosen.update((resource["kind"], _key(resource)) for resource in resources)
@@ -75,7 +77,7 @@ def caches_for_vanished(index, vanished, compatibility="skip"):
                           if resource["kind"] == cache_kind and _key(resource)[0] == namespace)
         else:
             # Ours by its labels; a Pod by the labels of the claims it named.
-            owners = holders(_claims_held_for(index, obj) if kind == "Pod" else [obj])
+            owners = holders(claims if kind == "Pod" else [obj])
             if not owners and kind == "PersistentVolumeClaim":
                 chosen.update((resource["kind"], _key(resource)) for resource in resources
                               if resource["metadata"]["name"] == obj["metadata"]["name"])
