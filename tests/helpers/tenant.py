@@ -23,6 +23,8 @@ SERVICE_ACCOUNT = "tenant"
 OWNER_BINDING = "tenant-gkm-cache-owner"
 # The shortest lifetime the API server accepts; a test never outlives it.
 TOKEN_SECONDS = 600
+# For the tests on the real nodes, whose pods and scrubs take minutes more on a slow machine.
+REAL_NODES_TOKEN_SECONDS = 3600
 POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
 
 # (API prefix, plural) of the kinds the tenant manifests and the operator's RBAC hold; common/kube.py's table has
@@ -44,6 +46,16 @@ class Tenant:
     namespace: str
     kube: Kube = field(repr=False)
     api: client.ApiClient = field(repr=False)
+
+    @property
+    def core(self):
+        """The core API as the tenant."""
+        return client.CoreV1Api(self.api)
+
+    @property
+    def caches(self):
+        """The custom objects API (GKMCaches) as the tenant."""
+        return client.CustomObjectsApi(self.api)
 
     def gkmcaches_path(self, name=""):
         """The API path of the tenant's GKMCaches, or of the one named."""
@@ -100,22 +112,30 @@ def service_account_token(admin, namespace, service_account=SERVICE_ACCOUNT, sec
     return reply["status"]["token"]
 
 
-def service_account_client(admin_api, namespace, service_account=SERVICE_ACCOUNT):
-    """An ApiClient acting as a ServiceAccount: the admin's host and CA, its bearer token, no client certificate."""
+def service_account_client(admin_api, namespace, service_account=SERVICE_ACCOUNT, seconds=TOKEN_SECONDS):
+    """An ApiClient acting as a ServiceAccount: the admin's host and CA, its bearer token (valid `seconds`), no client
+    certificate."""
     admin = admin_api.configuration
     configuration = client.Configuration()
     configuration.host = admin.host
     configuration.ssl_ca_cert = admin.ssl_ca_cert
     configuration.verify_ssl = admin.verify_ssl
-    token = service_account_token(Kube(admin_api), namespace, service_account)
+    token = service_account_token(Kube(admin_api), namespace, service_account, seconds)
     configuration.api_key = {"authorization": "Bearer " + token}
     return client.ApiClient(configuration)
 
 
-def tenant_kube(admin_api, namespace):
+def tenant_kube(admin_api, namespace, seconds=TOKEN_SECONDS):
     """The tenant as a Tenant: its Kube reaches the API the way the collection does, as the tenant."""
-    api = service_account_client(admin_api, namespace)
+    api = service_account_client(admin_api, namespace, seconds=seconds)
     return Tenant(namespace=namespace, kube=Kube(api), api=api)
+
+
+def tenant_namespace(admin_api, namespace, pod_security, seconds=TOKEN_SECONDS):
+    """A namespace made for a tenant (apply_tenant) and the tenant acting in it; `seconds` for a token that must
+    outlive a module's tests."""
+    apply_tenant(Kube(admin_api), namespace, pod_security)
+    return tenant_kube(admin_api, namespace, seconds)
 
 
 def whoami(kube):

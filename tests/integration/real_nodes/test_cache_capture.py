@@ -30,7 +30,8 @@ from tests.helpers.capture_flow import (
     warmed_up,
 )
 from tests.helpers.modules import NODE_DISK, run_module
-from tests.helpers.real_nodes import AMD_NODE, BASELINE, delete_namespace, labelled_namespace, real_pod_template
+from tests.helpers.real_nodes import AMD_NODE, delete_namespace, real_pod_template
+from tests.helpers.tenant import REAL_NODES_TOKEN_SECONDS, tenant_namespace
 from tests.helpers.warmup_pods import cache_pod, distribute_cache, finished_run, start_with_overlay
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
@@ -40,9 +41,12 @@ COLD_NODE = "gkm-real-nvidia-1"
 
 @pytest.fixture(scope="module")
 def captured(sim, kube, crds, registry, real_nodes, tools_image, workload_image, overlay_webhook):
-    """The namespace, its signed cache of three kernels distributed, the cold pod's compile of the others done."""
-    core = client.CoreV1Api(kube)
-    namespace = labelled_namespace(core, "t-capture-%s" % uuid.uuid4().hex[:6], BASELINE)
+    """The namespace, its signed cache of three kernels distributed, the cold pod's compile of the others done. The
+    tenant (`edit` there, through its ServiceAccount's token) creates the GKMCache and the pods; the admin reconciles
+    and captures, as the playbooks do."""
+    tenant = tenant_namespace(kube, "t-capture-%s" % uuid.uuid4().hex[:6], "baseline", REAL_NODES_TOKEN_SECONDS)
+    namespace = tenant.namespace
+    core = tenant.core
     private, private_pem, public_pem = signing_key()
     others = lacking_labels(TARGET, HELD)
     try:
@@ -50,7 +54,7 @@ def captured(sim, kube, crds, registry, real_nodes, tools_image, workload_image,
         first = kcache_images.build_image(registry.host, "capture/%s" % namespace, "v1", kcache_images.CacheSpec(
             backend="hip", kernels=HELD, compiled=True))
         kcache_images.sign_cosign_v2(first, private)
-        distribute_cache(sim.kubeconfig, crds, namespace, CACHE, first.ref, tools_image,
+        distribute_cache(sim.kubeconfig, tenant.caches, namespace, CACHE, first.ref, tools_image,
                          signature_public_key=public_pem, signature_required=True)
         lines = warmed_up(core, namespace, "cold", timeout=300)
         [summary] = [line for line in lines if line.get("summary")]
@@ -64,7 +68,7 @@ def captured(sim, kube, crds, registry, real_nodes, tools_image, workload_image,
         removed = run_module("cache_distribute", sim.kubeconfig, name=CACHE, namespace=namespace, state="absent",
                              force=True, extract_image=tools_image, registry_plain_http=True,
                              host_path_root=NODE_DISK, pod_template=real_pod_template(), wait=True)
-        delete_namespace(core, namespace)
+        delete_namespace(client.CoreV1Api(kube), namespace)
         assert not removed.get("failed"), removed.get("msg")
 
 

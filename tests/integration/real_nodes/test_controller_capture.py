@@ -7,7 +7,8 @@ kernels. A pod on the AMD node given the cache and opted in with gkm.io/capture 
 others and exits; the controller reads the finished pod's kernels from its kernel-use sidecar's log, pushes the signed
 union and records it as the cache's spec.image; once the finished pod, which holds the claim of the first digest, is
 deleted, the controller distributes the new image; a new pod there hits all six. The cache's deletion is
-its finalizer's, with the controller still running."""
+its finalizer's, with the controller still running. The tenant (`edit` in the namespace, through its ServiceAccount's
+token) creates, reads and deletes the GKMCache and the pods; only the controller holds the admin's setting and key."""
 
 import json
 import re
@@ -29,7 +30,8 @@ from tests.helpers.capture_flow import CACHE, HELD, KERNELS, MOUNT, TARGET, sign
 from tests.helpers.controller_process import TEST_OPTIONS, Controller
 from tests.helpers.modules import NODE_DISK
 from tests.helpers.operator_caches import live, poll
-from tests.helpers.real_nodes import AMD_NODE, BASELINE, delete_namespace, labelled_namespace, real_pod_template
+from tests.helpers.real_nodes import AMD_NODE, delete_namespace, real_pod_template
+from tests.helpers.tenant import REAL_NODES_TOKEN_SECONDS, tenant_namespace
 from tests.helpers.warmup_pods import cache_pod, finished_run, start_with_overlay
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
@@ -57,8 +59,10 @@ def _serving_digest(core, namespace):
 
 def test_the_controller_captures_a_finished_opted_in_pod_and_distributes_what_it_compiled(
         sim, kube, crds, registry, real_nodes, tools_image, workload_image, overlay_webhook, tmp_path):
-    core = client.CoreV1Api(kube)
-    namespace = labelled_namespace(core, "t-ctl-capture-%s" % uuid.uuid4().hex[:6], BASELINE)
+    tenant = tenant_namespace(kube, "t-ctl-capture-%s" % uuid.uuid4().hex[:6], "baseline", REAL_NODES_TOKEN_SECONDS)
+    namespace = tenant.namespace
+    # From here on, everything the test does is the tenant's.
+    core, caches = tenant.core, tenant.caches
     private, private_pem, public_pem = signing_key()
     key_file = tmp_path / "cosign.key"
     key_file.write_text(private_pem)
@@ -74,11 +78,11 @@ def test_the_controller_captures_a_finished_opted_in_pod_and_distributes_what_it
                             capture=capture)
     try:
         controller.become_ready()
-        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+        caches.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
             "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
             "metadata": {"name": CACHE, "namespace": namespace},
             "spec": {"image": first.ref, "mountMode": "PVC", "podTemplate": real_pod_template()}})
-        poll("the first image distributed by the controller", lambda: _distributed(crds, namespace, first.digest),
+        poll("the first image distributed by the controller", lambda: _distributed(caches, namespace, first.digest),
              300)
         # Given the cache's three, opted in: it hits them, compiles the three others into its overlay and exits; its
         # kernel-use sidecar, stopped, writes them to its log as a capture frame.
@@ -89,8 +93,8 @@ def test_the_controller_captures_a_finished_opted_in_pod_and_distributes_what_it
         finished_at = time.monotonic()
         assert (ended.summary["hits"], ended.summary["misses"], ended.summary["errors"]) == (
             HELD, KERNELS - HELD, 0), ended.summary
-        captured = poll("the capture recorded as the cache's image", lambda: live(crds, namespace, CACHE)[
-            "spec"]["image"] != first.ref and live(crds, namespace, CACHE)["spec"]["image"], 120)
+        captured = poll("the capture recorded as the cache's image", lambda: live(caches, namespace, CACHE)[
+            "spec"]["image"] != first.ref and live(caches, namespace, CACHE)["spec"]["image"], 120)
         recorded_s = time.monotonic() - finished_at
         assert captured.startswith(repository + "@sha256:"), captured
         [capture_s] = [re.search(CAPTURED_LINE % (namespace, namespace, CACHE), line).group(1)
@@ -100,7 +104,7 @@ def test_the_controller_captures_a_finished_opted_in_pod_and_distributes_what_it
         # verifies the captured image's signature with the key's public half and extracts it.
         core.delete_namespaced_pod("finished", namespace, grace_period_seconds=0)
         digest = captured.split("@")[1]
-        poll("the captured image distributed", lambda: _distributed(crds, namespace, digest), 300)
+        poll("the captured image distributed", lambda: _distributed(caches, namespace, digest), 300)
         poll("the serving claim renewed at the captured digest", lambda: _serving_digest(core, namespace) == digest[
             len("sha256:"):][:12], 300)
         distributed_s = time.monotonic() - finished_at
@@ -115,8 +119,8 @@ def test_the_controller_captures_a_finished_opted_in_pod_and_distributes_what_it
     finally:
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         # The cache's finalizer is the controller's: it runs while the controller does.
-        if live(crds, namespace, CACHE) is not None:
-            crds.delete_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", CACHE)
-            poll("the cache's finalizer done", lambda: live(crds, namespace, CACHE) is None, 180)
+        if live(caches, namespace, CACHE) is not None:
+            caches.delete_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", CACHE)
+            poll("the cache's finalizer done", lambda: live(caches, namespace, CACHE) is None, 180)
         controller.stop()
-        delete_namespace(core, namespace)
+        delete_namespace(client.CoreV1Api(kube), namespace)

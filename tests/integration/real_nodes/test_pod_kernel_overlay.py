@@ -18,8 +18,10 @@ compiled and reported as another Triton version than the image's, not as a bare 
 and a pod mounting the PVC-mode cache itself by claim (gkm.io/pvc-mutation, its node's per-node PVC): the same overlay
 for its own mount, every kernel a hit (one miss for the cache lacking one).
 
-Each pod prints its warm-up lines, then `inspect` of its TRITON_CACHE_DIR (each kernel's group state); the times from
-pod creation to its end and the compile seconds are printed (docs/kernels.md, "Measured")."""
+The tenant (tests/helpers/tenant.py: `edit` in the namespace, through its ServiceAccount's token) creates the GKMCaches
+and the pods and reads their logs; the admin runs the reconcile, as the playbooks do. Each pod prints its warm-up
+lines, then `inspect` of its TRITON_CACHE_DIR (each kernel's group state); the times from pod creation to its end and
+the compile seconds are printed (docs/kernels.md, "Measured")."""
 
 import json
 import os
@@ -36,7 +38,8 @@ from ansible_collections.gkm.cluster.plugins.module_utils.kernels.image import L
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
 from tests.helpers.paths import ROOT
-from tests.helpers.real_nodes import AMD_NODE, BASELINE, delete_namespace, labelled_namespace, real_pod_template
+from tests.helpers.real_nodes import AMD_NODE, delete_namespace, real_pod_template
+from tests.helpers.tenant import REAL_NODES_TOKEN_SECONDS, tenant_namespace
 from tests.helpers.warmup_pods import cache_pod, cold_pod, finished_run, overlay_container, overlay_written, warmup_pod
 from tests.helpers.webhook import metric_value, wait_until
 from tests.integration.webhook.test_steering_apiserver import GROUP, VERSION, reconcile
@@ -61,10 +64,11 @@ def _cache_pod(name, image, cache, **extra):
 
 
 class Cluster:
-    """The module's namespace: its caches, and its pods run one at a time."""
+    """The module's namespace: its caches, and its pods run one at a time, as the tenant creates and reads them."""
 
-    def __init__(self, core, namespace, image, webhook):
-        self.core, self.namespace, self.image = core, namespace, image
+    def __init__(self, tenant, image, webhook):
+        self.namespace, self.image = tenant.namespace, image
+        self.core, self.caches = tenant.core, tenant.caches
         self.webhook = webhook  # (the local server, its CA)
         self.created = {}
 
@@ -102,8 +106,9 @@ def cluster(sim, kube, crds, registry, real_nodes, tools_image, workload_image, 
     """In each mode, a GKMCache of the hip kernels and one lacking a kernel (PVC: extracted onto the AMD node); the cold
     pod started first, so that the node pulls the workload image while they are extracted."""
     core = client.CoreV1Api(kube)
-    namespace = labelled_namespace(core, "t-real-overlay-%s" % uuid.uuid4().hex[:6], BASELINE)
-    made = Cluster(core, namespace, workload_image, overlay_webhook)
+    tenant = tenant_namespace(kube, "t-real-overlay-%s" % uuid.uuid4().hex[:6], "baseline", REAL_NODES_TOKEN_SECONDS)
+    namespace = tenant.namespace
+    made = Cluster(tenant, workload_image, overlay_webhook)
     try:
         made.create(cold_pod("cold", workload_image, AMD_NODE, TARGET))
         for mode in MODES:
@@ -111,7 +116,7 @@ def cluster(sim, kube, crds, registry, real_nodes, tools_image, workload_image, 
                 pushed = kcache_images.build_image(registry.host, "real-overlay/" + name, "v1", kcache_images.CacheSpec(
                     backend="hip", kernels=count, compiled=True))
                 spec = {"image": pushed.ref, "podTemplate": real_pod_template(), "mountMode": mode}
-                crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+                made.caches.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
                     "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
                     "metadata": {"name": name, "namespace": namespace}, "spec": spec})
                 reconciled = reconcile(sim, name, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
@@ -296,7 +301,7 @@ def _pin(requirements):
 
 
 def test_a_cache_another_triton_compiled_is_reported_as_another_version_not_as_a_silent_miss(
-        cluster, sim, crds, registry, tools_image):
+        cluster, sim, registry, tools_image):
     """A cache of the same six kernels by name, compiled by the previous Triton release (requirements/
     triton-previous.txt), given through the overlay as an image volume: the pod's Triton, the pin, finds none of them
     (triton_key() enters every kernel's key) and compiles all six into its overlay; the status says why for each, the
@@ -309,7 +314,7 @@ def test_a_cache_another_triton_compiled_is_reported_as_another_version_not_as_a
     pushed = kcache_images.build_image(registry.host, "real-overlay/" + cache, "v1", kcache_images.CacheSpec(
         backend="hip", kernels=KERNELS, compiled=True, triton_python=python))
     assert pushed.config["config"]["Labels"][LABEL_TRITON_VERSION] == previous, pushed.config
-    crds.create_namespaced_custom_object(GROUP, VERSION, cluster.namespace, "gkmcaches", {
+    cluster.caches.create_namespaced_custom_object(GROUP, VERSION, cluster.namespace, "gkmcaches", {
         "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
         "metadata": {"name": cache, "namespace": cluster.namespace},
         "spec": {"image": pushed.ref, "podTemplate": real_pod_template(), "mountMode": "imageVolume"}})

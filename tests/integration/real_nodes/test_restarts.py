@@ -17,15 +17,14 @@ from tests.helpers.modules import NODE_DISK, run_module
 from tests.helpers.operator_caches import GROUP, VERSION
 from tests.helpers.real_nodes import (
     AMD_NODE,
-    BASELINE,
     delete_namespace,
-    labelled_namespace,
     pod_logs,
     real_pod_template,
     run_daemonset,
     running_pods,
     unique,
 )
+from tests.helpers.tenant import REAL_NODES_TOKEN_SECONDS, tenant_namespace
 from tests.helpers.webhook import wait_until
 from tests.integration.webhook.test_webhook_in_cluster import install_server, real_options, remove
 
@@ -55,12 +54,15 @@ def reader_pod(core, namespace):
 
 def test_a_budget_holds_the_restart_until_it_allows_it_then_the_pod_reads_the_new_digest(
         sim, kube, crds, tools_image, images):
-    core, apps, policy = client.CoreV1Api(kube), client.AppsV1Api(kube), client.PolicyV1Api(kube)
-    namespace = labelled_namespace(core, unique("t-restart"), BASELINE)
+    # The tenant (`edit` in the namespace, through its ServiceAccount's token) owns the cache, the DaemonSet and the
+    # budget; the admin runs the reconcile and the webhook.
+    tenant = tenant_namespace(kube, unique("t-restart"), "baseline", REAL_NODES_TOKEN_SECONDS)
+    namespace, core, caches = tenant.namespace, tenant.core, tenant.caches
+    apps, policy = client.AppsV1Api(tenant.api), client.PolicyV1Api(tenant.api)
     name = unique("rs")
     webhook = real_options(unique("wh"), unique("gkm-wh"), tools_image, replicas=1, wait_timeout=180)
     old, new = images
-    crds.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+    caches.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
         "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache", "metadata": {"name": name},
         "spec": {"image": old.ref, "podTemplate": real_pod_template(), "upgradePolicy": {
             "maxUnavailable": 1, "restart": [{"kind": "DaemonSet", "name": "reader"}]}}})
@@ -82,7 +84,7 @@ def test_a_budget_holds_the_restart_until_it_allows_it_then_the_pod_reads_the_ne
         wait_until("the budget observed", lambda: (policy.read_namespaced_pod_disruption_budget(
             "reader", namespace).status.observed_generation or 0) >= 1, timeout=30)
 
-        crds.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"image": new.ref}})
+        caches.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"image": new.ref}})
         started = time.monotonic()
         held = reconcile(sim, tools_image, name, namespace, 45)
         held_s = time.monotonic() - started
@@ -117,5 +119,5 @@ def test_a_budget_holds_the_restart_until_it_allows_it_then_the_pod_reads_the_ne
         remove(sim.kubeconfig, webhook["name"], webhook["namespace"])
         run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=namespace,
                    state="absent", force=True, extract_image=tools_image, host_path_root=NODE_DISK)
-        crds.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        delete_namespace(core, namespace)
+        caches.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        delete_namespace(client.CoreV1Api(kube), namespace)

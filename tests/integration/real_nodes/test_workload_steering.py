@@ -8,7 +8,8 @@
 - a 2-replica Deployment naming a serving PVC whose cache moves to a new digest: its running pods keep reading the old
   files, a new pod naming the cache is rewritten to the alias serving PVC at the new digest and reads the new files,
   and once the Deployment is gone the serving PVC is renewed, the alias goes, and a new pod reads the new files.
-The files' hashes are read from the registry, not by our code."""
+The files' hashes are read from the registry, not by our code. The tenant (`edit` in each test's namespace, through
+its ServiceAccount's token) creates the GKMCaches and the workloads; the admin runs the reconcile and reads the Node."""
 
 import json
 import time
@@ -21,16 +22,15 @@ from kubernetes.client.exceptions import ApiException
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
 from tests.helpers.real_nodes import (
-    BASELINE,
     GPU_TOLERATION,
     ON_REAL_NODES,
     delete_namespace,
-    labelled_namespace,
     layer_files,
     pod_logs,
     real_pod_template,
     running_pods,
 )
+from tests.helpers.tenant import REAL_NODES_TOKEN_SECONDS, tenant_namespace
 from tests.helpers.webhook import CertificateFiles, LocalWebhookServer, install, wait_until
 from tests.integration.webhook.test_steering_apiserver import GROUP, VERSION, reconcile
 
@@ -76,12 +76,12 @@ def _reader(tools_image, command, **volume_source):
     return body
 
 
-def _cache(crds, registry, namespace, cache, seed, **spec):
+def _cache(caches, registry, namespace, cache, seed, **spec):
     """A hip cache image pushed and its GKMCache created with spec: (a kernel file's name, its sha256 in the
     registry)."""
     cache_spec = kcache_images.CacheSpec(backend="hip", kernels=2, seed=seed)
     pushed = kcache_images.build_image(registry.host, "real-steer/" + cache, "v1", cache_spec)
-    crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+    caches.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
         "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
         "metadata": {"name": cache, "namespace": namespace}, "spec": dict(spec, image=pushed.ref)})
     kernel = next(e.name for e in kcache_images.cache_entries(cache_spec)[0] if e.name.endswith(".llir"))
@@ -100,11 +100,11 @@ def _read_on_the_amd_node(core, namespace, expected, started, what):
 
 def test_a_bare_pod_naming_the_serving_pvc_is_steered_to_the_amd_node_and_reads_its_cache(
         sim, kube, crds, registry, real_nodes, tools_image, webhook):
-    core = client.CoreV1Api(kube)
-    namespace = labelled_namespace(core, "t-real-steer-%s" % uuid.uuid4().hex[:6], BASELINE)
+    tenant = tenant_namespace(kube, "t-real-steer-%s" % uuid.uuid4().hex[:6], "baseline", REAL_NODES_TOKEN_SECONDS)
+    namespace, core, caches = tenant.namespace, tenant.core, tenant.caches
     cache = "vector-add"
     try:
-        kernel, expected = _cache(crds, registry, namespace, cache, 21, podTemplate=real_pod_template())
+        kernel, expected = _cache(caches, registry, namespace, cache, 21, podTemplate=real_pod_template())
         reconciled = reconcile(sim, cache, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
         assert not reconciled.get("failed"), reconciled.get("msg")
 
@@ -120,16 +120,17 @@ def test_a_bare_pod_naming_the_serving_pvc_is_steered_to_the_amd_node_and_reads_
                              force=True, extract_image=tools_image, registry_plain_http=True,
                              host_path_root=NODE_DISK, pod_template=real_pod_template(), wait=True)
         assert not removed.get("failed"), removed.get("msg")
-        delete_namespace(core, namespace)
+        delete_namespace(client.CoreV1Api(kube), namespace)
 
 
 def test_an_annotated_pod_gets_an_image_volume_cache_is_steered_to_the_amd_node_and_reads_the_pulled_image(
         sim, kube, crds, registry, real_nodes, tools_image, webhook):
-    core = client.CoreV1Api(kube)
-    namespace = labelled_namespace(core, "t-real-imgvol-%s" % uuid.uuid4().hex[:6], BASELINE)
+    admin = client.CoreV1Api(kube)  # the Node, which a tenant cannot read, and the namespace
+    tenant = tenant_namespace(kube, "t-real-imgvol-%s" % uuid.uuid4().hex[:6], "baseline", REAL_NODES_TOKEN_SECONDS)
+    namespace, core, caches = tenant.namespace, tenant.core, tenant.caches
     cache = "by-image"
     try:
-        kernel, expected = _cache(crds, registry, namespace, cache, 22, mountMode="imageVolume")
+        kernel, expected = _cache(caches, registry, namespace, cache, 22, mountMode="imageVolume")
         resolved = reconcile(sim, cache, namespace)
         assert not resolved.get("failed") and resolved["resource"]["status"]["phase"] == "Resolved", \
             resolved.get("msg")
@@ -160,7 +161,7 @@ def test_an_annotated_pod_gets_an_image_volume_cache_is_steered_to_the_amd_node_
         # AMD node pulled the image and the reader, still running, mounts it.
         started = time.monotonic()
         wait_until("the AMD node's status listing the image", lambda: volume.image.reference in {
-            name for image in core.read_node(AMD_NODE).status.images or [] for name in image.names or []},
+            name for image in admin.read_node(AMD_NODE).status.images or [] for name in image.names or []},
             timeout=60, interval=1)
         print("image listed in the node's status %.1fs after the kernel was read" % (time.monotonic() - started))
         used = reconcile(sim, cache, namespace)
@@ -172,7 +173,7 @@ def test_an_annotated_pod_gets_an_image_volume_cache_is_steered_to_the_amd_node_
         assert (status["nodeInUseCnt"], status["podRunningCnt"], status["podOutdatedCnt"]) == (1, 1, 0)
     finally:
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        delete_namespace(core, namespace)
+        delete_namespace(admin, namespace)
 
 
 def _printed(core, namespace, name):
@@ -215,14 +216,15 @@ def _serving_digest(core, namespace, cache):
 
 def test_a_digest_change_under_a_deployment_keeps_its_files_and_new_pods_read_the_new_ones(
         sim, kube, crds, registry, real_nodes, tools_image, webhook):
-    core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
-    namespace = labelled_namespace(core, "t-real-kept-%s" % uuid.uuid4().hex[:6], BASELINE)
+    admin = client.CoreV1Api(kube)  # the Node, which a tenant cannot read, and the namespace
+    tenant = tenant_namespace(kube, "t-real-kept-%s" % uuid.uuid4().hex[:6], "baseline", REAL_NODES_TOKEN_SECONDS)
+    namespace, core, caches, apps = tenant.namespace, tenant.core, tenant.caches, client.AppsV1Api(tenant.api)
     cache = "kept"
     loop = ["sh", "-c", "while true; do sha256sum /kernels/%s; sleep 1; done" % MANIFEST]
     try:
         old_ref, old_sum = _pushed(registry, cache, "v1", 23)
         new_ref, new_sum = _pushed(registry, cache, "v2", 24)
-        crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
+        caches.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", {
             "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "GKMCache",
             "metadata": {"name": cache, "namespace": namespace},
             "spec": {"image": old_ref, "podTemplate": real_pod_template()}})
@@ -240,12 +242,12 @@ def test_a_digest_change_under_a_deployment_keeps_its_files_and_new_pods_read_th
         assert {_last_sum(core, namespace, p.metadata.name) for p in pods} == {old_sum}
 
         started = time.monotonic()
-        crds.patch_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", cache,
-                                            {"spec": {"image": new_ref}})
+        caches.patch_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", cache,
+                                              {"spec": {"image": new_ref}})
         moved = reconcile(sim, cache, namespace, extract_image=tools_image, wait=True, wait_timeout=240)
         assert not moved.get("failed"), moved.get("msg")
         new_short = moved["resource"]["status"]["resolvedDigest"].split(":")[1][:12]
-        node = core.read_node(AMD_NODE)
+        node = admin.read_node(AMD_NODE)
         assert node.metadata.labels["cache.gkm.io/%s.%s" % (namespace, cache)] == new_short
         old_short = _serving_digest(core, namespace, cache)
         assert old_short != new_short  # the serving PVC is kept at the old digest while the replicas mount it
@@ -304,7 +306,7 @@ def test_a_digest_change_under_a_deployment_keeps_its_files_and_new_pods_read_th
                              force=True, extract_image=tools_image, registry_plain_http=True,
                              host_path_root=NODE_DISK, pod_template=real_pod_template(), wait=True)
         assert not removed.get("failed"), removed.get("msg")
-        delete_namespace(core, namespace)
+        delete_namespace(admin, namespace)
 
 
 def _admitted(core, namespace, body):
