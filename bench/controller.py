@@ -309,6 +309,8 @@ def main():
     parser.add_argument("--paths", default="controller,playbook",
                         help="the contenders, comma-separated (one alone: a quick look, not a comparison)")
     parser.add_argument("--output", default=RESULTS)
+    parser.add_argument("--add", action="store_true",
+                        help="keep the points of other sizes already in --output (each point has its own loads)")
     args = parser.parse_args()
     args.paths = args.paths.split(",")
     load_start = os.getloadavg()
@@ -329,13 +331,15 @@ def main():
         raw.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     image = kcache_images.build_image(state["registry"], "bench/controller", "v1",
                                       kcache_images.CacheSpec(backend="hip"))
+    sizes = sorted(int(size) for size in args.sizes.split(","))
+    kept = points_kept(args.output, sizes) if args.add else []
     points = []
     with tempfile.TemporaryDirectory(prefix="gkm-bench-controller-") as workdir:
         # kwok runs no containers: any tools image reference does, as long as both paths give the same one.
         controller_path = ControllerPath(raw, kubeconfig, scale.OPTIONS["extract_image"], image.ref, workdir,
                                          args.timeout, args.resync_seconds or args.idle_seconds)
         try:
-            for nodes in sorted(int(size) for size in args.sizes.split(",")):
+            for nodes in sizes:
                 scale.resize_nodes(raw, nodes)
                 pool = [node["metadata"]["name"] for node in raw.list(
                     "Node", label_selector="%s=%s" % (scale.BENCH_LABEL, scale.NODE_GROUP), metadata_only=True)]
@@ -350,12 +354,22 @@ def main():
                             playbook_rounds.append(scale.measure(kubeconfig, raw, image.ref, nodes, 1))
                 points.append(point(nodes, controller_rounds, playbook_rounds, load_before,
                                     [round(x, 2) for x in os.getloadavg()]))
-                write_results(points, args, load_start)  # each size as it is measured
+                # Each size as it is measured.
+                write_results(sorted(kept + points, key=lambda found: found["nodes"]), args, load_start)
         finally:
             if not args.keep_nodes:
                 scale.resize_nodes(raw, 0)
     with open(args.output) as handle:
         print(handle.read())
+
+
+def points_kept(path, sizes):
+    """The points of an earlier run's results at `path` for sizes this run does not measure."""
+    try:
+        with open(path) as handle:
+            return [found for found in json.load(handle)["points"] if found["nodes"] not in sizes]
+    except FileNotFoundError:
+        return []
 
 
 def write_results(points, args, load_start):
