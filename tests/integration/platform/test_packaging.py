@@ -77,6 +77,9 @@ def test_tarball_holds_only_what_an_installed_collection_uses(tarball):
     assert {"plugins", "roles", "playbooks", "meta", "changelogs", "containers", "docs",
             "requirements.txt", "bindep.txt", "MANIFEST.json", "README.md", "LICENSE"} <= tops
     assert not tops & {"tests", "molecule", "tools", "bench", "requirements", ".ci", "Makefile", "pyproject.toml"}
+    # Nothing of the checkout's own state: venvs (make test-lowest and test-highest build two while the lanes
+    # run), caches, the simulators' directories.
+    assert not [top for top in tops if top.startswith(".")], sorted(tops)
     assert "inventories/sim" not in names and {"inventories/hardware", "inventories/kind"} <= names
     assert "meta/execution-environment.yml" in names and "changelogs/changelog.yaml" in names
     assert not any(name.startswith("changelogs/fragments") for name in names)
