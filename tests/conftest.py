@@ -150,14 +150,12 @@ def tenant(kube, request):
     `edit` there (tests/fixtures/tenant), and a Tenant whose clients carry that ServiceAccount's TokenRequest token,
     never the admin's certificate. The namespace is deleted (without waiting) afterwards."""
     from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
-    from tests.helpers.tenant import apply_tenant, tenant_kube
+    from tests.helpers.tenant import tenant_namespace
 
     base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:36].strip("-")
     name = "tn-%s-%s" % (base, uuid.uuid4().hex[:5])
-    admin = Kube(kube)
-    apply_tenant(admin, name)
-    yield tenant_kube(kube, name)
-    admin.request("DELETE", "/api/v1/namespaces/%s" % name)
+    yield tenant_namespace(kube, name, "restricted")
+    Kube(kube).request("DELETE", "/api/v1/namespaces/%s" % name)
 
 
 @pytest.fixture(scope="session")
