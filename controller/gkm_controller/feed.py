@@ -1,5 +1,5 @@
-"""The index fed by watch events: each event kopf delivers for a watched kind goes to the ClusterIndex once (the
-Nodes' come from the controller's own watch, node_watch.py).
+"""The index fed by watch events: each event of a watched kind goes to the ClusterIndex once, delivered by kopf or
+by the controller's own list-and-watch (kind_watch.py, node_watch.py), which kind by which is decided here.
 
 kopf passes the raw event ({"type": ..., "object": ...}); objects of its initial listing come with type None and
 carry their kind (kopf sets it from the list's kind). What a changed object wakes is the index's business
@@ -23,9 +23,13 @@ EVENT_TYPES = (None, "ADDED", "MODIFIED", "DELETED")
 # after itself is checked against everyone's PVCs of that name (facts/cluster.py, the rivals and named claims).
 MANAGED_ONLY = ("PersistentVolume", "Job", "Secret")
 MANAGED_SELECTOR = "%s=%s" % (MANAGED_BY_LABEL, MANAGER)
-# Kinds the controller watches itself, not through kopf: a Node heartbeat costs a parse and a comparison there, where
-# kopf's per-event processing cost about 1.9 ms (docs/controller-design.md, section 10).
-OWN_WATCHES = ("Node",)
+# Kinds the controller watches itself, not through kopf: those whose objects grow with the nodes and the pods. An
+# event costs a parse and a comparison there, where kopf's per-event processing cost about 1.9 ms
+# (docs/controller-design.md, section 10), and a paged listing that outlives its continue token is listed again, where
+# it stops kopf. kopf keeps the caches (its handlers) and the kinds counted per cluster or namespace; a Namespace
+# always lists, so kopf's first event handler call is its readiness gate (handlers.Controller.watched).
+OWN_WATCHES = ("Node", "PersistentVolumeClaim", "PersistentVolume", "Job", "Pod",
+               *sorted(kind for kind, _plural, _namespaced in NODE_KINDS.values()))
 
 
 def watched_kinds():
@@ -43,6 +47,17 @@ def watched_kinds():
     kinds = dict(core, **ours)
     assert set(kinds) == set(INDEXED_KINDS), sorted(set(kinds) ^ set(INDEXED_KINDS))
     return {kind: (*kinds[kind], MANAGED_SELECTOR if kind in MANAGED_ONLY else None) for kind in INDEXED_KINDS}
+
+
+def collection_path(group, version, plural):
+    """The API path of a kind's objects in every namespace."""
+    return "/apis/%s/%s/%s" % (group, version, plural) if group else "/api/%s/%s" % (version, plural)
+
+
+def own_watches():
+    """{kind: (collection path, server-side label selector or None)} of the OWN_WATCHES, in their order."""
+    kinds = watched_kinds()
+    return {kind: (collection_path(*kinds[kind][:3]), kinds[kind][3]) for kind in OWN_WATCHES}
 
 
 def kopf_kinds():

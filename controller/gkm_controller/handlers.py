@@ -1,13 +1,15 @@
 """kopf's side of the controller: its settings and the handlers, registered on a registry the caller passes (never
 kopf's default one at import), so a test or a second operator task builds its own.
 
-- Every kind the index holds but the Nodes (feed.kopf_kinds) has an index handler, which feeds the ClusterIndex before
-  kopf's readiness gate: no cache handler runs before each of these kinds' initial listing is in the index.
-  Deletions reach the index through an event handler (kopf calls no index handler for them).
-- Pods: each one listed, added or modified also goes to Controller.on_pod (captures.py: a finished pod opted in to
-  capture).
-- Nodes: the controller's own watch (node_watch.NodeWatch) feeds them; the cache handlers wait for its first listing
-  (Controller.nodes_listed), the same guarantee kopf's gate gives for the other kinds.
+- Every kind kopf watches for the index (feed.kopf_kinds: the caches, Namespaces, StorageClasses, our Secrets) has an
+  index handler, which feeds the ClusterIndex before kopf's readiness gate: no cache handler runs before each of
+  these kinds' initial listing is in the index. Deletions reach the index through an event handler (kopf calls no
+  index handler for them).
+- The kinds that grow with the nodes and the pods (feed.OWN_WATCHES) are the controller's own watches
+  (kind_watch.KindWatch, node_watch.NodeWatch); the cache handlers wait for the first listing of every one of them
+  (Controller.own_listed), the same guarantee kopf's gate gives for its kinds. Pods: each one listed, added or
+  modified goes to Controller.on_pod (captures.py: a finished pod opted in to capture), each one deleted that held a
+  cache's claim to Controller.released (Controller.pod_event).
 - Cache kinds: create, update and resume reconcile the cache, and refuse to for one with a deletion timestamp; a
   reconcile that ended before the cache settled (reconciles.under_way) is handed to `recheck` (the coalescer's
   follow, the controller's one retry path), not retried by kopf;
@@ -20,7 +22,6 @@ import threading
 
 import kopf
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import LIST_PAGE_SIZE
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_FINALIZER,
     CACHE_KINDS,
@@ -30,13 +31,13 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 )
 
 from .deletion import deletion_requested
-from .feed import feed, kopf_kinds
+from .feed import OWN_WATCHES, feed, kopf_kinds
 from .relist import caches_for_vanished
 
 LOG = logging.getLogger(__name__)
-# How long a cache handler waits for the Nodes' first listing before kopf is told to retry it later (a listing that
-# fails for that long: the node watch logs why).
-NODES_LISTED_WAIT_SECONDS = 60
+# How long a cache handler waits for the own watches' first listings before kopf is told to retry it later (a listing
+# that fails for that long: its watch logs why).
+OWN_LISTED_WAIT_SECONDS = 60
 
 
 def selector_key(group, version, plural):
@@ -57,7 +58,9 @@ def configure(settings):
     # The kinds are known and their CRDs installed before the controller: no watch of every CRD (a cluster-wide read
     # the controller's ClusterRole does not grant), the resources discovered once at start.
     settings.scanning.disabled = True
-    settings.watching.chunk_size = LIST_PAGE_SIZE
+    # kopf's kinds are few (the caches, Namespaces, StorageClasses, our Secrets): each listed in one request, so no
+    # continue token can expire mid-listing (a 410 there stops kopf; the own watches list again).
+    settings.watching.chunk_size = None
     for _kind, (group, version, plural, selector) in sorted(kopf_kinds().items()):
         if selector:
             settings.watching.label_selectors[selector_key(group, version, plural)] = selector
@@ -68,9 +71,10 @@ class Controller:
 
     index: the ClusterIndex. reconcile(kind, body, finalizing) runs one cache's reconcile (the pipeline over
     IndexSource, writing through a GuardedKube), in kopf's executor threads (sync handlers), never on its event loop.
-    nodes_listed: set by nodes_in(), the node watch's first listing in the index; the cache handlers wait for it.
-    ready: set once kopf's kinds (its first event handler call: kopf holds them until every indexed kind's initial
-    listing is in, and the Namespaces always list some) and the Nodes are in: the moment the controller may plan;
+    own_listed: set by kind_listed(kind) once every own watch's first listing is in the index; the cache handlers wait
+    for it. ready: set once kopf's kinds (its first event handler call: kopf holds them until every kind it indexes
+    has its initial listing in, and the Namespaces always list some) and the own watches' are in: the moment the
+    controller may plan;
     on_ready() is called then, once. recheck(kind, body, result): called after each reconcile of a changed cache,
     to run it again when it ended before the cache settled (coalesce.Coalescer.follow). on_pod(pod): called with
     every Pod the watch delivers, listed, added or modified (captures.Captures.pod_changed), or None.
@@ -84,7 +88,8 @@ class Controller:
         self.recheck = recheck
         self.on_pod = on_pod
         self.released = released
-        self.nodes_listed = threading.Event()
+        self.own_listed = threading.Event()
+        self._own_pending = set(OWN_WATCHES)
         self.ready = threading.Event()
         self.on_ready = on_ready
         self._kopf_listed = False
@@ -92,16 +97,18 @@ class Controller:
 
     # ---------------------------------------------------------------- caches
 
-    def _wait_for_nodes(self):
-        if not self.nodes_listed.wait(NODES_LISTED_WAIT_SECONDS):
-            raise kopf.TemporaryError("the Nodes are not listed into the index yet", delay=5)
+    def _wait_for_own_listings(self):
+        if not self.own_listed.wait(OWN_LISTED_WAIT_SECONDS):
+            with self._ready_lock:
+                pending = sorted(self._own_pending)
+            raise kopf.TemporaryError("not listed into the index yet: %s" % ", ".join(pending), delay=5)
 
     def cache_changed(self, kind, body):
         """create, update, resume: reconcile, unless the cache is being deleted (then only the finalizer writes)."""
         if deletion_requested(body):
             LOG.info("%s %s is being deleted: nothing but its finalizer runs", kind, body["metadata"]["name"])
             return None
-        self._wait_for_nodes()
+        self._wait_for_own_listings()
         result = self.reconcile(kind, body, False)
         if self.recheck:
             self.recheck(kind, body, result)
@@ -109,7 +116,7 @@ class Controller:
 
     def cache_deleted(self, kind, body):
         """The finalizer: the cache's objects removed (today's state=absent reconcile); kopf then drops the mark."""
-        self._wait_for_nodes()
+        self._wait_for_own_listings()
         return self.reconcile(kind, body, True)
 
     # ---------------------------------------------------------------- the index
@@ -117,14 +124,17 @@ class Controller:
     def indexed(self, kind, body):
         feed(self.index, {"type": "MODIFIED", "object": dict(body)}, kind)
 
-    def nodes_in(self):
-        """The node watch's first listing is in the index."""
-        self.nodes_listed.set()
+    def kind_listed(self, kind):
+        """The first listing of one of the own watches' kinds is in the index."""
+        with self._ready_lock:
+            self._own_pending.discard(kind)
+            if not self._own_pending:
+                self.own_listed.set()
         self._open()
 
     def _open(self):
         with self._ready_lock:
-            if self.ready.is_set() or not (self._kopf_listed and self.nodes_listed.is_set()):
+            if self.ready.is_set() or not (self._kopf_listed and self.own_listed.is_set()):
                 return
             self.ready.set()
         if self.on_ready:
@@ -136,14 +146,21 @@ class Controller:
             self._open()
         if event.get("type") == "DELETED":
             feed(self.index, event, kind)
-            if kind == "Pod" and self.released:
-                pod = event["object"]["metadata"]
-                for resource in caches_for_vanished(self.index, [dict(event["object"], kind=kind)]):
-                    LOG.info("pod %s/%s gone: it held a claim of %s %s, re-planned", pod.get("namespace"),
-                             pod.get("name"), resource["kind"], resource["metadata"]["name"])
-                    self.released(resource["kind"], resource)
-        elif kind == "Pod" and self.on_pod:
-            self.on_pod(event["object"])
+
+    def pod_event(self, event_type, pod):
+        """A Pod event the own watch put in the index (None: listed): a deleted pod that held a cache's claim
+        re-plans that cache (released), any other goes to on_pod."""
+        if event_type != "DELETED":
+            if self.on_pod:
+                self.on_pod(pod)
+            return
+        if not self.released:
+            return
+        metadata = pod["metadata"]
+        for resource in caches_for_vanished(self.index, [pod]):
+            LOG.info("pod %s/%s gone: it held a claim of %s %s, re-planned", metadata.get("namespace"),
+                     metadata.get("name"), resource["kind"], resource["metadata"]["name"])
+            self.released(resource["kind"], resource)
 
 
 def register(registry, controller):

@@ -4,8 +4,9 @@ ansible_collections.gkm.cluster.
 
 kopf's operator loop, cluster-wide and standalone (no peering), with this package's handlers and settings; a cache's
 create, update, resume and delete run the collection's reconcile (distribute/reconcile.py) over the index, writing
-through the deletion guard; the Nodes are watched by the controller's own loop (node_watch.py), and a Node event that
-passes the filter has the caches it affects reconciled whole, coalesced over 0.5 s, on an executor of its own; every
+through the deletion guard; the kinds that grow with the nodes and the pods are watched by the controller's own loops
+(kind_watch.py, node_watch.py; feed.OWN_WATCHES), and a Node event that passes the filter has the caches it affects
+reconciled whole, coalesced over 0.5 s, on an executor of its own; every
 --resync-seconds each cache is reconciled again from the index (resync.py: no LIST, no write when nothing differs);
 with --capture, each finished pod opted in to capture into a cache the admin allows is captured once (captures.py).
 kopf (and with it the node watch and the resync) starts only once this replica holds the Lease gkm-cluster-operator
@@ -21,6 +22,7 @@ own answer while the replica waits for the Lease, kopf's liveness endpoint once 
 
 import argparse
 import copy
+import functools
 import http.server
 import json
 import logging
@@ -43,6 +45,8 @@ from . import handlers
 from .captures import Captures, capture_settings
 from .coalesce import Coalescer
 from .deletion import deletion_requested
+from .feed import OWN_WATCHES, own_watches
+from .kind_watch import KindWatch
 from .lease import LeaseDeadline, LeaseElector
 from .lease_loop import LeaseLoop
 from .node_reconciles import NodeReconciles
@@ -128,9 +132,10 @@ def connection_info(configuration):
                                certificate_path=configuration.cert_file, private_key_path=configuration.key_file)
 
 
-def build(args, api_client, started=None, lease=None):
-    """(registry, settings, controller, node watch, resync) for kopf.run, every part wired; lease: the LeaseDeadline
-    every reconcile's write is checked against. kopf's startup starts the node watch and the resync (once this
+def build(args, api_client, started=None, lease=None, watch_client=None):
+    """(registry, settings, controller, own watches {kind: watch}, resync) for kopf.run, every part wired; lease: the
+    LeaseDeadline every reconcile's write is checked against; watch_client: the ApiClient of the own watches (each
+    holds a connection open), else api_client. kopf's startup starts the own watches and the resync (once this
     replica leads), its cleanup stops them."""
     started = time.monotonic() if started is None else started
     index = ClusterIndex()
@@ -154,19 +159,28 @@ def build(args, api_client, started=None, lease=None):
                                      on_pod=captures.pod_changed if captures else None, released=coalescer.submit)
     resync = Resync(index, reconciler, args.resync_seconds, controller.ready, coalescer.follow)
     compatibility = args.options["compatibility"]
-    nodes = NodeWatch(Kube(api_client), index, NodeReconciles(index, coalescer.submit, compatibility),
-                      coalescer.submit, compatibility, on_listed=controller.nodes_in)
+    watch_kube = Kube(watch_client or api_client)
+    watches = {"Node": NodeWatch(watch_kube, index, NodeReconciles(index, coalescer.submit, compatibility),
+                                 coalescer.submit, compatibility, on_listed=functools.partial(controller.kind_listed,
+                                                                                             "Node"))}
+    for kind, (path, selector) in own_watches().items():
+        if kind not in watches:
+            watches[kind] = KindWatch(watch_kube, index, kind, path, coalescer.submit, selector, compatibility,
+                                      on_event=controller.pod_event if kind == "Pod" else None,
+                                      on_listed=functools.partial(controller.kind_listed, kind))
     registry = handlers.register(kopf.OperatorRegistry(), controller)
 
     def login(**_):
         return connection_info(api_client.configuration)
 
     def start_loops(**_):
-        nodes.start()
+        for watch in watches.values():
+            watch.start()
         resync.start()
 
     def stop_loops(**_):
-        nodes.stop()
+        for watch in watches.values():
+            watch.stop()
         resync.stop()
         if captures:
             captures.stop()
@@ -177,7 +191,7 @@ def build(args, api_client, started=None, lease=None):
     settings = kopf.OperatorSettings()
     handlers.configure(settings)
     settings.execution.max_workers = args.workers
-    return registry, settings, controller, nodes, resync
+    return registry, settings, controller, watches, resync
 
 
 class _Alive(http.server.BaseHTTPRequestHandler):
@@ -237,7 +251,10 @@ def main(argv=None):
     # Up to `workers` reconciles at once, each sending up to DEFAULT_WORKERS requests at once.
     api_client = api_client_from_kubeconfig(args.kubeconfig, args.context, workers=args.workers * DEFAULT_WORKERS)
     loop = lead(args, api_client)
-    registry, settings, _controller, _nodes, _resync = build(args, api_client, started, lease=loop.elector.deadline)
+    # Each own watch holds a connection open: a pool of their own, so none takes the reconciles'.
+    watch_client = api_client_from_kubeconfig(args.kubeconfig, args.context, workers=len(OWN_WATCHES))
+    registry, settings, _controller, _watches, _resync = build(args, api_client, started, lease=loop.elector.deadline,
+                                                               watch_client=watch_client)
     LOG.info("starting: tools image %s, %d workers", args.options.get("extract_image") or "(none)", args.workers)
     liveness = "http://0.0.0.0:%d%s" % (args.probe_port, PROBE_PATH) if args.probe_port else None
     # identity: kopf's own default asks the passwd database, where the image's uid 1000 has no entry.

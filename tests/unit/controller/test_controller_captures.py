@@ -85,12 +85,11 @@ def test_a_finished_pod_opted_in_to_an_allowed_cache_is_captured_once_and_no_oth
         captures.stop()
 
 
-def test_the_pod_watch_hands_listed_added_and_modified_pods_to_the_capture_and_deleted_ones_to_the_index_only():
+def test_the_pod_watch_hands_listed_added_and_modified_pods_to_the_capture_and_not_deleted_ones():
     seen = []
     controller = handlers.Controller(ClusterIndex(), lambda *args: None, on_pod=seen.append)
     for event_type in (None, "ADDED", "MODIFIED", "DELETED"):
-        controller.watched("Pod", {"type": event_type, "object": pod(uid=str(event_type))})
-    controller.watched("PersistentVolumeClaim", {"type": "ADDED", "object": pod(uid="claim")})
+        controller.pod_event(event_type, pod(uid=str(event_type)))
     assert [obj["metadata"]["uid"] for obj in seen] == ["None", "ADDED", "MODIFIED"]
 
 

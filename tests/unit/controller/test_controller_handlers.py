@@ -1,6 +1,6 @@
 """The controller's kopf registration (controller/gkm_controller/handlers.py) and what its handlers do, driven
-without a cluster: every indexed kind but the Nodes feeds the index before kopf's readiness gate, no cache handler
-reconciles before the Nodes' first listing is in, a cache being deleted is reconciled by its finalizer only, a cache not
+without a cluster: every kind kopf watches feeds the index before kopf's readiness gate, no cache handler reconciles
+before every own watch's first listing is in, a cache being deleted is reconciled by its finalizer only, a cache not
 settled is handed to the one retry path (not kopf's), and kopf keeps today's finalizer name.
 
 kopf 1.45.2 is pinned in requirements/dev.txt for Python 3.11 and later; without it this file skips."""
@@ -18,6 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index
     ClusterIndex,
 )
 from controller.gkm_controller import handlers  # noqa: E402
+from controller.gkm_controller.feed import MANAGED_SELECTOR, OWN_WATCHES, watched_kinds  # noqa: E402
 
 
 def cache(deleting=False):
@@ -38,8 +39,9 @@ def controller():
 
 @pytest.fixture
 def listed(controller):
-    """The controller once the node watch's first listing is in."""
-    controller.nodes_in()
+    """The controller once every own watch's first listing is in."""
+    for kind in OWN_WATCHES:
+        controller.kind_listed(kind)
     return controller
 
 
@@ -48,8 +50,10 @@ def test_every_kind_gets_an_index_and_an_event_handler_and_the_caches_a_finalize
     registry = handlers.register(kopf.OperatorRegistry(), controller)
     indexing = registry._indexing.get_all_handlers()
     watching = registry._watching.get_all_handlers()
-    assert len(indexing) == len(watching) == len(INDEXED_KINDS) - 1
-    assert not [h for h in indexing + watching if h.selector.plural == "nodes"]  # the controller's own watch
+    assert len(indexing) == len(watching) == len(INDEXED_KINDS) - len(OWN_WATCHES)
+    own_plurals = {plural for _group, _version, plural, _selector in
+                   (watched_kinds()[kind] for kind in OWN_WATCHES)}
+    assert not [h for h in indexing + watching if h.selector.plural in own_plurals]  # the controller's own watches
     changing = registry._changing.get_all_handlers()
     deletes = [h for h in changing if h.reason is not None and h.reason.value == "delete"]
     assert len(deletes) == 2 and all(h.requires_finalizer for h in deletes)  # not optional: kopf keeps the mark
@@ -68,27 +72,31 @@ def test_settings_keep_todays_finalizer_and_write_no_event_for_a_success():
     assert settings.persistence.diffbase_storage.prefix == "gkm.io"
     assert settings.posting.level == logging.WARNING
     assert settings.peering.standalone is True
-    assert len(list(settings.watching.label_selectors)) == 3
+    assert list(settings.watching.label_selectors.values()) == [MANAGED_SELECTOR]  # our Secrets only
+    assert settings.watching.chunk_size is None  # kopf's few objects in one request: no continue token to expire
 
 
-def test_no_cache_handler_reconciles_before_the_nodes_first_listing_is_in(controller):
+def test_no_cache_handler_reconciles_before_every_own_watchs_first_listing_is_in(controller):
     handled = threading.Thread(target=controller.cache_changed, args=("GKMCache", cache()))
     handled.start()
-    handled.join(0.2)
-    assert handled.is_alive() and controller.calls["reconcile"] == []  # waiting for the Nodes
     controller.watched("Namespace", {"type": None, "object": {"metadata": {"name": "default"}}})
-    assert not controller.ready.is_set()  # kopf's kinds are in, the Nodes not yet
-    controller.nodes_in()
+    for kind in OWN_WATCHES[:-1]:
+        controller.kind_listed(kind)
+    handled.join(0.2)
+    assert handled.is_alive() and controller.calls["reconcile"] == []  # waiting for the last own watch
+    assert not controller.ready.is_set()  # kopf's kinds are in, one own watch's not yet
+    controller.kind_listed(OWN_WATCHES[-1])
     handled.join(5)
     assert controller.calls["reconcile"] == [("GKMCache", "vector-add", False)]
     assert controller.ready.is_set() and controller.calls["ready"] == [True]
-    controller.nodes_in()
+    controller.kind_listed("Node")
     assert controller.calls["ready"] == [True]  # once
 
 
 def test_a_listing_that_never_comes_has_kopf_retry_the_handler(controller, monkeypatch):
-    monkeypatch.setattr(handlers, "NODES_LISTED_WAIT_SECONDS", 0.01)
-    with pytest.raises(kopf.TemporaryError):
+    monkeypatch.setattr(handlers, "OWN_LISTED_WAIT_SECONDS", 0.01)
+    controller.kind_listed("Node")
+    with pytest.raises(kopf.TemporaryError, match="Job"):
         controller.cache_deleted("GKMCache", cache(deleting=True))
     assert controller.calls["reconcile"] == []
 
@@ -115,12 +123,12 @@ def test_every_reconcile_of_a_changed_cache_is_handed_to_the_one_retry_path_and_
 
 
 def test_deletions_reach_the_index_through_the_event_handler(controller):
-    pvc = {"kind": "PersistentVolumeClaim", "metadata": {"name": "c", "namespace": "team-a"}}
-    controller.indexed("PersistentVolumeClaim", pvc)
-    controller.watched("PersistentVolumeClaim", {"type": "MODIFIED", "object": pvc})
-    assert controller.index.count("PersistentVolumeClaim") == 1
-    controller.watched("PersistentVolumeClaim", {"type": "DELETED", "object": pvc})
-    assert controller.index.count("PersistentVolumeClaim") == 0
+    secret = {"kind": "Secret", "metadata": {"name": "c", "namespace": "team-a"}}
+    controller.indexed("Secret", secret)
+    controller.watched("Secret", {"type": "MODIFIED", "object": secret})
+    assert controller.index.count("Secret") == 1
+    controller.watched("Secret", {"type": "DELETED", "object": secret})
+    assert controller.index.count("Secret") == 0
 
 
 def test_a_deleted_pod_hands_the_cache_whose_claim_it_named_to_the_reconcile():
@@ -131,9 +139,10 @@ def test_a_deleted_pod_hands_the_cache_whose_claim_it_named_to_the_reconcile():
     labels = {"gkm.io/cache": "vector-add", "gkm.io/cache-namespace": "team-a"}
     controller.indexed("PersistentVolumeClaim", {"kind": "PersistentVolumeClaim", "metadata": {
         "name": "vector-add", "namespace": "team-a", "labels": labels}})
-    pod = {"metadata": {"name": "w", "namespace": "team-a"},
+    pod = {"kind": "Pod", "metadata": {"name": "w", "namespace": "team-a"},
            "spec": {"volumes": [{"name": "c", "persistentVolumeClaim": {"claimName": "vector-add"}}]}}
-    controller.watched("Pod", {"type": "MODIFIED", "object": pod})
+    controller.pod_event("MODIFIED", pod)
     assert released == []
-    controller.watched("Pod", {"type": "DELETED", "object": pod})
+    controller.pod_event("DELETED", pod)
     assert released == [("GKMCache", "vector-add")]
+

@@ -18,6 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args
     DISTRIBUTION_ARG_SPEC,
 )
 from controller.gkm_controller import main  # noqa: E402
+from controller.gkm_controller.feed import MANAGED_SELECTOR, OWN_WATCHES  # noqa: E402
 from controller.gkm_controller.lease import LeaseDeadline  # noqa: E402
 from controller.gkm_controller.reconciles import Reconciler  # noqa: E402
 
@@ -85,7 +86,8 @@ def test_kopf_reaches_the_api_server_as_the_client_does():
 def test_build_wires_the_reconciler_the_node_path_and_kopfs_settings():
     args = main.parse_args(["--tools-image", "t:1", "--workers", "4"], {})
     deadline = LeaseDeadline()
-    registry, settings, controller, nodes, resync = main.build(args, client.ApiClient(), lease=deadline)
+    registry, settings, controller, watches, resync = main.build(args, client.ApiClient(), lease=deadline)
+    nodes = watches["Node"]
     assert isinstance(controller.reconcile, Reconciler) and controller.reconcile.options == args.options
     assert controller.reconcile.lease is deadline  # every reconcile's write is checked against the Lease
     assert nodes.node_changed.submit.__self__.run is controller.reconcile  # the coalescer runs the reconciler
@@ -97,9 +99,13 @@ def test_build_wires_the_reconciler_the_node_path_and_kopfs_settings():
     assert resync.period == 300 and main.parse_args(["--resync-seconds", "2"], {}).resync_seconds == 2
     assert main.parse_args([], {"GKM_RESYNC_SECONDS": "30"}).resync_seconds == 30
     assert settings.execution.max_workers == 4 and settings.persistence.finalizer == "gkm.io/cache-cleanup"
-    # the login, and the node watch started and stopped with kopf (which starts once this replica leads)
+    # the login, and the own watches started and stopped with kopf (which starts once this replica leads)
     assert len(registry._activities.get_all_handlers()) == 3
+    assert list(watches) == list(OWN_WATCHES) and all(watch.index is controller.index for watch in watches.values())
+    assert watches["Job"].label_selector == MANAGED_SELECTOR and watches["PersistentVolumeClaim"].label_selector is None
+    assert watches["Pod"].on_event == controller.pod_event and watches["Job"].on_event is None
     controller.watched("Namespace", {"type": None, "object": {"metadata": {"name": "default"}}})
-    assert not controller.ready.is_set()
-    nodes.on_listed()
-    assert controller.ready.is_set() and nodes.on_listed == controller.nodes_in
+    for kind, watch in watches.items():
+        assert not controller.ready.is_set(), kind  # every own watch's first listing is waited for
+        watch.on_listed()
+    assert controller.ready.is_set()

@@ -13,7 +13,14 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import INDEXED_KINDS, ClusterIndex
-from controller.gkm_controller.feed import MANAGED_SELECTOR, OWN_WATCHES, feed, kopf_kinds, watched_kinds
+from controller.gkm_controller.feed import (
+    MANAGED_SELECTOR,
+    OWN_WATCHES,
+    feed,
+    kopf_kinds,
+    own_watches,
+    watched_kinds,
+)
 from controller.gkm_controller.node_filter import on_node_event
 
 
@@ -100,5 +107,9 @@ def test_every_indexed_kind_is_watched_and_only_ours_are_filtered_on_the_server(
     assert filtered == ["Job", "PersistentVolume", "Secret"]
     assert {kinds[kind][3] for kind in filtered} == {MANAGED_SELECTOR}
     assert kinds["Job"][:3] == ("batch", "v1", "jobs") and kinds["Node"][:3] == ("", "v1", "nodes")
-    # the Nodes through the controller's own watch (node_watch.py), every other kind through kopf
-    assert set(kopf_kinds()) == set(kinds) - {"Node"} and OWN_WATCHES == ("Node",)
+    # the kinds that grow with the nodes and the pods through the controller's own watches, the rest through kopf
+    assert set(kopf_kinds()) == {"GKMCache", "ClusterGKMCache", "Namespace", "StorageClass", "Secret"}
+    assert set(OWN_WATCHES) == set(kinds) - set(kopf_kinds()) and OWN_WATCHES[0] == "Node"
+    paths = own_watches()
+    assert paths["Node"] == ("/api/v1/nodes", None) and paths["Job"] == ("/apis/batch/v1/jobs", MANAGED_SELECTOR)
+    assert paths["GKMCacheNode"] == ("/apis/gkm.io/v1alpha1/gkmcachenodes", None)

@@ -1,7 +1,9 @@
-"""The controller's own Node watch (controller/gkm_controller/node_watch.py), driven by recorded listings and watch
-events, no cluster: heartbeats start nothing, a label change starts the node path, 410 Gone and a dropped connection
-relist (the Nodes that joined meanwhile start their node path, the caches of the ones that vanished are handed on),
-a watch the server ends resumes from the last resourceVersion without a LIST, and the first listing opens the gate."""
+"""The controller's own watches (controller/gkm_controller/kind_watch.py, node_watch.py), driven by recorded listings
+and watch events, no cluster: heartbeats start nothing, a label change starts the node path, 410 Gone and a dropped
+connection relist (the Nodes that joined meanwhile start their node path, the caches of the ones that vanished are
+handed on), a watch the server ends resumes from the last resourceVersion without a LIST, the first listing opens the
+gate; a listing whose continue token expires is listed again from its first page, never taken in part; another
+kind's watch asks the server for our objects only and hands each event to its hook after the index."""
 
 import pytest
 from urllib3.exceptions import ProtocolError
@@ -16,7 +18,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import ClusterIndex
-from controller.gkm_controller import node_watch
+from controller.gkm_controller import kind_watch
+from controller.gkm_controller.feed import MANAGED_SELECTOR, own_watches
+from controller.gkm_controller.kind_watch import KindWatch
 from controller.gkm_controller.node_watch import NODES_PATH, NodeWatch
 
 
@@ -44,12 +48,12 @@ class RecordedKube:
         self.listings, self.watches, self.on_exhausted = list(listings), list(watches), on_exhausted
         self.requests = []
 
-    def pages(self, path):
-        self.requests.append(("LIST", path))
-        return iter(self.listings.pop(0))
+    def pages(self, path, query=()):
+        self.requests.append(("LIST", path, *query))
+        return self._events(self.listings.pop(0))
 
-    def watch(self, path, resource_version):
-        self.requests.append(("WATCH", path, resource_version))
+    def watch(self, path, resource_version, label_selector=None):
+        self.requests.append(("WATCH", path, resource_version, *([label_selector] if label_selector else [])))
         if not self.watches:
             self.on_exhausted()
             return iter(())
@@ -134,7 +138,7 @@ def test_410_gone_relists_hands_on_the_caches_of_vanished_nodes_and_decides_the_
 
 
 def test_a_dropped_connection_relists_after_a_back_off_and_an_ended_watch_resumes_without_a_list(recorder, monkeypatch):
-    monkeypatch.setattr(node_watch, "RETRY_SECONDS", (0, 0))
+    monkeypatch.setattr(kind_watch, "RETRY_SECONDS", (0, 0))
     kube = RecordedKube([listed(node()), listed(node(), resource_version="200")],
                         [[("MODIFIED", node(beat=2))],  # the server ends the watch on its timeout
                          [ProtocolError("Connection broken")]])
@@ -155,3 +159,43 @@ def test_the_first_listing_starts_nothing_and_opens_the_gate_once(recorder):
     watch.relist()
     assert watch.listed.is_set() and recorder["listed"] == 1 and watch.index.count("Node") == 3
     assert recorder["node_changed"] == [] and watch.relists == 0
+
+
+def test_a_listing_whose_continue_token_expired_is_listed_again_from_its_first_page_never_taken_in_part(recorder):
+    expired = KubeError("list /api/v1/nodes: The provided continue parameter is too old", 410)
+    first_try = [*listed(node("gpu-1"), node("gpu-2"), node("gpu-3"))[:1], expired]
+    kube = RecordedKube([first_try, listed(node("gpu-1"), node("gpu-2"), node("gpu-3"), resource_version="150")], [])
+    watch = watching(kube, recorder)
+    watch.run()
+    assert kube.requests == [("LIST", NODES_PATH), ("LIST", NODES_PATH), ("WATCH", NODES_PATH, "150")]
+    assert recorder["listed"] == 1 and watch.relists == 0 and watch.index.count("Node") == 3
+
+
+def job(name, resource_version="1", **status):
+    return {"kind": "Job", "metadata": {"name": name, "namespace": "team-a", "resourceVersion": resource_version,
+                                        "labels": {MANAGED_BY_LABEL: MANAGER, CACHE_LABEL: "vector-add",
+                                                   CACHE_NAMESPACE_LABEL: "team-a"}},
+            "status": status}
+
+
+def test_a_kind_watch_asks_for_our_objects_only_feeds_the_index_and_hands_each_event_to_its_hook(recorder):
+    path, selector = own_watches()["Job"]
+    index = ClusterIndex()
+    index.apply("ADDED", cache())
+    gone = KubeError("watch ended: too old resource version", 410)
+    kube = RecordedKube([listed(job("a"), job("b")), listed(job("a", "5", succeeded=1), resource_version="300")],
+                        [[("MODIFIED", job("a", "3", active=1)), ("DELETED", job("a", "4")), gone]])
+    seen = []
+    watch = KindWatch(kube, index, "Job", path, lambda kind, resource: recorder["submitted"].append(
+        (kind, resource["metadata"]["name"])), selector,
+        on_event=lambda event_type, obj: seen.append((event_type, obj["metadata"]["name"])),
+        on_listed=lambda: recorder.update(listed=recorder["listed"] + 1))
+    kube.on_exhausted = watch.stop
+    watch.run()
+    assert selector == MANAGED_SELECTOR
+    assert kube.requests == [("LIST", path, ("labelSelector", selector)), ("WATCH", path, "100", selector),
+                             ("LIST", path, ("labelSelector", selector)), ("WATCH", path, "300", selector)]
+    assert seen == [(None, "a"), (None, "b"), ("MODIFIED", "a"), ("DELETED", "a"), (None, "a")]
+    # b went while the watch was down: its cache is re-planned; the relist holds what the server listed
+    assert recorder["submitted"] == [("GKMCache", "vector-add")] and recorder["listed"] == 1 and watch.relists == 1
+    assert [(obj["metadata"]["name"], obj["status"]) for obj in index.select("Job")] == [("a", {"succeeded": 1})]
