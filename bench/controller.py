@@ -248,10 +248,25 @@ class ControllerPath:
                 scale.wait_gone(self.raw, name, self.timeout)
                 figures["removal_s"] = round(time.monotonic() - started, 2)
             self.raw.delete("Node", node)
-        finally:
+        except BaseException:
             controller.stop()
+            self.clean_up(name)
+            raise
+        controller.stop()
         log("%d nodes, controller: %s" % (nodes, figures))
         return figures
+
+    def clean_up(self, name):
+        """After a failed measurement, with the controller stopped: the cache's objects removed by the playbook path's
+        reconcile, its finalizer dropped and the resource deleted. Left behind, a run's objects are listed by the
+        next run's controller at its start and measured as if they were that run's."""
+        path = cache_cr.resource_path("ClusterGKMCache", name)
+        if self.raw.request("GET", path)[0] == 404:
+            return
+        log("cleaning up %s after the failed measurement" % name)
+        scale.remove(self.kubeconfig, self.raw, name, self.timeout)
+        self.raw.request("PATCH", path, body={"metadata": {"finalizers": None}}, content_type=kube.MERGE_PATCH)
+        self.raw.request("DELETE", path)
 
 
 def median(rounds, key):
