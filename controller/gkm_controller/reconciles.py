@@ -93,6 +93,8 @@ class Reconciler:
             # kopf's body is the live resource (its uid, creation time and status): no GET (row 1 of the reads).
             result = self.run(kube, kind, name, namespace, options, definition=None if finalizing else resource,
                               source=IndexSource(self.index, kube.written), live=resource)
-            LOG.info("reconciled %s in %.1f s: changed %s", what, time.monotonic() - started,
-                     bool((result or {}).get("changed")))
+            # The phases (common/timings.py) say where a slow reconcile's time went: writes, the wait, the status.
+            LOG.info("reconciled %s in %.1f s: changed %s; %s", what, time.monotonic() - started,
+                     bool((result or {}).get("changed")), " ".join(
+                         "%s=%.1f" % phase for phase in sorted(((result or {}).get("timings") or {}).items())))
             return result
