@@ -23,12 +23,13 @@ EVENT_TYPES = (None, "ADDED", "MODIFIED", "DELETED")
 # after itself is checked against everyone's PVCs of that name (facts/cluster.py, the rivals and named claims).
 MANAGED_ONLY = ("PersistentVolume", "Job", "Secret")
 MANAGED_SELECTOR = "%s=%s" % (MANAGED_BY_LABEL, MANAGER)
-# Kinds the controller watches itself, not through kopf: those whose objects grow with the nodes and the pods. An
-# event costs a parse and a comparison there, where kopf's per-event processing cost about 1.9 ms
-# (docs/controller-design.md, section 10), and a paged listing that outlives its continue token is listed again, where
-# it stops kopf. kopf keeps the caches (its handlers) and the kinds counted per cluster or namespace; a Namespace
-# always lists, so kopf's first event handler call is its readiness gate (handlers.Controller.watched).
-OWN_WATCHES = ("Node", "PersistentVolumeClaim", "PersistentVolume", "Job", "Pod",
+# Kinds the controller watches itself, not through kopf: those whose objects grow with the nodes and the pods, and our
+# Secrets (watched in the system namespace alone when every one of them lives there). An event costs a parse and a
+# comparison there, where kopf's per-event processing cost about 1.9 ms (docs/controller-design.md, section 10), and
+# a paged listing that outlives its continue token is listed again, where it stops kopf. kopf keeps the caches (its
+# handlers) and the kinds counted per cluster; a Namespace always lists, so kopf's first event handler call is its
+# readiness gate (handlers.Controller.watched).
+OWN_WATCHES = ("Node", "PersistentVolumeClaim", "PersistentVolume", "Job", "Pod", "Secret",
                *sorted(kind for kind, _plural, _namespaced in NODE_KINDS.values()))
 
 
@@ -49,20 +50,27 @@ def watched_kinds():
     return {kind: (*kinds[kind], MANAGED_SELECTOR if kind in MANAGED_ONLY else None) for kind in INDEXED_KINDS}
 
 
-def collection_path(group, version, plural):
-    """The API path of a kind's objects in every namespace."""
-    return "/apis/%s/%s/%s" % (group, version, plural) if group else "/api/%s/%s" % (version, plural)
+def collection_path(group, version, plural, namespace=None):
+    """The API path of a kind's objects in every namespace, or in `namespace` alone."""
+    prefix = "/apis/%s/%s" % (group, version) if group else "/api/%s" % version
+    return "%s/%s%s" % (prefix, "namespaces/%s/" % namespace if namespace else "", plural)
 
 
-def own_watches():
-    """{kind: (collection path, server-side label selector or None)} of the OWN_WATCHES, in their order."""
+def own_watches(secrets_namespace=None):
+    """{kind: (path, server-side label selector or None)} of the OWN_WATCHES, in their order; the Secrets' path in
+    `secrets_namespace` alone when given (render.registry_secrets_namespace: every registry Secret of ours is there,
+    and the in-cluster operator may read Secrets nowhere else)."""
     kinds = watched_kinds()
-    return {kind: (collection_path(*kinds[kind][:3]), kinds[kind][3]) for kind in OWN_WATCHES}
+    return {kind: (collection_path(*kinds[kind][:3], namespace=secrets_namespace if kind == "Secret" else None),
+                   kinds[kind][3]) for kind in OWN_WATCHES}
 
 
 def kopf_kinds():
-    """watched_kinds() less the OWN_WATCHES: the kinds kopf watches for the index."""
-    return {kind: value for kind, value in watched_kinds().items() if kind not in OWN_WATCHES}
+    """{kind: (group, version, plural)} of the kinds kopf watches for the index: watched_kinds() less the
+    OWN_WATCHES, all watched whole."""
+    kinds = {kind: value for kind, value in watched_kinds().items() if kind not in OWN_WATCHES}
+    assert not [kind for kind, value in kinds.items() if value[3]], "kopf watches no kind through a selector"
+    return {kind: value[:3] for kind, value in kinds.items()}
 
 
 def feed(index, event, kind=None):

@@ -1,11 +1,11 @@
 """kopf's side of the controller: its settings and the handlers, registered on a registry the caller passes (never
 kopf's default one at import), so a test or a second operator task builds its own.
 
-- Every kind kopf watches for the index (feed.kopf_kinds: the caches, Namespaces, StorageClasses, our Secrets) has an
-  index handler, which feeds the ClusterIndex before kopf's readiness gate: no cache handler runs before each of
+- Every kind kopf watches for the index (feed.kopf_kinds: the caches, Namespaces, StorageClasses) has an index
+  handler, which feeds the ClusterIndex before kopf's readiness gate: no cache handler runs before each of
   these kinds' initial listing is in the index. Deletions reach the index through an event handler (kopf calls no
   index handler for them).
-- The kinds that grow with the nodes and the pods (feed.OWN_WATCHES) are the controller's own watches
+- The kinds that grow with the nodes and the pods, and our Secrets (feed.OWN_WATCHES), are the controller's own watches
   (kind_watch.KindWatch, node_watch.NodeWatch); the cache handlers wait for the first listing of every one of them
   (Controller.own_listed), the same guarantee kopf's gate gives for its kinds. Pods: each one listed, added or
   modified goes to Controller.on_pod (captures.py: a finished pod opted in to capture), each one deleted that held a
@@ -40,11 +40,6 @@ LOG = logging.getLogger(__name__)
 OWN_LISTED_WAIT_SECONDS = 60
 
 
-def selector_key(group, version, plural):
-    """A kopf resource selector's positional form: (version, plural) for the core group, else all three."""
-    return (version, plural) if not group else (group, version, plural)
-
-
 def configure(settings):
     """kopf's settings for this controller (docs/controller-design.md, sections 1 and 7)."""
     settings.persistence.finalizer = CACHE_FINALIZER
@@ -58,12 +53,9 @@ def configure(settings):
     # The kinds are known and their CRDs installed before the controller: no watch of every CRD (a cluster-wide read
     # the controller's ClusterRole does not grant), the resources discovered once at start.
     settings.scanning.disabled = True
-    # kopf's kinds are few (the caches, Namespaces, StorageClasses, our Secrets): each listed in one request, so no
-    # continue token can expire mid-listing (a 410 there stops kopf; the own watches list again).
+    # kopf's kinds are few (the caches, Namespaces, StorageClasses), all watched whole: each listed in one request, so
+    # no continue token can expire mid-listing (a 410 there stops kopf; the own watches list again).
     settings.watching.chunk_size = None
-    for _kind, (group, version, plural, selector) in sorted(kopf_kinds().items()):
-        if selector:
-            settings.watching.label_selectors[selector_key(group, version, plural)] = selector
 
 
 class Controller:
@@ -165,7 +157,7 @@ class Controller:
 
 def register(registry, controller):
     """Register every handler of the controller on a kopf.OperatorRegistry."""
-    for kind, (group, version, plural, _selector) in sorted(kopf_kinds().items()):
+    for kind, (group, version, plural) in sorted(kopf_kinds().items()):
         resource = {"group": group, "version": version, "plural": plural, "registry": registry}
 
         # An index handler returning None keeps nothing in kopf's own store; it is here for the readiness gate.

@@ -40,6 +40,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import DEF
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CAPTURE_ANNOTATION
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import ClusterIndex
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import DISTRIBUTION_ARG_SPEC
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import registry_secrets_namespace
 
 from . import handlers
 from .captures import Captures, capture_settings
@@ -163,7 +164,9 @@ def build(args, api_client, started=None, lease=None, watch_client=None):
     watches = {"Node": NodeWatch(watch_kube, index, NodeReconciles(index, coalescer.submit, compatibility),
                                  coalescer.submit, compatibility, on_listed=functools.partial(controller.kind_listed,
                                                                                              "Node"))}
-    for kind, (path, selector) in own_watches().items():
+    # Secrets in the system namespace alone when every registry Secret of ours is there (the operator's RBAC then
+    # grants no other).
+    for kind, (path, selector) in own_watches(registry_secrets_namespace(args.options)).items():
         if kind not in watches:
             watches[kind] = KindWatch(watch_kube, index, kind, path, coalescer.submit, selector, compatibility,
                                       on_event=controller.pod_event if kind == "Pod" else None,

@@ -14,6 +14,7 @@ import jinja2
 import yaml
 
 from ansible_collections.gkm.cluster.plugins.filter.mirror_image import mirror_image
+from ansible_collections.gkm.cluster.plugins.filter.registry_secrets_namespace import registry_secrets_namespace
 from tests.helpers.paths import ROOT
 
 TEMPLATE = os.path.join(ROOT, "roles", "gkm", "templates", "operator.yaml.j2")
@@ -45,6 +46,7 @@ def render_operator(namespace="gkm-system", caches_options=None, capture=None, c
         "hash": lambda text, algorithm: hashlib.new(algorithm, text.encode()).hexdigest(),
         "bool": _bool,
         "gkm.cluster.mirror_image": mirror_image,
+        "gkm.cluster.registry_secrets_namespace": registry_secrets_namespace,
     })
     with open(TEMPLATE) as handle:
         template = environment.from_string(handle.read())
@@ -69,6 +71,12 @@ def grants(rules):
 
 def cluster_role_grants(caches_options=None):
     (role,) = [obj for obj in render_operator(caches_options=caches_options) if obj["kind"] == "ClusterRole"]
+    return grants(role["rules"])
+
+
+def namespace_role_grants(caches_options=None):
+    """What the Role in the operator's own namespace grants."""
+    (role,) = [obj for obj in render_operator(caches_options=caches_options) if obj["kind"] == "Role"]
     return grants(role["rules"])
 
 

@@ -3,9 +3,12 @@ controller image (sim.py controller-image, the kopf controller) runs on a real n
 Security (baseline, for the scrub Jobs that run there), as its own ServiceAccount, and a GKMCache created as kubectl
 would reaches Extracted with no playbook; undeploy removes it all.
 
-The operator's ClusterRole is the one the role installs, unwidened: the watches, the cache's reconcile (distribute,
-the Job's wait, the per-node objects, the node readiness labels, the status) and its finalizer's (the scrub, the
-deletes) pass with it, and the controller's log names no refused request.
+The operator's RBAC is the one the role installs, unwidened, in its narrowest form: every extraction Job in the
+operator's namespace (caches_system_namespace_jobs, caches_create_pvs always), so no Secret granted cluster-wide
+(docs/security.md, class 12). The watches, the cache's reconcile (distribute, the Job's wait, the per-node objects,
+the node readiness labels, the status) and its finalizer's (the scrub, the deletes) pass with it, and the
+controller's log names no refused request. The default RBAC grants all of this and Secrets cluster-wide
+(tests/unit/collection/test_operator_rules_table.py).
 """
 
 import json
@@ -59,7 +62,8 @@ def role_vars(sim, namespace, tools_image, operator_image, **extra):
                 gkm_webhook_replicas=1, gkm_webhook_failure_policy="Ignore",
                 gkm_reconcile="operator", gkm_operator_local=False, gkm_operator_image=operator_image,
                 gkm_operator_node_selector={REAL_NODE_LABEL: "true"}, gkm_operator_tolerations=[GPU_TOLERATION],
-                gkm_operator_caches_options={"caches_host_path_root": NODE_DISK, "caches_registry_plain_http": True},
+                gkm_operator_caches_options={"caches_host_path_root": NODE_DISK, "caches_registry_plain_http": True,
+                                             "caches_system_namespace_jobs": True, "caches_create_pvs": "always"},
                 **extra)
 
 
@@ -121,6 +125,10 @@ def test_the_role_runs_the_operator_in_the_cluster_and_it_reconciles_a_kubectl_c
         claims = core.list_namespaced_persistent_volume_claim(
             cache_namespace, label_selector="gkm.io/node=%s" % AMD_NODE).items
         assert [claim.status.phase for claim in claims] == ["Bound"], claims
+        # The Jobs and their registry Secret ran in the operator's namespace: none of ours in the tenant's.
+        ours = "app.kubernetes.io/managed-by=gkm.cluster"
+        assert client.BatchV1Api(kube).list_namespaced_job(cache_namespace, label_selector=ours).items == []
+        assert core.list_namespaced_secret(cache_namespace, label_selector=ours).items == []
 
         # Its finalizer runs in the pod too: the cache's objects are deleted before the resource goes; the PVCs'
         # protection holds them until their Jobs' pods are gone.

@@ -18,7 +18,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index
     ClusterIndex,
 )
 from controller.gkm_controller import handlers  # noqa: E402
-from controller.gkm_controller.feed import MANAGED_SELECTOR, OWN_WATCHES, watched_kinds  # noqa: E402
+from controller.gkm_controller.feed import OWN_WATCHES, watched_kinds  # noqa: E402
 
 
 def cache(deleting=False):
@@ -72,7 +72,7 @@ def test_settings_keep_todays_finalizer_and_write_no_event_for_a_success():
     assert settings.persistence.diffbase_storage.prefix == "gkm.io"
     assert settings.posting.level == logging.WARNING
     assert settings.peering.standalone is True
-    assert list(settings.watching.label_selectors.values()) == [MANAGED_SELECTOR]  # our Secrets only
+    assert not list(settings.watching.label_selectors)  # kopf's kinds are watched whole
     assert settings.watching.chunk_size is None  # kopf's few objects in one request: no continue token to expire
 
 
@@ -145,4 +145,3 @@ def test_a_deleted_pod_hands_the_cache_whose_claim_it_named_to_the_reconcile():
     assert released == []
     controller.pod_event("DELETED", pod)
     assert released == [("GKMCache", "vector-add")]
-

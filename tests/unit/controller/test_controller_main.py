@@ -3,6 +3,7 @@ the distribution options every reconcile gets, kopf's credentials from the clien
 
 kopf 1.45.2 is pinned in requirements/dev.txt for Python 3.11 and later; without it this file skips."""
 
+import json
 import os
 import socket
 import urllib.error
@@ -104,6 +105,10 @@ def test_build_wires_the_reconciler_the_node_path_and_kopfs_settings():
     assert list(watches) == list(OWN_WATCHES) and all(watch.index is controller.index for watch in watches.values())
     assert watches["Job"].label_selector == MANAGED_SELECTOR and watches["PersistentVolumeClaim"].label_selector is None
     assert watches["Pod"].on_event == controller.pod_event and watches["Job"].on_event is None
+    assert watches["Secret"].path == "/api/v1/secrets"  # Secrets may live in any cache's namespace
+    narrowed = main.parse_args(["--options", json.dumps({"system_namespace_jobs": True, "create_pvs": "always",
+                                                         "system_namespace": "gkm-ops"})], {})
+    assert main.build(narrowed, client.ApiClient())[3]["Secret"].path == "/api/v1/namespaces/gkm-ops/secrets"
     controller.watched("Namespace", {"type": None, "object": {"metadata": {"name": "default"}}})
     for kind, watch in watches.items():
         assert not controller.ready.is_set(), kind  # every own watch's first listing is waited for

@@ -108,8 +108,14 @@ def test_every_indexed_kind_is_watched_and_only_ours_are_filtered_on_the_server(
     assert {kinds[kind][3] for kind in filtered} == {MANAGED_SELECTOR}
     assert kinds["Job"][:3] == ("batch", "v1", "jobs") and kinds["Node"][:3] == ("", "v1", "nodes")
     # the kinds that grow with the nodes and the pods through the controller's own watches, the rest through kopf
-    assert set(kopf_kinds()) == {"GKMCache", "ClusterGKMCache", "Namespace", "StorageClass", "Secret"}
+    assert set(kopf_kinds()) == {"GKMCache", "ClusterGKMCache", "Namespace", "StorageClass"}
     assert set(OWN_WATCHES) == set(kinds) - set(kopf_kinds()) and OWN_WATCHES[0] == "Node"
     paths = own_watches()
     assert paths["Node"] == ("/api/v1/nodes", None) and paths["Job"] == ("/apis/batch/v1/jobs", MANAGED_SELECTOR)
     assert paths["GKMCacheNode"] == ("/apis/gkm.io/v1alpha1/gkmcachenodes", None)
+    assert paths["Secret"] == ("/api/v1/secrets", MANAGED_SELECTOR)
+    # every registry Secret of ours in the system namespace: watched there alone, the rest unchanged
+    narrowed = own_watches("gkm-system")
+    assert narrowed["Secret"] == ("/api/v1/namespaces/gkm-system/secrets", MANAGED_SELECTOR)
+    assert {kind: value for kind, value in narrowed.items() if kind != "Secret"} == {
+        kind: value for kind, value in paths.items() if kind != "Secret"}

@@ -19,6 +19,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     IMAGE_ANNOTATION,
     SLOT_ACCESS_LABEL,
     SPEC_HASH_ANNOTATION,
+    SYSTEM_NAMESPACE,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.oci.gpu_compat import gpus_from_node_labels
@@ -233,6 +234,17 @@ def in_system_namespace(spec, make_pvs):
     render_access) and the admin asks it, so the registry Secret and key they mount are in no tenant's reach; a
     provisioned volume can only be mounted through the slot's own PVC, in the slot's namespace."""
     return bool(make_pvs and spec.system_namespace_jobs)
+
+
+def registry_secrets_namespace(options):
+    """The one namespace every Jobs' registry Secret lives in when the distribution options put every extraction Job
+    in the system namespace: system_namespace_jobs, and create_pvs `always`, so no slot is a provisioned volume whose
+    Job stays in the slot's namespace (in_system_namespace). None: Secrets in the caches' namespaces. The controller
+    watches Secrets there only, and the in-cluster operator's RBAC grants Secrets there only (docs/security.md,
+    class 12)."""
+    if options.get("system_namespace_jobs") and options.get("create_pvs") == "always":
+        return options.get("system_namespace") or SYSTEM_NAMESPACE
+    return None
 
 
 def job_namespace(spec, slot, in_system):
