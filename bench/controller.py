@@ -223,12 +223,13 @@ class ControllerPath:
                 figures["cold_reconciles"] = [line.split("reconciles: ", 1)[1]
                                               for line in controller.lines(RECONCILED_LINE)[ended:]]
             figures["cold_cpu_s"] = window.figures()["cpu_s"]
-            log("%d nodes, controller cold: %.1f s" % (nodes, figures["cold_s"]))
+            log("%d nodes, controller cold: %.1f s; its reconciles: %s" % (nodes, figures["cold_s"],
+                                                                            "; ".join(figures["cold_reconciles"])))
             time.sleep(settle_seconds)
             figures.update(self.idle(controller, pool, idle_seconds, heartbeat_period))
             if not figures["idle_resyncs"]:
-                raise AssertionError("no resync ran in the idle window: --resync-seconds %s is longer than it" % (
-                    self.resync_seconds))
+                raise AssertionError("no resync ran in the idle window (--resync-seconds %s); the controller's log:\n%s"
+                                     % (self.resync_seconds, controller.log()[-6000:]))
             log("%d nodes, controller idle: %s" % (nodes, figures))
             with JobCompleter(self.raw, name):
                 joined = gpu_nodes.render_nodes([{"name": "%s-join-%s" % (scale.NODE_GROUP, uuid.uuid4().hex[:4]),
