@@ -102,11 +102,11 @@ options:
     default: PVC
   set_volume_owner:
     description:
-      - The extraction Jobs' permission step, an init container of O(extract_image) running as uid 0 with every
-        capability dropped but C(CHOWN), that makes the volume's root owned by the extractor's uid 1000 and changes
-        nothing else. fsGroup does not apply to hostPath volumes, whose directories the kubelet creates as root.
-      - C(auto) adds it when this collection creates hostPath PVs (see O(create_pvs)); C(always) and C(never) force it.
-        Leave it out for storage classes whose volumes honour fsGroup.
+      - Runs the extraction container as uid 0 with every capability dropped, instead of uid 1000. fsGroup does not
+        apply to hostPath volumes, whose directories the kubelet creates as root; root without capabilities writes
+        only what root owns, and the tree it publishes (no write bit) is root's, so no other uid changes it.
+      - C(auto) does so when this collection creates hostPath PVs (see O(create_pvs)); C(always) and C(never) force
+        it. Leave it out for storage classes whose volumes honour fsGroup.
       - With it the Jobs' pods need the C(baseline) Pod Security level, without it they meet C(restricted).
     type: str
     choices: [auto, always, never]

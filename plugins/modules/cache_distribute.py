@@ -85,9 +85,9 @@ notes:
     capabilities, read-only root filesystem, no service account token); a pinned Job gets its node's GPUs as
     arguments and never calls the API server.
   - Directories of hostPath PVs are created by the kubelet as root and do not honour fsGroup, so Jobs filling the
-    hostPath PVs this module creates get a permission step (O(set_volume_owner)), an init container that runs as
-    uid 0 with only CAP_CHOWN. Such pods need the C(baseline) Pod Security level; without the step they meet
-    C(restricted).
+    hostPath PVs this module creates run the extractor as uid 0 with every capability dropped
+    (O(set_volume_owner)), so the tree it publishes (no write bit) is root's. Such pods need the C(baseline) Pod
+    Security level; without it they meet C(restricted).
   - Registry credentials (O(registry_username)/O(registry_password) or the image registry's inline entry of
     O(registry_docker_config)) and O(registry_ca_file) reach the Jobs through a Secret per cache and namespace,
     mounted read-only; they never appear in a Job spec, in the diff (values are redacted) or in a log.
@@ -178,7 +178,7 @@ status:
         - One per namespace and node (node empty for ReadOnlyMany) with pvc, job, digest, phase (Pending,
           Extracting, Extracted, Error, Incompatible, Outdated), message, fix and mounted_by.
         - When something is wrong, reason says what - C(ToolsImageNotPullable), C(ExtractionRefused) (the
-          extractor's own message), C(VolumeNotWritable), C(PermissionStepFailed), C(RegistryUnreachable),
+          extractor's own message), C(VolumeNotWritable), C(RegistryUnreachable),
           C(Unschedulable), or the failed Job's condition reason - and message names the node.
       type: list
       elements: dict

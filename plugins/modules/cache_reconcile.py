@@ -70,7 +70,7 @@ requirements:
   - oras
 notes:
   - The objects are those of M(gkm.cluster.cache_distribute) - the extraction Jobs meet Pod Security C(restricted),
-    or C(baseline) with the permission step (O(set_volume_owner)), and registry credentials and CA reach them in a
+    or C(baseline) with the extractor as root (O(set_volume_owner)), and registry credentials and CA reach them in a
     Secret - and the per-node objects' conditions carry the same reason and message per namespace and node.
   - The objects are labelled C(gkm.io/cache-kind) with the resource's kind, and those the garbage collector may
     remove carry an owner reference to the resource - PVCs, Jobs and Secrets; never PVs (a GKMCache, namespaced,

@@ -21,6 +21,8 @@ description:
     node fits is denied with the reason and the fix; C(gkm.io/cache-steering=disabled) opts out. Deployments,
     StatefulSets and DaemonSets are checked, and their pod template is steered (at any digest) only when the
     workload is annotated C(gkm.io/cache-steering=template).
+  - "Every volume of a pod that names a cache's claim is made read-only (C(persistentVolumeClaim.readOnly: true)),
+    whoever wrote the pod."
   - Installs, in this order, the namespace, a ServiceAccount and its RBAC, the TLS material, the server
     Deployment with a PodDisruptionBudget and a Service, waits until the server is ready, and only then registers
     the MutatingWebhookConfiguration. A half-finished install therefore never sends a pod to a server that is

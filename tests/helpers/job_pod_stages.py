@@ -14,13 +14,6 @@ REFUSAL_LABEL = "gkmtestrefuse"
 PULL_MESSAGE = "failed to pull and unpack image: 404 Not Found (test)"
 REFUSAL_MESSAGE = "the layer is not a valid gzip stream: test refusal"
 
-_CONTAINERS = (
-    "{{ range .spec.initContainers }}\n"
-    "- name: {{ .name | Quote }}\n  image: {{ .image | Quote }}\n  ready: false\n  restartCount: 0\n"
-    "  state:\n    %(init)s\n"
-    "{{ end }}\n"
-)
-
 
 def _stage(name, label, phase_selector, template):
     return {
@@ -39,20 +32,18 @@ def _stage(name, label, phase_selector, template):
     }
 
 
-# As a kubelet reports it: the sandbox is up (pod IP set, which also keeps kwok's pod-ready stage away), the
-# first container waits in ErrImagePull, the ones after it in PodInitializing.
+# As a kubelet reports it: the sandbox is up (pod IP set, which also keeps kwok's pod-ready stage away), and the
+# containers (the extraction Job's one; it has no init container since issue 31's class 1) wait in ErrImagePull.
 _PULL_FAILURE_STATUS = (
     "phase: Pending\n"
     "hostIP: {{ NodeIPWith .spec.nodeName | Quote }}\n"
     "podIP: {{ PodIPWith .spec.nodeName false ( or .metadata.uid \"\" ) ( or .metadata.name \"\" ) "
     "( or .metadata.namespace \"\" ) | Quote }}\n"
-    "initContainerStatuses:\n"
-    + _CONTAINERS % {"init": "waiting:\n      reason: ErrImagePull\n      message: \"%s\"" % PULL_MESSAGE}
-    + "containerStatuses:\n"
+    "containerStatuses:\n"
     "{{ range .spec.containers }}\n"
     "- name: {{ .name | Quote }}\n  image: {{ .image | Quote }}\n  ready: false\n  restartCount: 0\n"
-    "  state:\n    waiting:\n      reason: PodInitializing\n"
-    "{{ end }}\n"
+    "  state:\n    waiting:\n      reason: ErrImagePull\n      message: \"%s\"\n"
+    "{{ end }}\n" % PULL_MESSAGE
 )
 PULL_FAILURE = _stage("gkm-test-pull-failure", PULL_FAILURE_LABEL,
                       {"key": ".status.podIP", "operator": "DoesNotExist"}, _PULL_FAILURE_STATUS)

@@ -18,7 +18,7 @@ GPU_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
 # Pods that must run on the real nodes (kwok nodes "run" anything and read nothing).
 ON_REAL_NODES = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": REAL_NODE_LABEL, "operator": "In", "values": ["true"]}]}]}}}
-# Pod Security for the namespaces of the extraction Jobs: baseline is what their permission step needs.
+# Pod Security for the namespaces of the extraction Jobs: baseline, for their extractor running as root.
 BASELINE = {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "latest"}
 
 

@@ -75,10 +75,12 @@ def view(caches=(), cluster_caches=(), pvcs=(), nodes=None, default_mount_mode="
     return cluster.steering
 
 
-def pod_spec(claim=None, affinity=None, containers=("main",), **fields):
+def pod_spec(claim=None, affinity=None, containers=("main",), read_only=True, **fields):
+    """read_only: the claim's volume written read-only, as the webhook leaves it (else it adds readOnly: true)."""
     spec = {"containers": [{"name": name, "image": "app:1"} for name in containers]}
     if claim:
-        spec["volumes"] = [{"name": "kernels", "persistentVolumeClaim": {"claimName": claim}}]
+        spec["volumes"] = [{"name": "kernels", "persistentVolumeClaim": dict(
+            {"claimName": claim}, **({"readOnly": True} if read_only else {}))}]
     if affinity is not None:
         spec["affinity"] = affinity
     spec.update(fields)

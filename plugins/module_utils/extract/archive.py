@@ -14,8 +14,9 @@ Safety rules, checked on every entry before anything is written for it:
 - symlinks are created last, after all regular files, and only when their target stays inside the
   extracted tree without passing through another symlink; hardlinks may only point at regular
   files already extracted from the same layer;
-- setuid/setgid/sticky and group/other write bits are dropped: files become 0644 or 0755 and directories
-  0755 whatever the umask, so a workload running as any uid can read the tree (it is not the extractor's uid);
+- setuid/setgid/sticky and every write bit are dropped: files become 0444 or 0555 and, once the tree is whole,
+  directories 0555 whatever the umask, so a workload running as any uid can read the tree (it is not the
+  extractor's uid) and nobody, the extractor included, changes it without first changing a mode;
 - names must fit Linux's NAME_MAX and PATH_MAX and must not be OCI whiteouts (.wh.*);
 - limits on total bytes, file count and expansion ratio (uncompressed / compressed) and the image's declared
   size stop zip bombs: a member whose header announces more than the budget is refused before it is written.
@@ -29,7 +30,6 @@ __metaclass__ = type
 import json
 import os
 import re
-import shutil
 import tempfile
 import time
 
@@ -61,14 +61,16 @@ from ansible_collections.gkm.cluster.plugins.module_utils.extract.tree import (
     check_dest,
     listing_fingerprint,
     remove_stale_temporaries,
+    remove_tree,
+    seal_directories,
     swap_into_place,
 )
 
 _GROUP_FILE = re.compile(r"^__grp__.*\.json$")
 _MAX_GROUP_FILE = 16 * 1024 * 1024
-# Readable and traversable by every uid, writable by the extractor only.
+# Readable and traversable by every uid, writable by the extractor only while it extracts (tree.seal_directories).
 DIR_MODE = 0o755
-MARKER_MODE = 0o644
+MARKER_MODE = 0o444
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -235,18 +237,19 @@ def extract_layer(read, layer_digest, layer_size, dest, limits=None, whole_layer
         old_tree = None
         try:
             os.chmod(root, DIR_MODE)
-            stats, listing = _extract_into(read, layer_digest, layer_size, root, dest, limits, whole_layer,
-                                           rewrite_groups, declared_bytes)
+            stats, listing, directories = _extract_into(read, layer_digest, layer_size, root, dest, limits,
+                                                        whole_layer, rewrite_groups, declared_bytes)
             files, size, fingerprint = listing_fingerprint(listing)
             _write_marker(root, dict(marker or {}, version=MARKER_VERSION, layer_digest=layer_digest, files=files,
                                      bytes=size, tree=fingerprint, whole_layer=whole_layer,
                                      rewrite_groups=rewrite_groups))
+            seal_directories(root, directories)
             old_tree = swap_into_place(root, dest)
         except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
+            remove_tree(root, ignore_errors=True)
             raise
         if old_tree:
-            shutil.rmtree(old_tree, ignore_errors=True)
+            remove_tree(old_tree, ignore_errors=True)
     stats.update(files=files, bytes=size, seconds=round(time.monotonic() - started, 3))
     return stats
 
@@ -282,4 +285,4 @@ def _extract_into(read, layer_digest, layer_size, root, final_dest, limits, whol
         "setid_bits_stripped": extraction.setid_stripped,
         "group_files_rewritten": extraction.groups_rewritten,
     }
-    return stats, extraction.listing()
+    return stats, extraction.listing(), extraction.dirs - {""}

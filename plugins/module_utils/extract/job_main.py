@@ -96,10 +96,11 @@ def _kube(kubeconfig):
 def not_writable_message(exc, dest, uid):
     """What to do when the destination's volume refuses the extractor's writes."""
     return ("cannot write %s as uid %d (%s) while extracting into %s: the volume is not writable by the extraction "
-            "user. The permission step (set_volume_owner, an init container that makes the volume's root owned by "
-            "uid %d) is off or did not run, or the storage does not allow it (read-only, root-squashing NFS); turn "
-            "it on or use a storage class whose volumes honour fsGroup" % (
-                exc.filename or dest, uid, exc.strerror, dest, uid))
+            "user. set_volume_owner (the extractor as uid 0 without capabilities, for hostPath volumes, whose "
+            "directories are root's) is off, the directory is another uid's (an earlier version's extraction made it "
+            "uid 1000's: remove the cache's slot so its directory is made again), or the storage does not allow it "
+            "(read-only, root-squashing NFS); turn it on or use a storage class whose volumes honour fsGroup" % (
+                exc.filename or dest, uid, exc.strerror, dest))
 
 
 def check_volume_writable(dest):

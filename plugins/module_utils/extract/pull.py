@@ -12,7 +12,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import shutil
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
 from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive, rules, tree
@@ -255,5 +254,5 @@ def remove_cache(opts, check_mode=False):
                   diff={"before": "digest: %s\n" % previous, "after": "absent\n"}, msg="removed")
     if not check_mode:
         with tree.DestLock(dest):
-            shutil.rmtree(dest)
+            tree.remove_tree(dest)
     return result

@@ -115,8 +115,9 @@ def entry_kind(member):
 
 
 def file_mode(mode):
-    """0755 when any execute bit is set, else 0644: no setuid/setgid/sticky, no group/other write."""
-    return 0o755 if mode & 0o111 else 0o644
+    """0555 when any execute bit is set, else 0444: no setuid/setgid/sticky, no write bit for anyone, so a published
+    file is read-only even for its owner (issue 31, class 1)."""
+    return 0o555 if mode & 0o111 else 0o444
 
 
 def check_symlink_target(path, target, symlink_paths):

@@ -18,6 +18,9 @@ import shutil
 from ansible_collections.gkm.cluster.plugins.module_utils.extract.rules import ExtractError
 
 MARKER_NAME = ".gkm-cache.json"
+# A published tree's directories: readable and traversable by every uid, writable by none (seal_directories).
+SEALED_DIR_MODE = 0o555
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MARKER_VERSION = 1
 TMP_INFIX = ".gkm-tmp-"
 _RENAME_EXCHANGE = 2
@@ -72,6 +75,35 @@ def read_marker(dest):
 def tree_intact(dest, marker):
     files, size, fingerprint = tree_fingerprint(dest)
     return (files, size, fingerprint) == (marker.get("files"), marker.get("bytes"), marker.get("tree"))
+
+
+def seal_directories(root, directories):
+    """Make root and its directories (relative paths) SEALED_DIR_MODE, deepest first; each opened relative to root's
+    descriptor without following a link, so nothing planted in the tree is changed through one."""
+    root_fd = os.open(root, _DIRECTORY_FLAGS)
+    try:
+        for relative in sorted(directories, key=lambda path: path.count("/"), reverse=True):
+            fd = os.open(relative, _DIRECTORY_FLAGS, dir_fd=root_fd)
+            try:
+                os.fchmod(fd, SEALED_DIR_MODE)
+            finally:
+                os.close(fd)
+        os.fchmod(root_fd, SEALED_DIR_MODE)
+    finally:
+        os.close(root_fd)
+
+
+def remove_tree(path, ignore_errors=False):
+    """shutil.rmtree of a tree whose directories may be sealed: their owner makes them writable again first (links
+    are never followed: os.walk does not descend into them and chmod is asked not to follow)."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            for directory, _subdirectories, _files in os.walk(path):
+                os.chmod(directory, 0o700, follow_symlinks=False)
+        shutil.rmtree(path)
+    except OSError:
+        if not ignore_errors:
+            raise
 
 
 def _exchange(a, b):
@@ -132,7 +164,8 @@ class DestLock:
         self.fd = None
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # Never through a link planted where the lock goes.
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
@@ -147,6 +180,6 @@ def remove_stale_temporaries(dest):
     removed = 0
     for entry in os.listdir(parent):
         if entry.startswith(prefix):
-            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+            remove_tree(os.path.join(parent, entry), ignore_errors=True)
             removed += 1
     return removed

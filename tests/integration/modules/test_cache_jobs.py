@@ -1,5 +1,5 @@
-"""The extraction Jobs as the real API server sees them: Pod Security admission of their pods with and without
-the permission step, and the registry Secret they mount (created, unchanged, rotated, removed, never shown)."""
+"""The extraction Jobs as the real API server sees them: Pod Security admission of their pods with the extractor as
+root and as uid 1000, and the registry Secret they mount (created, unchanged, rotated, removed, never shown)."""
 
 import base64
 import json
@@ -62,19 +62,20 @@ def enforce(kube, namespace, level):
     client.CoreV1Api(kube).patch_namespace(namespace, {"metadata": {"labels": {PSA_LABEL: level}}})
 
 
-def test_pod_security_baseline_admits_the_permission_step_restricted_only_the_job_without_it(
+def test_pod_security_baseline_admits_the_root_extractor_restricted_only_the_job_without_it(
         sim, kube, image, namespace):
     with_step, without_step = ("psa-%s-%s" % (which, uuid.uuid4().hex[:5]) for which in ("with", "without"))
     try:
-        # No provisioner here, so the PVs are hostPath ones and the step is on by default.
+        # No provisioner here, so the PVs are hostPath ones and set_volume_owner (the extractor as root) is on.
         for name, mode in ((with_step, "auto"), (without_step, "never")):
             result = distribute(sim, name, namespace, image.ref, set_volume_owner=mode)
             assert not result.get("failed"), result.get("msg")
         enforce(kube, namespace, "restricted")
         refusal = job_pod_admission(kube, namespace, with_step)
         assert refusal and 'violates PodSecurity "restricted:latest"' in refusal
-        assert 'container "volume-owner"' in refusal and "CHOWN" in refusal and "runAsNonRoot" in refusal
-        assert 'container "extract"' not in refusal  # the extractor itself is restricted-compliant
+        # Root, but no capability added: only runAsNonRoot and runAsUser=0 break the restricted profile.
+        assert 'container "extract"' in refusal and "runAsNonRoot" in refusal and "runAsUser=0" in refusal
+        assert "unrestricted capabilities" not in refusal
         assert job_pod_admission(kube, namespace, without_step) is None
         enforce(kube, namespace, "baseline")
         assert job_pod_admission(kube, namespace, with_step) is None

@@ -103,8 +103,8 @@ def test_caches_role_mirrors_the_extraction_image_and_fails_at_once_when_it_cann
             "gkm_tools_image / gkm_registry_mirror" % (mirrored, NODE, stages.PULL_MESSAGE)]
         assert elapsed < 120, elapsed
         job = client.BatchV1Api(kube).list_namespaced_job(namespace, label_selector="gkm.io/cache=%s" % name).items[0]
-        assert {c.image for c in job.spec.template.spec.containers + job.spec.template.spec.init_containers} == {
-            mirrored}
+        assert {c.image for c in job.spec.template.spec.containers} == {mirrored}
+        assert job.spec.template.spec.init_containers is None
         live = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", name)
         assert live["status"]["phase"] == "Error"
         assert live["status"]["problems"][0]["reason"] == "ToolsImageNotPullable"

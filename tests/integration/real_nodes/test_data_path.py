@@ -2,7 +2,7 @@
 
 Extraction Jobs really pull the cache image with the tools image and write the hostPath PV; a workload really
 reads its node's copy through the in-cluster webhook; refusals come back from the real container; the
-permission step is what lets the Job write; faults (a kubelet killed mid-extraction, the registry stopped,
+extractor running as root is what lets the Job write; faults (a kubelet killed mid-extraction, the registry stopped,
 the API server restarted) end in a rerun that converges with nothing lost or duplicated.
 """
 
@@ -50,7 +50,7 @@ def image(registry, real_nodes):
 
 @pytest.fixture
 def job_namespace(kube):
-    """A namespace enforcing Pod Security baseline, the level the extraction Jobs' permission step needs."""
+    """A namespace enforcing Pod Security baseline, the level the extraction Jobs' root extractor needs."""
     core = client.CoreV1Api(kube)
     name = labelled_namespace(core, unique("t-real"), BASELINE)
     yield name
@@ -115,14 +115,15 @@ def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(
         assert entry(result, NVIDIA_NODE)["phase"] == "Incompatible"
         assert "cuda/90/32 does not match" in entry(result, NVIDIA_NODE)["message"]
 
-        # On the node's disk: every file readable by any uid, nothing writable by others, owned by the extractor.
+        # On the node's disk: every file readable by any uid, writable by none, owned by root (the extractor runs as
+        # uid 0 without capabilities on hostPath volumes).
         cache_dir = os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache")
         on_disk = files_under(cache_dir)
         assert len(on_disk) == len(kcache_images.cache_entries(spec)[0]) + 1  # + .gkm-cache.json
-        for path in on_disk:
+        for path in [*on_disk, cache_dir]:
             mode = os.stat(path).st_mode
-            assert mode & 0o444 == 0o444 and not mode & 0o022, (path, oct(mode))
-            assert os.stat(path).st_uid == 1000
+            assert mode & 0o444 == 0o444 and not mode & 0o222, (path, oct(mode))
+            assert os.stat(path).st_uid == 0
 
         entries = kcache_images.cache_entries(spec)[0]
         kernel = next(e.name for e in entries if e.name.endswith(".llir"))
@@ -293,7 +294,7 @@ def test_a_deployment_naming_the_cache_in_claim_name_reads_the_kernels_on_both_r
     assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest, job_namespace))
 
 
-# ---------------------------------------------------------------- refusals and the permission step
+# ---------------------------------------------------------------- refusals and the extractor's user
 
 
 def test_a_hostile_image_is_refused_in_the_real_job_and_the_destination_stays_untouched(sim, registry, tools_image,

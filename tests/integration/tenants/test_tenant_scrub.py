@@ -35,7 +35,7 @@ def image(registry):
 
 
 def reconcile(sim, tenant, name, state="present"):
-    # The extractor alone is restricted-compliant: no permission step, so the tenant's namespace stays restricted.
+    # As uid 1000 (set_volume_owner never) the extractor is restricted-compliant: the namespace stays restricted.
     return run_module("cache_reconcile", sim.kubeconfig, kind="GKMCache", name=name, namespace=tenant.namespace,
                       state=state, registry_plain_http=True, extract_image="gkm-cluster-tools:test",
                       host_path_root=NODE_DISK, set_volume_owner="never", wait=False, wait_timeout=60)

@@ -3,7 +3,7 @@
 """What an extraction Job's pods say went wrong, pure: from the pods' container states to a reason, a
 message that names the node, and the fix.
 
-The extractor and the permission step write their failure to the termination log, which the kubelet puts
+The extractor writes its failure to the termination log, which the kubelet puts
 in the container's terminated state; their exit code says which kind of failure it was (job_main.py).
 """
 
@@ -17,7 +17,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.verification import (
     SIGNATURE_NOT_VERIFIED,
 )
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import OWNER_CONTAINER
 
 # The label the Job controller puts on its pods.
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -26,7 +25,6 @@ CONTAINER_NOT_CREATED = ("CreateContainerConfigError", "CreateContainerError", "
 
 IMAGE_NOT_PULLABLE = "ToolsImageNotPullable"
 CONTAINER_NOT_STARTED = "ContainerNotStarted"
-PERMISSION_STEP_FAILED = "PermissionStepFailed"
 EXTRACTION_REFUSED = "ExtractionRefused"
 REGISTRY_UNREACHABLE = "RegistryUnreachable"
 VOLUME_NOT_WRITABLE = "VolumeNotWritable"
@@ -35,7 +33,6 @@ VOLUME_NOT_WRITABLE = "VolumeNotWritable"
 _EXIT_REASONS = {3: REGISTRY_UNREACHABLE, 4: VOLUME_NOT_WRITABLE, 5: SIGNATURE_NOT_VERIFIED}
 _FIXES = {
     IMAGE_NOT_PULLABLE: ["extract_image (gkm_tools_image)", "gkm_registry_mirror"],
-    PERMISSION_STEP_FAILED: ["set_volume_owner", "storage_class_name"],
     VOLUME_NOT_WRITABLE: ["set_volume_owner", "storage_class_name"],
     SIGNATURE_NOT_VERIFIED: ["sign the image with the key of signature_public_key (caches_signature_public_key), "
                              "in the format of the label " + SIGNATURE_FORMAT_LABEL,
@@ -85,8 +82,6 @@ def container_problem(pod, container):
         return None
     said = (terminated.get("message") or "").strip() or "exit code %s (%s)" % (
         terminated["exitCode"], terminated.get("reason") or "no message")
-    if container.get("name") == OWNER_CONTAINER:
-        return Problem(PERMISSION_STEP_FAILED, "on node %s: %s" % (node, said))
     reason = _EXIT_REASONS.get(terminated["exitCode"], EXTRACTION_REFUSED)
     return Problem(reason, "extraction failed on node %s: %s" % (node, said))
 

@@ -214,7 +214,7 @@ class Plan:
 def _storage(spec, facts):
     """(storage class name for PVCs and PVs, whether we create hostPath PVs, whether Jobs set the volume owner).
 
-    fsGroup does not apply to hostPath volumes, so the Jobs filling ours need the permission step.
+    fsGroup does not apply to hostPath volumes, so the Jobs filling ours run the extractor as root.
     """
     storage_class = facts.storage_class
     name = storage_class["metadata"]["name"] if storage_class else (spec.storage_class_name or "")

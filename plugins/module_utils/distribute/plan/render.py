@@ -30,11 +30,10 @@ CACHE_MOUNT_PATH = "/gkm"
 EXTRACT_DEST = "/gkm/cache"
 EXTRACT_CONTAINER = "extract"
 # The tools image's unprivileged user. fsGroup makes volumes of most storage classes writable for it, but
-# not hostPath ones: there the permission step (OWNER_CONTAINER) makes the volume's root its own.
+# not hostPath ones, whose directories the kubelet makes root's: there the extractor runs as uid 0 with every
+# capability dropped (_extract_container), so the published tree is root's and no other uid may change it.
 EXTRACT_UID = 1000
 EXTRACT_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.job_main"
-OWNER_CONTAINER = "volume-owner"
-OWNER_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.volume_owner"
 TERMINATION_LOG = "/dev/termination-log"
 # job_main's exit codes for a refusal, bad arguments, an unwritable volume and a signature that does not verify:
 # a retry cannot help, so the Job fails at once (code 3, registry unreachable, is retried up to backoff_limit).
@@ -180,34 +179,20 @@ def _pinned_scheduling(spec, node):
     return node_selector, affinity
 
 
-def _owner_container(spec):
-    """The permission step: uid 0 with CAP_CHOWN only (seccomp RuntimeDefault from the pod), it makes the
-    volume's root the extractor's and exits.
-
-    Pod Security: running as root and adding a capability are allowed by `baseline`, refused by `restricted`.
-    """
-    return {
-        "name": OWNER_CONTAINER,
-        "image": spec.extract_image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", "-m", OWNER_CLI_MODULE, CACHE_MOUNT_PATH, str(EXTRACT_UID),
-                    "--termination-log", TERMINATION_LOG],
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "runAsUser": 0,
-            "runAsGroup": 0,
-            "runAsNonRoot": False,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
-        },
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-        "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT_PATH}],
+def _extract_container(spec, node, as_root):
+    """The extractor: under the restricted Pod Security profile, or with `as_root` (set_volume_owner) as uid 0 with
+    every capability dropped, which baseline allows. Root without capabilities writes only what root owns (the
+    directory the kubelet made), never over another uid's modes, and owns every file it writes: the tree it
+    publishes (files 0444, directories 0555) is changed by no other uid, a tenant's pod running as uid 1000 included
+    (issue 31, class 1)."""
+    context = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
     }
-
-
-def _extract_container(spec, node):
-    """The extractor, under the restricted Pod Security profile."""
+    if as_root:
+        context.update(runAsUser=0, runAsGroup=0, runAsNonRoot=False)
     mounts = [{"name": "cache", "mountPath": CACHE_MOUNT_PATH}, {"name": "tmp", "mountPath": "/tmp"}]
     if spec.registry_files:
         mounts.append({"name": registry_secret.VOLUME_NAME, "mountPath": registry_secret.MOUNT_PATH,
@@ -218,12 +203,7 @@ def _extract_container(spec, node):
         "imagePullPolicy": "IfNotPresent",
         "command": extraction_command(spec, node),
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": context,
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
         "volumeMounts": mounts,
     }
@@ -252,10 +232,11 @@ def job_namespace(spec, slot, in_system):
 
 
 def render_job(spec, slot, node, set_volume_owner=False, in_system=False):
-    """The extraction Job, with bounded retries and lifetime; `set_volume_owner` adds the permission step.
+    """The extraction Job, with bounded retries and lifetime; `set_volume_owner` runs the extractor as root without
+    capabilities (_extract_container).
 
-    Without that step the pod meets Pod Security `restricted`, with it `baseline`. `in_system` (in_system_namespace):
-    it runs in the system namespace and mounts the slot's access PVC there.
+    Without it the pod meets Pod Security `restricted`, with it `baseline`. `in_system` (in_system_namespace): it runs
+    in the system namespace and mounts the slot's access PVC there.
     """
     namespace = job_namespace(spec, slot, in_system)
     node_selector, affinity = _pinned_scheduling(spec, node)
@@ -281,11 +262,9 @@ def render_job(spec, slot, node, set_volume_owner=False, in_system=False):
             "fsGroup": EXTRACT_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [_extract_container(spec, node)],
+        "containers": [_extract_container(spec, node, set_volume_owner)],
         "volumes": volumes,
     }
-    if set_volume_owner:
-        pod_spec["initContainers"] = [_owner_container(spec)]
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
     if affinity:

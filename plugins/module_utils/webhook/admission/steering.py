@@ -125,6 +125,21 @@ def _alias_operations(spec, spec_path, uses):
     return operations
 
 
+def _read_only_operations(spec, spec_path, uses):
+    """Mount every volume naming a cache's claim read-only, whoever wrote the pod: a writable mount of a hostPath PV
+    lets a pod running as root replace the node's copy (issue 31, class 1; docs/security.md says what still reaches
+    it when the webhook is not called)."""
+    claims = {use.name for use in uses if use.via == BY_CLAIM and use.target is not None}
+    operations = []
+    volumes = spec.get("volumes") if claims and isinstance(spec.get("volumes"), list) else ()
+    for index, volume in enumerate(volumes):
+        claim = _mapping(_mapping(volume).get("persistentVolumeClaim"))
+        if claim.get("claimName") in claims and claim.get("readOnly") is not True:
+            operations.append({"op": "add", "path": "%s/volumes/%d/persistentVolumeClaim/readOnly" % (
+                spec_path, index), "value": True})
+    return operations
+
+
 def _holders(view, target, digest, mutation_labelled):
     """The nodes that hold the serving PVC's digest when some of them are not labelled at it (the label moved on to a
     new digest while the serving PVC is kept at the old one), else None: the label says it all. Only nodes with a
@@ -203,6 +218,7 @@ def steer(request, view, serving_claims=False):
             return _steered_template(label, spec, spec_path, uses)
         return Steering(note="%s: checked; its pods are steered when they are created" % label)
     mutation_labelled = not serving_claims and _mapping(pod_metadata.get("labels")).get(PVC_MUTATION_LABEL) == "true"
+    operations.extend(_read_only_operations(spec, spec_path, uses))
     if not mutation_labelled:
         operations.extend(_alias_operations(spec, spec_path, uses))
     if steering_disabled(pod_metadata):

@@ -46,8 +46,9 @@ def test_special_entry_types_are_refused(kind, fragment):
         rules.entry_kind(member)
 
 
-@pytest.mark.parametrize(("mode", "expected"), [(0o4755, 0o755), (0o2644, 0o644), (0o1777, 0o755), (0o666, 0o644)])
-def test_setid_sticky_and_group_write_bits_are_dropped(mode, expected):
+@pytest.mark.parametrize(("mode", "expected"), [
+    (0o4755, 0o555), (0o2644, 0o444), (0o1777, 0o555), (0o666, 0o444), (0o700, 0o555)])
+def test_setid_sticky_and_every_write_bit_are_dropped(mode, expected):
     assert rules.file_mode(mode) == expected
 
 

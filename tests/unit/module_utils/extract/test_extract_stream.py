@@ -63,7 +63,7 @@ def test_setuid_bits_are_stripped_and_links_inside_are_kept(tmp_path):
     stats = _extract(blob, tmp_path / "c")
     kdir = tmp_path / "c" / "io.triton.cache" / "K"
     assert stats["setid_bits_stripped"] == 1
-    assert (kdir / "launcher.so").stat().st_mode & 0o7777 == 0o755
+    assert (kdir / "launcher.so").stat().st_mode & 0o7777 == 0o555
     assert (kdir / "copy.so").stat().st_ino == (kdir / "launcher.so").stat().st_ino
     assert os.readlink(kdir / "alias.so") == "launcher.so"
 
@@ -139,8 +139,9 @@ def test_tree_fingerprint_notices_a_changed_file(populated):
     assert not tree.tree_intact(str(dest), marker)
 
 
-def test_tree_is_readable_by_any_uid_and_writable_by_none_else_whatever_the_umask(tmp_path):
-    """The workload reading the cache is not the extractor's uid: group/other read every file, cross every dir."""
+def test_tree_is_readable_by_any_uid_and_writable_by_none_whatever_the_umask(tmp_path):
+    """The workload reading the cache is not the extractor's uid: group/other read every file, cross every dir; and
+    nobody writes the published tree, its owner included (issue 31, class 1)."""
     blob, _diff_id = ki.layer_bytes([
         ki.Entry("io.triton.cache/K", type=tarfile.DIRTYPE, mode=0o700),
         ki.Entry("io.triton.cache/K/private.json", b"{}", mode=0o600),
@@ -159,19 +160,19 @@ def test_tree_is_readable_by_any_uid_and_writable_by_none_else_whatever_the_umas
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             modes[os.path.relpath(path, tmp_path / "c")] = os.lstat(path).st_mode
-    assert stat.S_IMODE(os.lstat(tmp_path / "c").st_mode) == 0o755
+    assert stat.S_IMODE(os.lstat(tmp_path / "c").st_mode) == 0o555
     assert {name: stat.S_IMODE(mode) for name, mode in modes.items()} == {
-        ".gkm-cache.json": 0o644,
-        "io.triton.cache": 0o755,
-        "io.triton.cache/K": 0o755,
-        "io.triton.cache/K/private.json": 0o644,
-        "io.triton.cache/K/tool.so": 0o755,
-        "io.triton.cache/K/copy.so": 0o755,
-        "io.triton.cache/K/sticky.bin": 0o644,
-        "io.triton.manifest": 0o755,
-        "io.triton.manifest/deep": 0o755,
-        "io.triton.manifest/deep/er": 0o755,
-        "io.triton.manifest/deep/er/manifest.json": 0o644,
+        ".gkm-cache.json": 0o444,
+        "io.triton.cache": 0o555,
+        "io.triton.cache/K": 0o555,
+        "io.triton.cache/K/private.json": 0o444,
+        "io.triton.cache/K/tool.so": 0o555,
+        "io.triton.cache/K/copy.so": 0o555,
+        "io.triton.cache/K/sticky.bin": 0o444,
+        "io.triton.manifest": 0o555,
+        "io.triton.manifest/deep": 0o555,
+        "io.triton.manifest/deep/er": 0o555,
+        "io.triton.manifest/deep/er/manifest.json": 0o444,
     }
 
 

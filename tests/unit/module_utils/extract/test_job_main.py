@@ -1,5 +1,6 @@
 """The extraction Job's two programs, run as the Job runs them, without a cluster: failures reach the
-termination log with their exit code, an unwritable volume is named with the uid, the permission step chowns."""
+termination log with their exit code, an unwritable volume is named with the uid, root without capabilities writes
+what root owns only."""
 
 import json
 import os
@@ -12,7 +13,8 @@ import tempfile
 import pytest
 
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import render
-from ansible_collections.gkm.cluster.plugins.module_utils.extract import job_main, volume_owner
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import job_main
+from tests.helpers import kcache_images as ki
 from tests.helpers.paths import ROOT
 
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
@@ -79,31 +81,31 @@ def test_root_owned_volume_is_refused_before_any_download_naming_path_uid_and_fi
     assert os.listdir(volume) == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
-def test_permission_step_makes_the_volume_the_extractors_and_the_extractor_gets_past_it(
-        tmp_path, termination_log, interpreter_runs_as_job_user):
+def python_as_root_without_capabilities(*args):
+    """This interpreter as uid 0 with every capability gone (the bounding set emptied), as the Job's extractor runs
+    on hostPath volumes (render._extract_container)."""
+    command = ["setpriv", "--bounding-set", "-all", "--inh-caps", "-all", "--no-new-privs", sys.executable, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/", check=False,
+                          env={"PYTHONPATH": COLLECTIONS, "PATH": os.environ["PATH"]})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop root's capabilities")
+def test_root_without_capabilities_writes_the_kubelets_directory_but_not_another_uids(tmp_path, termination_log):
+    """set_volume_owner: the hostPath directory is root's, so the extractor gets past the volume check and fails only
+    at the (closed) registry, retryable; a directory another uid owns (an earlier version's extraction chowned it to
+    1000) is refused before any download, naming uid 0 and the fix."""
     volume = tmp_path / "pv"
     volume.mkdir(mode=0o755)
-    (volume / "left-alone").write_text("x")
-    assert volume_owner.main([str(volume), str(UNPRIVILEGED)]) == 0
-    info = os.stat(volume)
-    assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (UNPRIVILEGED, UNPRIVILEGED, 0o755)
-    assert os.stat(volume / "left-alone").st_uid == 0  # nothing below the root changes
-    assert volume_owner.ensure_owner(str(volume), UNPRIVILEGED) is False
-    # Now the extractor passes the volume check and fails only at the (closed) registry: retryable.
-    done = run_as(UNPRIVILEGED, job_main, "--image", "127.0.0.1:9/c/a:v1", "--dest", str(volume / "cache"),
-                  "--plain-http", "--timeout", "2", "--termination-log", str(termination_log))
+    args = ["-m", job_main.__name__, "--image", "127.0.0.1:9/c/a:v1", "--dest", str(volume / "cache"), "--plain-http",
+            "--timeout", "2", "--termination-log", str(termination_log)]
+    done = python_as_root_without_capabilities(*args)
     assert done.returncode == job_main.EXIT_RETRY, done.stdout + done.stderr
     assert "unreachable" in termination_log.read_text()
-
-
-def test_permission_step_failure_reaches_the_termination_log(tmp_path, termination_log, capsys):
-    not_a_directory = tmp_path / "file"
-    not_a_directory.write_text("")
-    assert volume_owner.main([str(not_a_directory), "1000", "--termination-log", str(termination_log)]) == 1
+    os.chown(volume, UNPRIVILEGED, UNPRIVILEGED)
+    done = python_as_root_without_capabilities(*args)
+    assert done.returncode == job_main.EXIT_NOT_WRITABLE, done.stdout + done.stderr
     message = termination_log.read_text()
-    assert message.startswith("the permission step cannot make %s owned by uid 1000" % not_a_directory)
-    assert json.loads(capsys.readouterr().out)["msg"] == message
+    assert "cannot write %s as uid 0" % volume in message and "remove the cache's slot" in message
 
 
 def test_refusal_exits_1_and_long_messages_are_cut_for_the_kubelet(tmp_path, termination_log, capsys):
@@ -130,9 +132,53 @@ NOT_LOADED_AT_START = ("kubernetes", "ansible", "oras.provider", "jsonschema", "
 
 
 def test_the_jobs_programs_start_without_imports_they_do_not_need():
-    probe = ("import sys; import %s, %s; print(sorted(m for m in sys.modules if any(m == name or m.startswith("
-             "name + '.') for name in %r)))" % (job_main.__name__, volume_owner.__name__, NOT_LOADED_AT_START))
+    probe = ("import sys; import %s; print(sorted(m for m in sys.modules if any(m == name or m.startswith("
+             "name + '.') for name in %r)))" % (job_main.__name__, NOT_LOADED_AT_START))
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False,
                           env={"PYTHONPATH": COLLECTIONS, "PATH": os.environ["PATH"]})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the program as another uid")
+def test_the_extractor_cannot_write_its_sealed_tree_yet_replaces_and_removes_it(tmp_path,
+                                                                                interpreter_runs_as_job_user):
+    """Issue 31, class 1: a published tree has no write bit (files 0444, directories 0555), so its owner's uid writes
+    nothing in it by accident or through a stale process; the extractor still swaps in a new tree and removes the
+    old one, and a link planted at the lock's place is not followed."""
+    volume = tmp_path / "pv"
+    volume.mkdir(mode=0o755)
+    os.chown(volume, UNPRIVILEGED, UNPRIVILEGED)
+    (tmp_path / "sentinel").mkdir()
+    os.symlink(tmp_path / "sentinel" / "lock", volume / ".cache.gkm-lock")
+    for name, data in (("one", b"1"), ("two", b"22")):
+        (tmp_path / name).write_bytes(ki.layer_bytes([ki.Entry("io.triton.cache/K/a.json", data)])[0])
+    script = """
+import errno, hashlib, io, os, sys
+from ansible_collections.gkm.cluster.plugins.module_utils.extract import archive, tree
+dest, layers = sys.argv[1], sys.argv[2]
+def extract(name):
+    blob = open(os.path.join(layers, name), "rb").read()
+    archive.extract_layer(io.BytesIO(blob).read, "sha256:" + hashlib.sha256(blob).hexdigest(), len(blob), dest)
+try:
+    extract("one")
+except OSError as error:
+    print("lock", error.errno == errno.ELOOP)
+os.unlink(os.path.join(os.path.dirname(dest), ".cache.gkm-lock"))
+extract("one")
+for path in (dest + "/io.triton.cache/K/b.json", dest + "/io.triton.cache/K/a.json"):
+    try:
+        open(path, "w")
+    except OSError as error:
+        print("write", error.errno == errno.EACCES)
+extract("two")
+print("replaced", open(dest + "/io.triton.cache/K/a.json").read())
+print("left", sorted(os.listdir(os.path.dirname(dest))))
+tree.remove_tree(dest)
+print("removed", os.path.lexists(dest))
+"""
+    done = python_as(UNPRIVILEGED, "-c", script, str(volume / "cache"), str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["lock True", "write True", "write True", "replaced 22",
+                                        "left ['.cache.gkm-lock', 'cache']", "removed False"]
+    assert os.listdir(tmp_path / "sentinel") == []

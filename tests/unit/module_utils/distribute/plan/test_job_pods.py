@@ -35,7 +35,7 @@ def pod(phase="Pending", created="2026-11-24T07:00:00Z", init=(), main=(), node=
     return {"metadata": {"name": "%s-%s" % (JOB, created[-3:-1]), "namespace": "ns", "creationTimestamp": created,
                          "labels": {job_pods.JOB_NAME_LABEL: JOB, "app.kubernetes.io/managed-by": "gkm.cluster"}},
             "spec": {"nodeName": node},
-            "status": {"phase": phase, "initContainerStatuses": statuses("volume-owner", init),
+            "status": {"phase": phase, "initContainerStatuses": statuses("first", init),
                        "containerStatuses": statuses("extract", main)}}
 
 
@@ -62,16 +62,11 @@ def test_extractor_refusal_reports_its_termination_message():
     assert message == "extraction failed on node n1: layer digest mismatch: expected sha256:1"
 
 
-def test_unwritable_volume_and_failed_permission_step_name_the_option():
+def test_unwritable_volume_names_the_option():
     unwritable = pod("Failed", main=[("terminated", {"exitCode": 4, "message": "cannot write /gkm as uid 1000"})])
     phase, message, fixes, why = phase_of(job(("Failed", "PodFailurePolicy", "")), [unwritable])
     assert (phase, why, fixes) == ("Error", "VolumeNotWritable", ["set_volume_owner", "storage_class_name"])
     assert "cannot write /gkm as uid 1000" in message
-
-    owner = pod("Failed", init=[("terminated", {"exitCode": 1, "message": "the permission step cannot make /gkm"})])
-    phase, message, fixes, why = phase_of(job(("Failed", "PodFailurePolicy", "")), [owner])
-    assert (phase, why) == ("Error", "PermissionStepFailed")
-    assert message == "on node n1: the permission step cannot make /gkm"
 
 
 def test_a_retried_registry_outage_stays_pending_and_only_the_newest_pod_counts():

@@ -409,12 +409,10 @@ def test_job_command_is_accepted_by_the_extraction_cli():
     assert args.gpus == [{"backend": "hip", "arch": "gfx90a", "warp_size": "64"}]
 
 
-# ---------------------------------------------------------------- permission step and registry Secret
+# ---------------------------------------------------------------- the extractor's user and registry Secret
 
 
 RESTRICTED_ADDABLE_CAPS = {"NET_BIND_SERVICE"}
-BASELINE_ADDABLE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-                         "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
 
 
 def restricted_violations(pod_spec, container):
@@ -435,21 +433,17 @@ def restricted_violations(pod_spec, container):
     return problems
 
 
-def test_hostpath_jobs_get_the_least_privileged_permission_step_and_the_extractor_stays_restricted():
+def test_hostpath_jobs_run_the_extractor_as_root_without_any_capability():
+    """Issue 31, class 1: the tree it publishes is root's (files 0444, directories 0555), so no other uid changes it;
+    root without capabilities writes only what root owns, and Pod Security baseline admits it."""
     job = by_kind(planner.plan(make_spec(), facts()).desired, "Job")[0]
     pod_spec = job["spec"]["template"]["spec"]
     extractor, = pod_spec["containers"]
-    owner, = pod_spec["initContainers"]
-    assert restricted_violations(pod_spec, extractor) == []
-    assert restricted_violations(pod_spec, owner) == ["runs as root", "adds capabilities"]
-    assert owner["securityContext"] == {
+    assert "initContainers" not in pod_spec
+    assert restricted_violations(pod_spec, extractor) == ["runs as root"]
+    assert extractor["securityContext"] == {
         "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}}
-    assert set(owner["securityContext"]["capabilities"]["add"]) <= BASELINE_ADDABLE_CAPS
-    assert owner["image"] == extractor["image"]
-    assert owner["command"] == ["python3", "-m", render.OWNER_CLI_MODULE, "/gkm", "1000",
-                                "--termination-log", "/dev/termination-log"]
-    assert owner["volumeMounts"] == [{"name": "cache", "mountPath": "/gkm"}]  # the volume only, no Secret
+        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
     assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert job["spec"]["podFailurePolicy"]["rules"][0] == {
         "action": "FailJob", "onExitCodes": {"operator": "In", "values": [1, 2, 4, 5]}}
@@ -462,10 +456,13 @@ def test_hostpath_jobs_get_the_least_privileged_permission_step_and_the_extracto
     (CSI_CLASS, "auto", "always", True),
     (None, "auto", "never", False),
 ])
-def test_permission_step_follows_the_volumes(storage_class, create_pvs, set_volume_owner, expected):
+def test_the_extractor_runs_as_root_on_the_volumes_that_need_it(
+        storage_class, create_pvs, set_volume_owner, expected):
     spec = make_spec(create_pvs=create_pvs, set_volume_owner=set_volume_owner)
     job = by_kind(planner.plan(spec, facts(storage_class=storage_class)).desired, "Job")[0]
-    assert ("initContainers" in job["spec"]["template"]["spec"]) is expected
+    extractor, = job["spec"]["template"]["spec"]["containers"]
+    assert (extractor["securityContext"].get("runAsUser") == 0) is expected
+    assert (restricted_violations(job["spec"]["template"]["spec"], extractor) == []) is not expected
 
 
 def test_bad_set_volume_owner_is_refused():

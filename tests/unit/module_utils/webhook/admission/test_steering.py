@@ -116,6 +116,18 @@ def test_opt_out_keeps_the_placement_as_written():
     assert result.denial is None and result.operations == [] and "disabled" in result.note
 
 
+def test_opted_out_pods_still_mount_the_cache_read_only_and_templates_are_left_as_written():
+    """Issue 31, class 1: the placement is the pod's choice, a writable mount of the node's copy is nobody's."""
+    steering_view = view([cache("vector-add", digest=None)])
+    result = steer(pod_request(pod_spec("vector-add", read_only=False), annotations={
+        "gkm.io/cache-steering": "disabled"}), steering_view)
+    assert result.denial is None and result.operations == [
+        {"op": "add", "path": "/spec/volumes/0/persistentVolumeClaim/readOnly", "value": True}]
+    steering_view = view([cache("vector-add")], pvcs=[serving_pvc("vector-add")])
+    template = steer(workload_request("Deployment", pod_spec("vector-add", read_only=False)), steering_view)
+    assert template.operations == []  # its pods get it when they are created
+
+
 def test_workload_templates_are_checked_but_never_changed():
     steering_view = view([cache("vector-add")], pvcs=[serving_pvc("vector-add")])
     for kind in ("Deployment", "StatefulSet", "DaemonSet"):

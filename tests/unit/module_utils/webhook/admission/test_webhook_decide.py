@@ -151,3 +151,21 @@ def test_workloads_get_steering_only_and_malformed_reviews_stay_invalid():
     assert decision.outcome == ALLOWED  # checked, never changed: its pods are steered
     assert decide({"kind": "AdmissionReview"}, cache_view, steering_view).outcome == INVALID
     assert decide(review(pod_request(pod_spec("other"))), cache_view, steering_view).outcome == ALLOWED
+
+
+def test_a_writable_claim_of_a_cache_is_mounted_read_only_whoever_wrote_the_pod():
+    """Issue 31, class 1: a writable mount of a hostPath PV lets the pod replace the node's copy; the webhook makes
+    every volume naming a cache read-only, the serving PVC's (by name) and a pvc-mutation pod's (rewritten) alike."""
+    cache_view, steering_view, node_pvc = views()
+    for labels, claim in (({}, "vector-add"), (MUTATION, node_pvc)):
+        spec = pod_spec("vector-add", affinity=pinned("amd-1"), read_only=False)
+        spec["volumes"].append({"name": "kernels-again", "persistentVolumeClaim": {"claimName": "vector-add",
+                                                                                   "readOnly": False}})
+        spec["volumes"].append({"name": "other", "persistentVolumeClaim": {"claimName": "team-data"}})
+        request = pod_request(spec, labels=labels)
+        decision = decide(review(request), cache_view, steering_view)
+        assert decision.outcome == PATCHED, decision.message
+        pod = apply_patch(request["object"], operations(decision))
+        assert [volume["persistentVolumeClaim"] for volume in pod["spec"]["volumes"]] == [
+            {"claimName": claim, "readOnly": True}, {"claimName": claim, "readOnly": True}, {"claimName": "team-data"}]
+        assert decide(review(dict(request, object=pod)), cache_view, steering_view).outcome == ALLOWED
