@@ -46,7 +46,6 @@ def watched_kinds():
     ours = {kind: (GROUP, VERSION, plural) for kind, (plural, _namespaced) in CACHE_KINDS.items()}
     ours.update({node_kind: (GROUP, VERSION, plural) for node_kind, plural, _namespaced in NODE_KINDS.values()})
     kinds = dict(core, **ours)
-    assert set(kinds) == set(INDEXED_KINDS), sorted(set(kinds) ^ set(INDEXED_KINDS))
     return {kind: (*kinds[kind], MANAGED_SELECTOR if kind in MANAGED_ONLY else None) for kind in INDEXED_KINDS}
 
 
@@ -67,10 +66,8 @@ def own_watches(secrets_namespace=None):
 
 def kopf_kinds():
     """{kind: (group, version, plural)} of the kinds kopf watches for the index: watched_kinds() less the
-    OWN_WATCHES, all watched whole."""
-    kinds = {kind: value for kind, value in watched_kinds().items() if kind not in OWN_WATCHES}
-    assert not [kind for kind, value in kinds.items() if value[3]], "kopf watches no kind through a selector"
-    return {kind: value[:3] for kind, value in kinds.items()}
+    OWN_WATCHES, all watched whole (none is in MANAGED_ONLY)."""
+    return {kind: value[:3] for kind, value in watched_kinds().items() if kind not in OWN_WATCHES}
 
 
 def feed(index, event, kind=None):

@@ -161,16 +161,17 @@ def build(args, api_client, started=None, lease=None, watch_client=None):
     resync = Resync(index, reconciler, args.resync_seconds, controller.ready, coalescer.follow)
     compatibility = args.options["compatibility"]
     watch_kube = Kube(watch_client or api_client)
-    watches = {"Node": NodeWatch(watch_kube, index, NodeReconciles(index, coalescer.submit, compatibility),
-                                 coalescer.submit, compatibility, on_listed=functools.partial(controller.kind_listed,
-                                                                                             "Node"))}
+    watches = {}
     # Secrets in the system namespace alone when every registry Secret of ours is there (the operator's RBAC then
     # grants no other).
     for kind, (path, selector) in own_watches(registry_secrets_namespace(args.options)).items():
-        if kind not in watches:
+        on_listed = functools.partial(controller.kind_listed, kind)
+        if kind == "Node":
+            watches[kind] = NodeWatch(watch_kube, index, path, NodeReconciles(index, coalescer.submit, compatibility),
+                                      coalescer.submit, compatibility, on_listed=on_listed)
+        else:
             watches[kind] = KindWatch(watch_kube, index, kind, path, coalescer.submit, selector, compatibility,
-                                      on_event=controller.pod_event if kind == "Pod" else None,
-                                      on_listed=functools.partial(controller.kind_listed, kind))
+                                      on_event=controller.pod_event if kind == "Pod" else None, on_listed=on_listed)
     registry = handlers.register(kopf.OperatorRegistry(), controller)
 
     def login(**_):

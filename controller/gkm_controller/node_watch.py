@@ -13,21 +13,18 @@ starts nothing: every cache is resumed by kopf once it is in.
 
 import logging
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import resource_path
-
 from .kind_watch import KindWatch
 from .node_filter import on_node_event
 
 LOG = logging.getLogger(__name__)
 
-NODES_PATH = resource_path("Node")
-
 
 class NodeWatch(KindWatch):
-    """KindWatch of the Nodes; node_changed(decision): a Node event that passed the filter (node_reconciles)."""
+    """KindWatch of the Nodes at `path` (feed.own_watches); node_changed(decision): a Node event that passed the
+    filter (node_reconciles)."""
 
-    def __init__(self, kube, index, node_changed, submit, compatibility="skip", on_listed=None):
-        super().__init__(kube, index, "Node", NODES_PATH, submit, compatibility=compatibility, on_listed=on_listed)
+    def __init__(self, kube, index, path, node_changed, submit, compatibility="skip", on_listed=None):
+        super().__init__(kube, index, "Node", path, submit, compatibility=compatibility, on_listed=on_listed)
         self.node_changed = node_changed
 
     def take_listing(self, objects, first):

@@ -109,6 +109,7 @@ def test_every_indexed_kind_is_watched_and_only_ours_are_filtered_on_the_server(
     assert kinds["Job"][:3] == ("batch", "v1", "jobs") and kinds["Node"][:3] == ("", "v1", "nodes")
     # the kinds that grow with the nodes and the pods through the controller's own watches, the rest through kopf
     assert set(kopf_kinds()) == {"GKMCache", "ClusterGKMCache", "Namespace", "StorageClass"}
+    assert not [kind for kind in kopf_kinds() if kinds[kind][3]]  # kopf is given no selector
     assert set(OWN_WATCHES) == set(kinds) - set(kopf_kinds()) and OWN_WATCHES[0] == "Node"
     paths = own_watches()
     assert paths["Node"] == ("/api/v1/nodes", None) and paths["Job"] == ("/apis/batch/v1/jobs", MANAGED_SELECTOR)

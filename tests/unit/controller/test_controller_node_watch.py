@@ -21,7 +21,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index
 from controller.gkm_controller import kind_watch
 from controller.gkm_controller.feed import MANAGED_SELECTOR, own_watches
 from controller.gkm_controller.kind_watch import KindWatch
-from controller.gkm_controller.node_watch import NODES_PATH, NodeWatch
+from controller.gkm_controller.node_watch import NodeWatch
+
+NODES_PATH = own_watches()["Node"][0]
 
 
 def node(name="gpu-1", beat=1, **labels):
@@ -88,7 +90,7 @@ def watching(kube, recorder, index=None):
     def on_listed():
         recorder["listed"] += 1
 
-    watch = NodeWatch(kube, index or ClusterIndex(), recorder["node_changed"].append,
+    watch = NodeWatch(kube, index or ClusterIndex(), NODES_PATH, recorder["node_changed"].append,
                       lambda kind, resource: recorder["submitted"].append((kind, resource["metadata"]["name"])),
                       on_listed=on_listed)
     if kube.on_exhausted is None:
