@@ -109,7 +109,8 @@ def main():
     st = state()
     kubeconfig = st["kubeconfig"]
     raw = kube.Kube(api_client_from_auth({"kubeconfig": kubeconfig}), workers=16)
-    image = kcache_images.build_image(st["registry"], "bench/vector-add", "v1", kcache_images.CacheSpec(backend="hip"))
+    image = kcache_images.build_image(st["registry"], "bench/vector-add", "v1",
+                                      kcache_images.CacheSpec(backend="hip", compiled=True))
     group = "gkm-bench-dist"
     log("creating %d kwok GPU nodes" % options.nodes)
     node_names = ensure_nodes(raw, group, options.nodes)

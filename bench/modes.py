@@ -124,7 +124,7 @@ def main():
     raw = Kube(api_client_from_auth({"kubeconfig": state["kubeconfig"]}), workers=16)
     raw.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     images = [kcache_images.build_image(state["registry"], "bench/modes", tag,
-                                        kcache_images.CacheSpec(backend="hip", seed=seed))
+                                        kcache_images.CacheSpec(backend="hip", seed=seed, compiled=True))
               for tag, seed in (("v1", 41), ("v2", 42))]
     names = ensure_nodes(raw, POOL, args.nodes)
     try:

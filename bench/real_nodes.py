@@ -139,7 +139,7 @@ def main():
                    tls_mode="self_signed", image=state["tools_image"], replicas=1,
                    node_selector={"gkm.io/real-node": "true"},
                    tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}], failure_policy="Fail")
-    small_spec = kcache_images.CacheSpec(backend="hip", kernels=4, seed=41)
+    small_spec = kcache_images.CacheSpec(backend="hip", kernels=4, seed=41, compiled=True)
     small = kcache_images.build_image(state["registry"], "bench/e2e", "v1", small_spec)
     kernel = next(e.name for e in kcache_images.cache_entries(small_spec)[0] if e.name.endswith(".llir"))
     with tempfile.TemporaryDirectory() as work:
