@@ -69,6 +69,10 @@ class Reconciler:
     resource cannot set (the modules' DISTRIBUTION_ARG_SPEC: extraction image, host path root, wait, ...), as today's
     operator passes them. lease: a lease.LeaseDeadline every write is also checked against (None: no check, for
     tests and a single replica). run: the reconcile to call (distribute/reconcile.py's by default).
+
+    The writes of a cache's run that the index did not show when it ended are kept for that cache's next run, whose
+    first read waits for them: that run starts as soon as the lock is free, and would plan from an index still
+    taking the last run's events (docs/controller-design.md, section 10).
     """
 
     def __init__(self, api_client, index, options, locks=None, lease=None, run=cache_reconcile.reconcile):
@@ -76,6 +80,7 @@ class Reconciler:
         self.locks = locks or CacheLocks()
         self.lease = lease
         self.run = run
+        self._unshown = {}
 
     def __call__(self, kind, body, finalizing, count=None):
         """count: one more guard shown every request (resync.RequestCount), or None."""
@@ -86,13 +91,20 @@ class Reconciler:
         options = dict(self.options, state="absent" if finalizing else "present")
         resource = _definition(body)
         what = "%s %s" % (kind, cache_reference(metadata))
+        key = (kind, namespace or "", name)
         with self.locks.of(kind, namespace, name):
             # One line per run, the count the integration test reads (heartbeats start none).
             LOG.info("reconcile %s (%s)", what, options["state"])
             started = time.monotonic()
-            # kopf's body is the live resource (its uid, creation time and status): no GET (row 1 of the reads).
-            result = self.run(kube, kind, name, namespace, options, definition=None if finalizing else resource,
-                              source=IndexSource(self.index, kube.written), live=resource)
+            earlier = self._unshown.pop(key, ())
+            try:
+                # kopf's body is the live resource (its uid, creation time and status): no GET (row 1 of the reads).
+                result = self.run(kube, kind, name, namespace, options, definition=None if finalizing else resource,
+                                  source=IndexSource(self.index, kube.written, earlier), live=resource)
+            finally:
+                unshown = self.index.unshown(list(earlier) + kube.written)
+                if unshown:
+                    self._unshown[key] = unshown
             # The phases (common/timings.py) say where a slow reconcile's time went: writes, the wait, the status.
             LOG.info("reconciled %s in %.1f s: changed %s; %s", what, time.monotonic() - started,
                      bool((result or {}).get("changed")), " ".join(

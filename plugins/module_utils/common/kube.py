@@ -261,7 +261,7 @@ class Kube:
                              what=_describe(obj["kind"], metadata.get("namespace"), metadata["name"]))[1]
         resource_version = ((reply or {}).get("metadata") or {}).get("resourceVersion")
         if resource_version:
-            self._wrote(obj["kind"], metadata.get("namespace"), metadata["name"], resource_version)
+            self.record_write(obj["kind"], metadata.get("namespace"), metadata["name"], resource_version)
         return reply
 
     def delete(self, kind, name, namespace=None):
@@ -272,10 +272,12 @@ class Kube:
             body["dryRun"] = ["All"]
         status = self.request("DELETE", resource_path(kind, namespace, name), body=body,
                               what=_describe(kind, namespace, name))[0]
-        self._wrote(kind, namespace, name, None)
+        self.record_write(kind, namespace, name, None)
         return status != 404
 
-    def _wrote(self, kind, namespace, name, resource_version):
+    def record_write(self, kind, namespace, name, resource_version):
+        """Add a write made through request() to `written`: the object at the reply's resourceVersion, None when it
+        was deleted (apply and delete record their own)."""
         if not self.dry_run:
             with self._lock:
                 self.written.append((kind, namespace or "", name, resource_version))

@@ -98,3 +98,37 @@ def test_the_locks_are_per_cache():
     assert locks.of("GKMCache", "team-a", "x") is locks.of("GKMCache", "team-a", "x")
     assert locks.of("GKMCache", "team-a", "x") is not locks.of("GKMCache", "team-b", "x")
     assert locks.of("ClusterGKMCache", None, "x") is locks.of("ClusterGKMCache", "", "x")
+
+
+def test_writes_a_run_left_unshown_are_waited_for_by_the_next_run_of_that_cache_only():
+    """A run labelled two Nodes and ended before the index showed one of them: the next run of the same cache waits
+    for that one at its first read, another cache's run does not."""
+    index = ClusterIndex()
+    for name in ("gpu-1", "gpu-2"):
+        index.apply(None, {"kind": "Node", "metadata": {"name": name, "resourceVersion": "1"}})
+    labelled, waits = [], []
+
+    def run(kube, kind, name, namespace, options, definition=None, source=None, live=None):
+        if not labelled:
+            labelled.append(name)  # the first run writes last, as the status stage does, and reads no more
+            kube.record_write("Node", "", "gpu-1", "1")
+            kube.record_write("Node", "", "gpu-2", "5")
+            return {"changed": True}
+        started = time.monotonic()
+        source.gather([lambda: None], "reading")
+        waits.append((name, time.monotonic() - started))
+        return {"changed": False}
+
+    reconcile = reconciler(run, index)
+    reconcile("GKMCache", cache(), False)
+    reconcile("GKMCache", cache("other"), False)
+    shown = threading.Timer(0.2, index.apply, ("MODIFIED", {"kind": "Node", "metadata": {
+        "name": "gpu-2", "resourceVersion": "6"}}))
+    shown.start()
+    try:
+        reconcile("GKMCache", cache(), False)
+    finally:
+        shown.cancel()
+    assert [name for name, _wait in waits] == ["other", "vector-add"]
+    assert waits[0][1] < 0.1 and 0.15 < waits[1][1] < 10
+    assert reconcile._unshown == {}

@@ -79,6 +79,9 @@ def fields_match(obj, selector):
 
 INDEXED_KINDS = (*OBJECT_KINDS, "Node", "Namespace", "StorageClass", "Pod", *sorted(CACHE_KINDS),
                  *sorted(kind for kind, _plural, _namespaced in NODE_KINDS.values()))
+# Kinds held without their resourceVersion, so that an event changing nothing the facts read (a heartbeat) changes
+# nothing held; the index keeps the last one seen beside them, for wait_for_writes.
+UNVERSIONED_KINDS = ("Node", "Namespace")
 
 
 def _key(obj):
@@ -97,13 +100,17 @@ class ClusterIndex:
 
     Reads and writes hold one lock: watch events arrive on the controller's event loop while a reconcile reads from
     a worker thread. `version` counts the changes; wait_for_change(since, timeout) lets a reconcile that polls (a
-    Job to complete, a PVC to bind) wake at the change instead of at the end of its poll interval.
+    Job to complete, a PVC to bind) wake at the change instead of at the end of its poll interval. The last
+    resourceVersion of each Node and Namespace is kept beside what is held (UNVERSIONED_KINDS), and an event that
+    moves only it wakes wait_for_writes alone.
     """
 
     def __init__(self, watched_images=None):
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        self._seen = threading.Condition(self._lock)
         self._objects = {kind: {} for kind in INDEXED_KINDS}
+        self._versions = {kind: {} for kind in UNVERSIONED_KINDS}
         self.watched_images = watched_images
         self.version = 0
 
@@ -133,6 +140,8 @@ class ClusterIndex:
         key = _key(obj)
         trimmed = None if event_type == "DELETED" else self._trim(kind, obj)
         with self._lock:
+            if kind in self._versions:
+                self._note_version(kind, key, None if trimmed is None else obj)
             held = self._objects[kind]
             if trimmed is None:
                 if held.pop(key, None) is None:
@@ -143,7 +152,17 @@ class ClusterIndex:
                 held[key] = trimmed
             self.version += 1
             self._changed.notify_all()
+            self._seen.notify_all()
             return True
+
+    def _note_version(self, kind, key, obj):
+        """Keep the resourceVersion of an object of UNVERSIONED_KINDS (None: deleted), under the lock."""
+        versions = self._versions[kind]
+        if obj is None:
+            versions.pop(key, None)
+        else:
+            versions[key] = (obj.get("metadata") or {}).get("resourceVersion")
+        self._seen.notify_all()
 
     def relisted(self, kind, objects):
         """Take a complete fresh listing of a kind as the whole truth, returning a Relisting.
@@ -159,6 +178,10 @@ class ClusterIndex:
                 raise ValueError("a listing of %s holds a %r" % (kind, obj.get("kind")))
             fresh[_key(obj)] = self._trim(kind, obj)
         with self._lock:
+            if kind in self._versions:
+                self._versions[kind] = {_key(obj): (obj.get("metadata") or {}).get("resourceVersion")
+                                        for obj in objects}
+                self._seen.notify_all()
             held = self._objects[kind]
             if held == fresh:
                 return Relisting(kind, False, [])
@@ -175,9 +198,9 @@ class ClusterIndex:
 
     def wait_for_writes(self, written, timeout):
         """Block until the index shows every write of `written` (Kube.written's entries) or `timeout` seconds pass;
-        True when it does. An object applied shows at its reply's resourceVersion or a later one, an object deleted
-        once it is gone or being deleted. Kinds the index does not hold, and Nodes and Namespaces (held without their
-        resourceVersion), are not waited for."""
+        True when it does. An object applied shows at its reply's resourceVersion or a later one (for a Node or a
+        Namespace, the last event's), an object deleted once it is gone or being deleted. Kinds the index does not
+        hold are not waited for."""
         pending = collections.deque(written)
 
         def shown():
@@ -188,14 +211,22 @@ class ClusterIndex:
             return not pending
 
         with self._lock:
-            return self._changed.wait_for(shown, timeout)
+            return self._seen.wait_for(shown, timeout)
+
+    def unshown(self, written):
+        """The writes of `written` the index does not show yet (wait_for_writes's test, without waiting)."""
+        with self._lock:
+            return [write for write in written if not self._shows(*write)]
 
     def _shows(self, kind, namespace, name, resource_version):
-        if kind not in self._objects or kind in ("Node", "Namespace"):
+        if kind not in self._objects:
             return True
-        held = self._objects[kind].get((namespace or "", name))
+        key = (namespace or "", name)
+        held = self._objects[kind].get(key)
         if resource_version is None:
             return held is None or bool(held["metadata"].get("deletionTimestamp"))
+        if kind in self._versions:
+            return held is not None and _not_older(self._versions[kind].get(key), resource_version)
         return held is not None and _not_older(held["metadata"].get("resourceVersion"), resource_version)
 
     def select(self, kind, namespace=None, label_selector=None, field_selector=None):
@@ -265,13 +296,15 @@ class IndexSource(FactsSource):
     written: the reconcile's Kube.written. Each read first waits (at most WRITES_SHOWN_SECONDS) until the index
     shows the writes made since the last read: planned again from an index a write had not reached yet, a run took
     the slot PVC it had just created for missing and replaced the slot's PV, which then waited a minute on its
-    finalizer (seen on a loaded machine)."""
+    finalizer (seen on a loaded machine). earlier: writes of an earlier run of the same cache the index did not show
+    when it ended (ClusterIndex.unshown), which the first read waits for too."""
 
-    def __init__(self, index, written=None):
+    def __init__(self, index, written=None, earlier=()):
         self.index = index
         self._seen = index.version
         self._written = written if written is not None else []
         self._shown = 0
+        self._earlier = list(earlier)
 
     def pause(self, seconds):
         """Wait for a change the index has not shown this source yet, at most `seconds`."""
@@ -281,8 +314,8 @@ class IndexSource(FactsSource):
 
     def gather(self, calls, what):
         # Each object's last write only: a Job the run created and then deleted is waited for as deleted.
-        pending = list({write[:3]: write for write in self._written[self._shown:]}.values())
-        self._shown = len(self._written)
+        pending = list({write[:3]: write for write in self._earlier + self._written[self._shown:]}.values())
+        self._shown, self._earlier = len(self._written), []
         if pending:
             self.index.wait_for_writes(pending, WRITES_SHOWN_SECONDS)
         self._seen = self.index.version

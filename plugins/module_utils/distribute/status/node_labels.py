@@ -30,10 +30,15 @@ def sync_labels(kube, spec, key, desired, nodes):
     if spec.state != "present":
         nodes = kube.list("Node", label_selector=key, metadata_only=True)
     changes = node_readiness.label_changes(nodes, key, desired)
-    kube.map_all(lambda change: kube.request(
-        "PATCH", "/api/v1/nodes/%s" % change[0], body={"metadata": {"labels": {key: change[1]}}},
-        content_type=MERGE_PATCH, what="node %s label %s" % (change[0], key)), changes, "labelling nodes")
+    kube.map_all(lambda change: _patch_label(kube, change[0], key, change[1]), changes, "labelling nodes")
     return [{"node": name, "value": value} for name, value in changes]
+
+
+def _patch_label(kube, node, key, value):
+    """One node's label; recorded as written, so a controller's next plan waits until its index shows it."""
+    reply = kube.request("PATCH", "/api/v1/nodes/%s" % node, body={"metadata": {"labels": {key: value}}},
+                         content_type=MERGE_PATCH, what="node %s label %s" % (node, key))[1]
+    kube.record_write("Node", "", node, ((reply or {}).get("metadata") or {}).get("resourceVersion"))
 
 
 def label_upgrade_states(kube, spec, waves, nodes):

@@ -40,11 +40,13 @@ MAX_DIFF_NODES = 20
 
 
 def _write_node(kube, cache_kind, namespace, writes):
-    """One node's writes in order; returns the node name on a conflict (its object changed meanwhile), else None."""
+    """One node's writes in order, each recorded as written (Kube.record_write: a controller's next plan waits until
+    its index shows them); returns the node name on a conflict (its object changed meanwhile), else None."""
     version = None
+    kind = NODE_KINDS[cache_kind][0]
     for write in writes:
         path = node_object_path(cache_kind, namespace, write.name)
-        what = "%s %s" % (NODE_KINDS[cache_kind][0], write.name)
+        what = "%s %s" % (kind, write.name)
         try:
             if write.verb == CREATE:
                 status, created = kube.request("POST", node_object_path(cache_kind, namespace), body=write.body,
@@ -52,19 +54,21 @@ def _write_node(kube, cache_kind, namespace, writes):
                 version = (created or {}).get("metadata", {}).get("resourceVersion")
             elif write.verb == PATCH_STATUS:
                 body = dict(write.body, metadata={"resourceVersion": write.resource_version or version})
-                status, _data = kube.request("PATCH", path + "/status", body=body, content_type=MERGE_PATCH,
-                                             what=what + " status", retry_conflicts=False)
+                status, patched = kube.request("PATCH", path + "/status", body=body, content_type=MERGE_PATCH,
+                                               what=what + " status", retry_conflicts=False)
+                version = (patched or {}).get("metadata", {}).get("resourceVersion")
             else:
                 body = {"apiVersion": "v1", "kind": "DeleteOptions",
                         "preconditions": {"resourceVersion": write.resource_version}}
                 status, _data = kube.request("DELETE", path, body=body, what=what, retry_conflicts=False)
-                status = 200 if status == 404 else status  # gone already
+                status, version = (200 if status == 404 else status), None  # 404: gone already
         except KubeError as error:
             if error.status == 409:
                 return write.name
             raise
         if status == 404:
             return write.name  # deleted meanwhile: read again, create again
+        kube.record_write(kind, namespace, write.name, version)
     return None
 
 

@@ -363,26 +363,32 @@ def test_a_change_between_the_read_and_the_poll_is_not_missed():
 
 
 def test_a_read_after_the_runs_own_writes_waits_until_the_index_shows_them():
-    # The run created a slot PVC (the reply's resourceVersion 7) and deleted a Job: the watch events come a moment
-    # later, and the read that plans again waits for both, not for the Node label it also wrote.
+    # The run created a slot PVC (the reply's resourceVersion 7), deleted a Job and labelled a Node (9): the watch
+    # events come a moment later, and the read that plans again waits for all three. A Node is held without its
+    # resourceVersion; the last one its events carried counts, a heartbeat's after the label included.
     job = obj("Job", "vector-add-abc-w1", "team-a", cache_labels())
-    index = indexed([job])
+    node = default_nodes()[0]
+    index = indexed([job, heartbeat_fields(node, beat=3)])
+    name = node["metadata"]["name"]
     written = [("PersistentVolumeClaim", "team-a", "vector-add-abc-w2", "7"),
-               ("Job", "team-a", job["metadata"]["name"], None), ("Node", "", "gpu-1", "9")]
+               ("Job", "team-a", job["metadata"]["name"], None), ("Node", "", name, "9")]
     reader = facts_index.IndexSource(index, written)
     created = obj("PersistentVolumeClaim", "vector-add-abc-w2", "team-a", cache_labels())
     created["metadata"]["resourceVersion"] = "7"
     events = [threading.Timer(0.1, index.apply, ("ADDED", created)),
-              threading.Timer(0.2, index.apply, ("DELETED", job))]
+              threading.Timer(0.2, index.apply, ("DELETED", job)),
+              threading.Timer(0.3, index.apply, ("MODIFIED", heartbeat_fields(node, beat=10)))]
     started = time.monotonic()
     for event in events:
         event.start()
     try:
+        assert index.unshown(written) == written
         [pvcs] = reader.gather([lambda: index.select("PersistentVolumeClaim", "team-a")], "reading")
     finally:
         for event in events:
             event.cancel()
-    assert 0.15 < time.monotonic() - started < 10
+    assert 0.25 < time.monotonic() - started < 10
+    assert index.unshown(written) == []
     assert [pvc["metadata"]["name"] for pvc in pvcs] == ["vector-add-abc-w2"]
     assert index.select("Job") == []
     # Shown once, never waited for again; a later version, or a deletion under way, shows a write too.
@@ -397,6 +403,25 @@ def test_a_read_after_the_runs_own_writes_waits_until_the_index_shows_them():
     terminating["metadata"]["deletionTimestamp"] = "2026-11-28T18:00:00Z"
     index.apply("ADDED", terminating)
     assert index.wait_for_writes([("PersistentVolumeClaim", "team-a", "gone", None)], 0)
+
+
+def test_an_earlier_runs_writes_are_waited_for_by_the_first_read_only():
+    node = default_nodes()[0]
+    index = indexed([heartbeat_fields(node, beat=3)])
+    labelled = [("Node", "", node["metadata"]["name"], "5")]
+    reader = facts_index.IndexSource(index, [], earlier=labelled)
+    timer = threading.Timer(0.1, index.apply, ("MODIFIED", heartbeat_fields(node, beat=5)))
+    started = time.monotonic()
+    timer.start()
+    try:
+        assert reader.gather([lambda: 1], "reading") == [1]
+    finally:
+        timer.cancel()
+    assert 0.05 < time.monotonic() - started < 10
+    # A Namespace counts the same way; a deleted one is shown once it is gone.
+    index.apply("ADDED", {"kind": "Namespace", "metadata": {"name": "team-a", "resourceVersion": "4"}})
+    assert index.unshown([("Namespace", "", "team-a", "4"), ("Namespace", "", "team-b", None)]) == []
+    assert index.unshown([("Namespace", "", "team-a", "6")]) == [("Namespace", "", "team-a", "6")]
 
 
 def test_a_write_the_index_never_shows_holds_a_read_for_a_bounded_time_only(monkeypatch):
