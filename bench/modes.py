@@ -33,6 +33,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs impo
 from bench.distribute import BENCH_LABEL, ensure_nodes  # noqa: E402
 from bench.webhook import save_results  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
+from tests.helpers.crds import apply_crds  # noqa: E402
 from tests.helpers.modules import run_module  # noqa: E402
 from tests.helpers.sim import sim_control  # noqa: E402
 
@@ -122,6 +123,7 @@ def main():
     load_before = os.getloadavg()
     state = sim_control.load_state()
     raw = Kube(api_client_from_auth({"kubeconfig": state["kubeconfig"]}), workers=16)
+    apply_crds(raw.api)  # a fresh simulated cluster has none
     raw.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     images = [kcache_images.build_image(state["registry"], "bench/modes", tag,
                                         kcache_images.CacheSpec(backend="hip", seed=seed, compiled=True))
