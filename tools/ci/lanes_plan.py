@@ -15,7 +15,7 @@ SLOWEST = 20
 # Failed tests the summary's tail names, each with its failure's first line cut to MESSAGE_CHARACTERS.
 FAILED_SHOWN = 10
 MESSAGE_CHARACTERS = 200
-MOLECULE_LINE = re.compile(r"^molecule (\S+): (passed|FAILED|SKIPPED)(?: (?:in|after) (\d+)s)?")
+MOLECULE_LINE = re.compile(r"^molecule (\S+): (passed|FAILED|SKIPPED)(?: (?:in|after) (\d+)s)?(?:: (.*))?")
 
 
 @dataclass
@@ -225,7 +225,7 @@ def parse_molecule(text):
     """Each scenario tools/ci/molecule.sh reports, as a TestCase (molecule/<scenario>, of its molecule.yml)."""
     outcomes = {"passed": "passed", "FAILED": "failed", "SKIPPED": "skipped"}
     return [TestCase("molecule/" + match.group(1), "molecule/%s/molecule.yml" % match.group(1),
-                     float(match.group(3) or 0), outcomes[match.group(2)])
+                     float(match.group(3) or 0), outcomes[match.group(2)], (match.group(4) or "")[:MESSAGE_CHARACTERS])
             for match in map(MOLECULE_LINE.match, text.splitlines()) if match]
 
 

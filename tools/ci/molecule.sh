@@ -27,6 +27,18 @@ kind_available() {
   command -v kind >/dev/null && { docker info >/dev/null 2>&1 || podman info >/dev/null 2>&1; }
 }
 
+# The first failure in a scenario's output, on one line: the task and what Ansible said of it, or the tasks that
+# changed on the idempotence run. The lane summary names the scenario with it (tools/ci/lanes_plan.py).
+failure_reason() {
+  sed 's/\x1b\[[0-9;]*m//g' "$1" | awk '
+    /TASK \[/ { sub(/.*TASK \[/, ""); sub(/\].*/, ""); task = $0 }
+    /fatal: \[/ { sub(/.*FAILED! => /, ""); print task ": " $0; exit }
+    /Idempotence test failed/ { idempotence = 1; reason = "not idempotent:"; next }
+    idempotence && /\* \[/ { sub(/.*\* /, ""); reason = reason " " $0; next }
+    idempotence { print reason; idempotence = 0; exit }
+    END { if (idempotence) print reason }' | head -c 1000
+}
+
 started_cluster=false
 users_marker="$GKM_SIM_DIR/users/$$"
 
@@ -83,12 +95,15 @@ for scenario in "${scenarios[@]}"; do
   start=$SECONDS
   # reset: a run that was interrupted may have left molecule's state saying the scenario is prepared.
   molecule reset -s "$scenario" >/dev/null 2>&1
-  if molecule test -s "$scenario"; then
+  output=$(mktemp)
+  molecule test -s "$scenario" 2>&1 | tee "$output"
+  if [ "${PIPESTATUS[0]}" -eq 0 ]; then
     line="molecule $scenario: passed in $((SECONDS - start))s"
   else
-    line="molecule $scenario: FAILED after $((SECONDS - start))s"
+    line="molecule $scenario: FAILED after $((SECONDS - start))s: $(failure_reason "$output")"
     failed+=("$scenario")
   fi
+  rm -f "$output"
   echo "$line"
   summary+=("$line")
 done

@@ -97,8 +97,10 @@ def test_the_controller_captures_a_finished_opted_in_pod_and_distributes_what_it
             "spec"]["image"] != first.ref and live(caches, namespace, CACHE)["spec"]["image"], 120)
         recorded_s = time.monotonic() - finished_at
         assert captured.startswith(repository + "@sha256:"), captured
-        [capture_s] = [re.search(CAPTURED_LINE % (namespace, namespace, CACHE), line).group(1)
-                       for line in controller.lines(CAPTURED_LINE % (namespace, namespace, CACHE))]
+        # The controller logs the capture once the module returns, which is after it recorded the image.
+        captured_line = CAPTURED_LINE % (namespace, namespace, CACHE)
+        [line] = poll("the capture logged", lambda: controller.lines(captured_line), 30)
+        capture_s = re.search(captured_line, line).group(1)
         # The finished pod still names the serving claim at the first digest, which keeps it there (pvc-protection).
         # Its owner deletes it, as a Job's TTL would; its deletion has the controller reconcile the cache again, which
         # verifies the captured image's signature with the key's public half and extracts it.

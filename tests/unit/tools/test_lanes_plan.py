@@ -104,10 +104,12 @@ def test_junit_reports_give_each_case_its_file_time_and_outcome(tmp_path):
 
 
 def test_molecule_scenarios_are_read_from_the_lane_log():
-    text = "x\nmolecule caches: passed in 300s\nmolecule kind: SKIPPED - no kind\nmolecule day2: FAILED after 12s\n"
+    text = ("x\nmolecule caches: passed in 300s\nmolecule kind: SKIPPED - no kind\n"
+            "molecule day2: FAILED after 12s: Apply the caches: {\"msg\": \"timed out\"}\n")
     cases = plan.parse_molecule(text)
-    assert [(c.name, c.outcome, c.seconds) for c in cases] == [
-        ("molecule/caches", "passed", 300.0), ("molecule/kind", "skipped", 0.0), ("molecule/day2", "failed", 12.0)]
+    assert [(c.name, c.outcome, c.seconds, c.message) for c in cases] == [
+        ("molecule/caches", "passed", 300.0, ""), ("molecule/kind", "skipped", 0.0, ""),
+        ("molecule/day2", "failed", 12.0, 'Apply the caches: {"msg": "timed out"}')]
     # Measured under the path the molecule lanes share out.
     assert cases[0].file == "molecule/caches/molecule.yml"
 
