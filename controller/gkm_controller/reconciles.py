@@ -106,7 +106,11 @@ class Reconciler:
                 if unshown:
                     self._unshown[key] = unshown
             # The phases (common/timings.py) say where a slow reconcile's time went: writes, the wait, the status.
-            LOG.info("reconciled %s in %.1f s: changed %s; %s", what, time.monotonic() - started,
-                     bool((result or {}).get("changed")), " ".join(
-                         "%s=%.1f" % phase for phase in sorted(((result or {}).get("timings") or {}).items())))
+            # labels: readiness labels set and removed; unshown: of its writes, those the watches had not brought
+            # back when it ended (the next run waits for them).
+            labels = [change["value"] is None for change in (result or {}).get("node_labels") or []]
+            LOG.info("reconciled %s in %.1f s: changed %s; %s; labels set=%d removed=%d; unshown=%d", what,
+                     time.monotonic() - started, bool((result or {}).get("changed")), " ".join(
+                         "%s=%.1f" % phase for phase in sorted(((result or {}).get("timings") or {}).items())),
+                     labels.count(False), labels.count(True), len(unshown))
             return result

@@ -1,6 +1,7 @@
 """A cache's reconcile in the controller (controller/gkm_controller/reconciles.py): the modules' reconcile, fed by
 the index and writing through the deletion guard, the finalizer's as state=absent, one at a time per cache."""
 
+import logging
 import threading
 import time
 
@@ -100,9 +101,9 @@ def test_the_locks_are_per_cache():
     assert locks.of("ClusterGKMCache", None, "x") is locks.of("ClusterGKMCache", "", "x")
 
 
-def test_writes_a_run_left_unshown_are_waited_for_by_the_next_run_of_that_cache_only():
+def test_writes_a_run_left_unshown_are_waited_for_by_the_next_run_of_that_cache_only(caplog):
     """A run labelled two Nodes and ended before the index showed one of them: the next run of the same cache waits
-    for that one at its first read, another cache's run does not."""
+    for that one at its first read, another cache's run does not. Each run's line counts both."""
     index = ClusterIndex()
     for name in ("gpu-1", "gpu-2"):
         index.apply(None, {"kind": "Node", "metadata": {"name": name, "resourceVersion": "1"}})
@@ -113,12 +114,14 @@ def test_writes_a_run_left_unshown_are_waited_for_by_the_next_run_of_that_cache_
             labelled.append(name)  # the first run writes last, as the status stage does, and reads no more
             kube.record_write("Node", "", "gpu-1", "1")
             kube.record_write("Node", "", "gpu-2", "5")
-            return {"changed": True}
+            return {"changed": True, "node_labels": [{"node": "gpu-1", "value": "abc"},
+                                                     {"node": "gpu-2", "value": None}]}
         started = time.monotonic()
         source.gather([lambda: None], "reading")
         waits.append((name, time.monotonic() - started))
         return {"changed": False}
 
+    caplog.set_level(logging.INFO, logger="controller.gkm_controller.reconciles")
     reconcile = reconciler(run, index)
     reconcile("GKMCache", cache(), False)
     reconcile("GKMCache", cache("other"), False)
@@ -132,3 +135,5 @@ def test_writes_a_run_left_unshown_are_waited_for_by_the_next_run_of_that_cache_
     assert [name for name, _wait in waits] == ["other", "vector-add"]
     assert waits[0][1] < 0.1 and 0.15 < waits[1][1] < 10
     assert reconcile._unshown == {}
+    assert [message.split("; ", 2)[2] for message in caplog.messages if message.startswith("reconciled ")] == [
+        "labels set=1 removed=1; unshown=1", "labels set=0 removed=0; unshown=0", "labels set=0 removed=0; unshown=0"]

@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import collections
+import logging
 import threading
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector, unmanaged_selector
@@ -288,6 +289,7 @@ def _copy(obj):
 # How long a read waits for the index to show the reconcile's own writes: watch events follow a write within
 # milliseconds on a quiet machine, seconds on a loaded one; past this the read goes on with what the index holds.
 WRITES_SHOWN_SECONDS = 15
+LOG = logging.getLogger("gkm.index")
 
 
 class IndexSource(FactsSource):
@@ -316,8 +318,10 @@ class IndexSource(FactsSource):
         # Each object's last write only: a Job the run created and then deleted is waited for as deleted.
         pending = list({write[:3]: write for write in self._earlier + self._written[self._shown:]}.values())
         self._shown, self._earlier = len(self._written), []
-        if pending:
-            self.index.wait_for_writes(pending, WRITES_SHOWN_SECONDS)
+        if pending and not self.index.wait_for_writes(pending, WRITES_SHOWN_SECONDS):
+            # How far the watches lag behind the writes on a large cluster (docs/controller-design.md, section 10).
+            LOG.warning("%s: the index shows %d of the reconcile's last %d writes after %g s; read as it is",
+                        what, len(pending) - len(self.index.unshown(pending)), len(pending), WRITES_SHOWN_SECONDS)
         self._seen = self.index.version
         try:
             return [call() for call in calls]
