@@ -67,6 +67,11 @@ RECONCILED_LINE = r"gkm_controller\.reconciles: reconciled \S+ \S+ in ([\d.]+) s
 COMPLETE_EVERY_S = 0.5
 
 
+def started_all_ended(controller):
+    """True when every reconcile the controller logged as started has logged its end."""
+    return len(controller.lines(RECONCILE_LINE)) == len(controller.lines(RECONCILED_LINE))
+
+
 def log(message):
     print("bench-controller: %s" % message, file=sys.stderr, flush=True)
 
@@ -225,7 +230,14 @@ class ControllerPath:
             figures["cold_cpu_s"] = window.figures()["cpu_s"]
             log("%d nodes, controller cold: %.1f s; its reconciles: %s" % (nodes, figures["cold_s"],
                                                                             "; ".join(figures["cold_reconciles"])))
+            # The cold run's follow-ups (a reconcile that ended before the cache settled runs again) hold the cache's
+            # lock, which a resync waits for: the idle window starts once every reconcile started has ended.
+            cold_ended = len(controller.lines(RECONCILED_LINE))
             time.sleep(settle_seconds)
+            poll("the reconciles after %s's cold run ended" % name, lambda: started_all_ended(controller),
+                 self.timeout)
+            figures["follow_reconciles"] = [line.split("reconciles: ", 1)[1]
+                                            for line in controller.lines(RECONCILED_LINE)[cold_ended:]]
             figures.update(self.idle(controller, pool, idle_seconds, heartbeat_period))
             if not figures["idle_resyncs"]:
                 raise AssertionError("no resync ran in the idle window (--resync-seconds %s); the controller's log:\n%s"
@@ -401,7 +413,10 @@ def write_results(points, args, load_start):
             "statistic": "median of rounds; resync_list_requests and resync_writes the largest of the rounds",
             "rounds": args.rounds, "order": "controller then playbook in even rounds, playbook then controller in "
                                             "odd ones; each path in processes of its own",
-            "idle": "the controller beside the converged cache, %d s from %d s after it is Extracted, every pool node "
+            "follow": "follow_reconciles: the reconciles that ended after the cold figure and before the idle "
+                      "window, which starts once every reconcile started has ended",
+            "idle": "the controller beside the converged cache, %d s from %d s after it is Extracted and its "
+                    "follow-up reconciles ended, every pool node "
                     "patched with a heartbeat-only status every %d s; CPU and RSS of its process from /proc every "
                     "second, the resyncs in the window included (one every %d s, the controller's default 300); "
                     "requests from the audit log, by user agent" % (
