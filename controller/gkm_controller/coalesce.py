@@ -44,12 +44,15 @@ class Coalescer:
         self._attempts = {}
         self._pending = {}
         self._scheduled = False
+        self._stopped = False
         self._lock = threading.Lock()
 
     def submit(self, kind, resource):
         metadata = resource["metadata"]
         key = (kind, metadata.get("namespace") or "", metadata["name"])
         with self._lock:
+            if self._stopped:
+                return
             self._pending[key] = resource
             if self._scheduled:
                 return
@@ -59,10 +62,18 @@ class Coalescer:
     def flush(self):
         """Hand every cache submitted since the last flush to the executor, once each."""
         with self._lock:
-            pending, self._pending, self._scheduled = self._pending, {}, False
+            pending, self._pending, self._scheduled = ({} if self._stopped else self._pending), {}, False
         for (kind, _namespace, _name), resource in pending.items():
             self.executor.submit(self._run, kind, resource)
         return len(pending)
+
+    def stop(self):
+        """Submit nothing more (kopf's cleanup: the controller is stopping). A timer still due then finds nothing to
+        hand over, where it would have met an executor that refuses work at interpreter shutdown; runs under way go
+        on to their end."""
+        with self._lock:
+            self._stopped = True
+            self._pending = {}
 
     def _run(self, kind, resource):
         try:
@@ -84,7 +95,7 @@ class Coalescer:
         key = (kind, resource["metadata"].get("namespace") or "", resource["metadata"]["name"])
         with self._lock:
             attempt = self._attempts.pop(key, 0)
-            if self.held is None or not (failed or under_way(result)):
+            if self._stopped or self.held is None or not (failed or under_way(result)):
                 return False
             # A reconcile that wrote something moved the cache on (a rollout's next wave): the back-off is for a
             # cache that waits without moving, or a long rollout's later waves would wait minutes each.

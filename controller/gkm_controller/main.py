@@ -186,6 +186,7 @@ def build(args, api_client, started=None, lease=None, watch_client=None):
         for watch in watches.values():
             watch.stop()
         resync.stop()
+        coalescer.stop()
         if captures:
             captures.stop()
 
