@@ -9,7 +9,7 @@ carry gkm.io/node). Which caches it affects is decided next (operator/node_event
 The controller's own Node watch (node_watch.py) calls on_node_event once per event.
 """
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import GPU_BACKEND_LABEL, NODE_LABEL
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import GPU_BACKEND_LABEL
 
 NODE_OBJECT_KINDS = ("PersistentVolumeClaim", "PersistentVolume")
 
@@ -20,7 +20,7 @@ def _gpu(node):
 
 def holds_cache_objects(index, node_name):
     """True when the index holds a PVC or PV of a cache labelled with the node."""
-    return any(index.select(kind, label_selector="%s=%s" % (NODE_LABEL, node_name)) for kind in NODE_OBJECT_KINDS)
+    return any(index.held_on_node(kind, node_name) for kind in NODE_OBJECT_KINDS)
 
 
 class NodeDecision:

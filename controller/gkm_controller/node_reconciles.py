@@ -7,11 +7,8 @@ incremental node reconcile (facts narrowed to the node, only that node's writes:
 section 5) replaces it where it is shown to plan the same.
 """
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
-    CACHE_KINDS,
-    NODE_KINDS,
-    NODE_LABEL,
-)
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import NODE_NAMED_KINDS
 from ansible_collections.gkm.cluster.plugins.module_utils.operator.node_events import affected_caches, holders
 
 from .deletion import deletion_requested
@@ -20,10 +17,8 @@ from .node_filter import NODE_OBJECT_KINDS
 
 def _on_node(index, name):
     """(the node's PVCs and PVs of any cache, its per-node status objects of every cache kind)."""
-    objects = [obj for kind in NODE_OBJECT_KINDS for obj in index.select(kind, label_selector="%s=%s" % (
-        NODE_LABEL, name))]
-    statuses = [obj for node_kind, _plural, _namespaced in NODE_KINDS.values()
-                for obj in index.select(node_kind, field_selector="metadata.name=%s" % name)]
+    objects = [obj for kind in NODE_OBJECT_KINDS for obj in index.held_on_node(kind, name)]
+    statuses = [obj for node_kind in NODE_NAMED_KINDS for obj in index.held_on_node(node_kind, name)]
     return objects, statuses
 
 

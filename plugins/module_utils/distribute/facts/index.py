@@ -13,7 +13,7 @@ import logging
 import threading
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector, unmanaged_selector
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS, NODE_KINDS
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS, NODE_KINDS, NODE_LABEL
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.source import FactsSource
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import (
@@ -85,9 +85,21 @@ INDEXED_KINDS = (*OBJECT_KINDS, "Node", "Namespace", "StorageClass", "Pod", *sor
 UNVERSIONED_KINDS = ("Node", "Namespace")
 
 
+# Kinds named after their node (the per-node status objects); the others are on a node by their NODE_LABEL.
+NODE_NAMED_KINDS = tuple(sorted(kind for kind, _plural, _namespaced in NODE_KINDS.values()))
+
+
 def _key(obj):
     metadata = obj.get("metadata") or {}
     return metadata.get("namespace") or "", metadata["name"]
+
+
+def _node_of(kind, obj):
+    """The node an object is of (held_on_node's key), or None."""
+    metadata = obj.get("metadata") or {}
+    if kind in NODE_NAMED_KINDS:
+        return metadata["name"]
+    return (metadata.get("labels") or {}).get(NODE_LABEL)
 
 
 class ClusterIndex:
@@ -111,6 +123,8 @@ class ClusterIndex:
         self._changed = threading.Condition(self._lock)
         self._seen = threading.Condition(self._lock)
         self._objects = {kind: {} for kind in INDEXED_KINDS}
+        # {kind: {node: {key}}}: a Node event's lookups of what is on that node cost no scan of every claim and PV.
+        self._on_node = {kind: collections.defaultdict(set) for kind in INDEXED_KINDS}
         self._versions = {kind: {} for kind in UNVERSIONED_KINDS}
         self.watched_images = watched_images
         self.version = 0
@@ -145,16 +159,32 @@ class ClusterIndex:
                 self._note_version(kind, key, None if trimmed is None else obj)
             held = self._objects[kind]
             if trimmed is None:
-                if held.pop(key, None) is None:
+                before = held.pop(key, None)
+                if before is None:
                     return False
             elif held.get(key) == trimmed:
                 return False
             else:
+                before = held.get(key)
                 held[key] = trimmed
+            self._move_on_node(kind, key, before, trimmed)
             self.version += 1
             self._changed.notify_all()
             self._seen.notify_all()
             return True
+
+    def _move_on_node(self, kind, key, before, after):
+        """Keep _on_node as the object moved from `before` to `after` (either None), under the lock."""
+        was, now = (None if obj is None else _node_of(kind, obj) for obj in (before, after))
+        if was == now:
+            return
+        if was is not None:
+            keys = self._on_node[kind][was]
+            keys.discard(key)
+            if not keys:
+                del self._on_node[kind][was]
+        if now is not None:
+            self._on_node[kind][now].add(key)
 
     def _note_version(self, kind, key, obj):
         """Keep the resourceVersion of an object of UNVERSIONED_KINDS (None: deleted), under the lock."""
@@ -188,6 +218,11 @@ class ClusterIndex:
                 return Relisting(kind, False, [])
             vanished = [_copy(dict(obj, kind=kind)) for key, obj in sorted(held.items()) if key not in fresh]
             self._objects[kind] = fresh
+            on_node = self._on_node[kind] = collections.defaultdict(set)
+            for key, obj in fresh.items():
+                node = _node_of(kind, obj)
+                if node is not None:
+                    on_node[node].add(key)
             self.version += 1
             self._changed.notify_all()
             return Relisting(kind, True, vanished)
@@ -242,6 +277,15 @@ class ClusterIndex:
         return [_copy(obj) for (held_namespace, _name), obj in held
                 if (namespace is None or held_namespace == namespace)
                 and labels_match(obj, labels) and fields_match(obj, fields)]
+
+    def held_on_node(self, kind, node):
+        """Copies of the held objects of a kind that are on `node`: labelled with it (NODE_LABEL), or, for a per-node
+        status kind, named after it; in (namespace, name) order. The same as select(kind, label_selector=
+        'gkm.io/node=<node>') (field_selector='metadata.name=<node>' for a per-node status kind), without a scan."""
+        with self._lock:
+            held = self._objects[kind]
+            objects = [held[key] for key in sorted(self._on_node[kind].get(node, ()))]
+        return [_copy(obj) for obj in objects]
 
     def get(self, kind, name, namespace=None):
         """A copy of the held object of that name (in that namespace; none for a cluster-scoped kind), or None."""

@@ -15,6 +15,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     CACHE_NAMESPACE_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
+    NODE_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts import cluster as facts_cluster
@@ -292,6 +293,37 @@ def test_the_index_gets_one_object_by_name_as_a_copy_and_selects_by_namespace():
     assert [p["metadata"]["namespace"] for p in index.select("PersistentVolumeClaim", "team-b",
                                                              field_selector="metadata.name=slot")] == ["team-b"]
     assert len(index.select("PersistentVolumeClaim", field_selector="metadata.name=slot")) == 2
+
+
+def test_what_is_on_a_node_is_found_without_a_scan_and_as_a_selector_would_find_it():
+    """held_on_node follows each object's node label through adds, moves, deletions and a relist; a per-node status
+    object is on the node it is named after."""
+    index = indexed([])
+
+    def claim(name, node, version="1"):
+        labels = {**cache_labels(), **({NODE_LABEL: node} if node else {})}
+        return dict(obj("PersistentVolumeClaim", name, "team-a", labels), status={"phase": "Bound", "v": version})
+
+    def agree(node):
+        found = index.held_on_node("PersistentVolumeClaim", node)
+        assert found == index.select("PersistentVolumeClaim", label_selector="%s=%s" % (NODE_LABEL, node))
+        return sorted(claim["metadata"]["name"] for claim in found)
+
+    for name, node in (("a", "gpu-1"), ("b", "gpu-1"), ("c", "gpu-2"), ("d", None)):
+        index.apply("ADDED", claim(name, node))
+    assert (agree("gpu-1"), agree("gpu-2"), agree("gpu-3")) == (["a", "b"], ["c"], [])
+    index.apply("MODIFIED", claim("b", "gpu-2", "2"))
+    index.apply("MODIFIED", claim("a", "gpu-1", "2"))  # a change that keeps the node
+    index.apply("DELETED", claim("c", "gpu-2"))
+    assert (agree("gpu-1"), agree("gpu-2")) == (["a"], ["b"])
+    index.relisted("PersistentVolumeClaim", [claim("e", "gpu-3"), claim("b", "gpu-2")])
+    assert (agree("gpu-1"), agree("gpu-2"), agree("gpu-3")) == ([], ["b"], ["e"])
+    status = {"kind": "GKMCacheNode", "metadata": {"name": "gpu-2", "namespace": "team-a"}}
+    index.apply("ADDED", status)
+    assert index.held_on_node("GKMCacheNode", "gpu-2") == [status] and index.held_on_node("GKMCacheNode", "x") == []
+    # Copies, as every read of the index hands out.
+    index.held_on_node("PersistentVolumeClaim", "gpu-2")[0]["metadata"]["labels"].clear()
+    assert agree("gpu-2") == ["b"]
 
 
 def test_the_index_refuses_a_kind_it_does_not_hold():
