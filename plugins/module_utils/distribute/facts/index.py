@@ -11,6 +11,7 @@ __metaclass__ = type
 import collections
 import logging
 import threading
+import time
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import managed_selector, unmanaged_selector
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS, NODE_KINDS, NODE_LABEL
@@ -232,12 +233,14 @@ class ClusterIndex:
         with self._lock:
             return self._changed.wait_for(lambda: self.version > since, timeout)
 
-    def wait_for_writes(self, written, timeout):
-        """Block until the index shows every write of `written` (Kube.written's entries) or `timeout` seconds pass;
-        True when it does. An object applied shows at its reply's resourceVersion or a later one (for a Node or a
-        Namespace, the last event's), an object deleted once it is gone or being deleted. Kinds the index does not
-        hold are not waited for."""
+    def wait_for_writes(self, written, timeout, most=None):
+        """Block until the index shows every write of `written` (Kube.written's entries), or until `timeout` seconds
+        pass in which it shows none more of them, or `most` seconds in all (None: no such bound); True when it shows
+        them all. An object applied shows at its reply's resourceVersion or a later one (for a Node or a Namespace,
+        the last event's), an object deleted once it is gone or being deleted. Kinds the index does not hold are not
+        waited for."""
         pending = collections.deque(written)
+        deadline = None if most is None else time.monotonic() + most
 
         def shown():
             # Front to back, each write checked until it shows: a change costs one check while the events come in
@@ -247,7 +250,14 @@ class ClusterIndex:
             return not pending
 
         with self._lock:
-            return self._seen.wait_for(shown, timeout)
+            while True:
+                left = len(pending)
+                remaining = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+                if self._seen.wait_for(shown, max(remaining, 0)):
+                    return True
+                # Still coming in (thousands of writes trail their events): wait on while the index catches up.
+                if len(pending) == left or (deadline is not None and time.monotonic() >= deadline):
+                    return False
 
     def unshown(self, written):
         """The writes of `written` the index does not show yet (wait_for_writes's test, without waiting)."""
@@ -331,15 +341,20 @@ def _copy(obj):
 
 
 # How long a read waits for the index to show the reconcile's own writes: watch events follow a write within
-# milliseconds on a quiet machine, seconds on a loaded one; past this the read goes on with what the index holds.
+# milliseconds on a quiet machine, seconds on a loaded one, and thousands of writes (2,000 nodes' labels) trail their
+# events for longer. The read waits while the index shows more of them, until it shows none more for
+# WRITES_SHOWN_SECONDS or WRITES_SHOWN_MOST_SECONDS pass; then it goes on with what the index holds.
 WRITES_SHOWN_SECONDS = 15
+WRITES_SHOWN_MOST_SECONDS = 300
+# A wait longer than this is logged.
+LAGGING_SECONDS = 1
 LOG = logging.getLogger("gkm.index")
 
 
 class IndexSource(FactsSource):
     """The reads answered from a ClusterIndex: no request to the API server.
 
-    written: the reconcile's Kube.written. Each read first waits (at most WRITES_SHOWN_SECONDS) until the index
+    written: the reconcile's Kube.written. Each read first waits (bounded: WRITES_SHOWN_SECONDS) until the index
     shows the writes made since the last read: planned again from an index a write had not reached yet, a run took
     the slot PVC it had just created for missing and replaced the slot's PV, which then waited a minute on its
     finalizer (seen on a loaded machine). earlier: writes of an earlier run of the same cache the index did not show
@@ -362,10 +377,16 @@ class IndexSource(FactsSource):
         # Each object's last write only: a Job the run created and then deleted is waited for as deleted.
         pending = list({write[:3]: write for write in self._earlier + self._written[self._shown:]}.values())
         self._shown, self._earlier = len(self._written), []
-        if pending and not self.index.wait_for_writes(pending, WRITES_SHOWN_SECONDS):
+        started = time.monotonic()
+        if pending:
             # How far the watches lag behind the writes on a large cluster (docs/controller-design.md, section 10).
-            LOG.warning("%s: the index shows %d of the reconcile's last %d writes after %g s; read as it is",
-                        what, len(pending) - len(self.index.unshown(pending)), len(pending), WRITES_SHOWN_SECONDS)
+            if not self.index.wait_for_writes(pending, WRITES_SHOWN_SECONDS, WRITES_SHOWN_MOST_SECONDS):
+                LOG.warning("%s: the index shows %d of the reconcile's last %d writes after %.1f s; read as it is",
+                            what, len(pending) - len(self.index.unshown(pending)), len(pending),
+                            time.monotonic() - started)
+            elif time.monotonic() - started > LAGGING_SECONDS:
+                LOG.info("%s: the index showed the reconcile's last %d writes after %.1f s", what, len(pending),
+                         time.monotonic() - started)
         self._seen = self.index.version
         try:
             return [call() for call in calls]

@@ -4,6 +4,7 @@ the controller of issue 33 reads); the LISTs are exactly the ones the modules se
 with no request and ignores a Node's heartbeat."""
 
 import copy
+import re
 import threading
 import time
 
@@ -466,8 +467,48 @@ def test_a_write_the_index_never_shows_holds_a_read_for_a_bounded_time_only(monk
     assert reader.gather([lambda: 1], "reading") == [1]
     assert 0.2 <= time.monotonic() - started < 5
     # The lag is logged: how many of the writes the index showed when the wait ran out.
-    assert [record.getMessage() for record in caplog.records if record.name == "gkm.index"] == [
-        "reading: the index shows 0 of the reconcile's last 2 writes after 0.2 s; read as it is"]
+    [message] = [record.getMessage() for record in caplog.records if record.name == "gkm.index"]
+    assert re.fullmatch(r"reading: the index shows 0 of the reconcile's last 2 writes after [\d.]+ s; read as it is",
+                        message), message
+
+
+def claims_shown_one_by_one(index, count, every, first_version):
+    """(the writes of `count` claims, timers that apply each claim's event `every` seconds apart, started)."""
+    claims = [obj("PersistentVolumeClaim", "w%d" % (first_version + number), "team-a", cache_labels())
+              for number in range(count)]
+    for number, claim in enumerate(claims):
+        claim["metadata"]["resourceVersion"] = str(first_version + number)
+    events = [threading.Timer(every * (number + 1), index.apply, ("ADDED", claim))
+              for number, claim in enumerate(claims)]
+    for event in events:
+        event.start()
+    return [("PersistentVolumeClaim", "team-a", claim["metadata"]["name"], claim["metadata"]["resourceVersion"])
+            for claim in claims], events
+
+
+def test_a_wait_for_writes_goes_on_while_the_index_shows_more_of_them():
+    """Thousands of writes trail their events for longer than the bound: each event that shows one more starts the
+    bound again, an index that shows none more for the bound ends the wait, and `most` ends it in any case."""
+    index = indexed([])
+    written, events = claims_shown_one_by_one(index, 4, 0.2, 10)
+    started = time.monotonic()
+    try:
+        assert index.wait_for_writes(written, 0.5) is True  # 0.8 s in all, never 0.5 s without one more shown
+    finally:
+        for event in events:
+            event.cancel()
+    assert 0.7 < time.monotonic() - started < 10
+    started = time.monotonic()
+    assert index.wait_for_writes([*written, ("PersistentVolumeClaim", "team-a", "never", "20")], 0.3) is False
+    assert 0.3 <= time.monotonic() - started < 5
+    written, events = claims_shown_one_by_one(index, 20, 0.1, 30)
+    started = time.monotonic()
+    try:
+        assert index.wait_for_writes(written, 0.5, most=0.6) is False
+    finally:
+        for event in events:
+            event.cancel()
+    assert 0.55 < time.monotonic() - started < 1.5
 
 
 def test_a_poll_through_lists_sleeps_its_interval(monkeypatch):
