@@ -151,3 +151,38 @@ def test_once_stopped_nothing_is_submitted_and_a_timer_still_due_hands_over_noth
     assert clock.fire() == [0] and runs == []
     coalescer.submit("GKMCache", cache("b"))
     assert clock.scheduled == [] and coalescer.follow("GKMCache", cache("a"), status("Extracting")) is False
+
+
+class Deferred:
+    """An executor whose tasks run when the test says (a run waiting for its cache's lock)."""
+
+    def __init__(self):
+        self.tasks = []
+
+    def submit(self, function, *args):
+        self.tasks.append((function, args))
+
+    def run_all(self):
+        tasks, self.tasks = self.tasks, []
+        return [function(*args) for function, args in tasks]
+
+
+def test_a_cache_submitted_while_its_run_is_on_the_executor_runs_once_more_after_it_as_the_index_holds_it():
+    """At 2,000 nodes a cold run's own label events queued a whole-cache run per window behind its lock: now one
+    more run at most, of the index's copy, however many times the cache was submitted meanwhile."""
+    runs, clock, executor = [], Clock(), Deferred()
+    coalescer = Coalescer(lambda kind, resource, finalizing: runs.append("%s@%s" % (
+        resource["metadata"]["name"], resource["metadata"]["resourceVersion"])), executor, schedule=clock,
+        held=lambda kind, resource: cache(resource["metadata"]["name"], "index"))
+    coalescer.submit("GKMCache", cache("a", "1"))
+    assert clock.fire() == [1] and len(executor.tasks) == 1
+    for version in ("2", "3", "4"):
+        coalescer.submit("GKMCache", cache("a", version))
+        if version != "4":
+            coalescer.submit("GKMCache", cache("b", version))
+        assert clock.fire() == [1 if version == "2" else 0]  # b once, then on the executor too; a on it already
+    assert len(executor.tasks) == 2
+    executor.run_all()
+    assert runs == ["a@1", "b@2"] and clock.fire() == [2]  # both submitted meanwhile: once more each
+    executor.run_all()
+    assert runs == ["a@1", "b@2", "a@index", "b@index"] and clock.scheduled == [] and executor.tasks == []
