@@ -27,17 +27,30 @@ class DeletionGuard:
     body: the cache resource as the handler got it (its uid ties the guard to that object, not to a new one of the
     same name). index: the ClusterIndex holding the cache kinds, or None. finalizing: the finalizer's own reconcile,
     the only one that writes for a cache being deleted. A cache the index held at an earlier check and holds no more
-    (or holds with another uid) is gone: nothing more is written for it either.
+    (or holds with another uid) is gone: nothing more is written for it either. read: the cache as the API server
+    has it now (None: not found), asked when the index holds no such cache at the first check: a new cache the
+    watch has not brought yet may be written for, a run queued behind its cache's finalizer may not (seen at 2,000
+    nodes: such a run wrote PVs for 5 minutes after the finalizer had removed the cache).
     """
 
-    def __init__(self, kind, name, namespace=None, body=None, index=None, finalizing=False):
+    def __init__(self, kind, name, namespace=None, body=None, index=None, finalizing=False, read=None):
         self.kind, self.name, self.namespace = kind, name, namespace or None
-        self.body, self.index, self.finalizing = body, index, finalizing
+        self.body, self.index, self.finalizing, self.read = body, index, finalizing, read
         self.uid = ((body or {}).get("metadata") or {}).get("uid")
         self._seen = False
 
     def _held(self):
         return self.index.get(self.kind, self.name, self.namespace)
+
+    def _why_not_live(self, live):
+        """Why the cache as it is (the index's copy, or the API server's) takes no write, or None."""
+        if live is None:
+            return "it is gone"
+        if self.uid and (live.get("metadata") or {}).get("uid") not in (None, self.uid):
+            return "it is gone (a new %s of that name has another uid)" % self.kind
+        if deletion_requested(live):
+            return "it has a deletion timestamp"
+        return None
 
     def why_not(self):
         """None when the reconcile may write, else why not."""
@@ -48,14 +61,10 @@ class DeletionGuard:
         if self.index is None:
             return None
         held = self._held()
-        if held is None:
-            return "it is gone" if self._seen else None
+        if held is None and not self._seen:
+            return None if self.read is None else self._why_not_live(self.read())
         self._seen = True
-        if self.uid and (held.get("metadata") or {}).get("uid") not in (None, self.uid):
-            return "it is gone (a new %s of that name has another uid)" % self.kind
-        if deletion_requested(held):
-            return "it has a deletion timestamp"
-        return None
+        return self._why_not_live(held)
 
     def check(self, method, what):
         """Raise CacheDeleting for a write (POST, PUT, PATCH, DELETE) the cache's state forbids."""

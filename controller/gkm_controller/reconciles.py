@@ -10,9 +10,11 @@ import logging
 import threading
 import time
 
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import EXTRACTING, PENDING
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute import reconcile as cache_reconcile
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import IndexSource
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.resource import resource_path
 
 from .deletion import DeletionGuard, GuardedKube
 
@@ -82,11 +84,17 @@ class Reconciler:
         self.run = run
         self._unshown = {}
 
+    def _live(self, kind, name, namespace):
+        """The cache resource as the API server has it now, or None when it is not found."""
+        return Kube(self.api_client).request("GET", resource_path(kind, name, namespace), what="%s %s" % (
+            kind, name))[1]
+
     def __call__(self, kind, body, finalizing, count=None):
         """count: one more guard shown every request (resync.RequestCount), or None."""
         metadata = body["metadata"]
         name, namespace = metadata["name"], metadata.get("namespace")
-        guard = DeletionGuard(kind, name, namespace, body=body, index=self.index, finalizing=finalizing)
+        guard = DeletionGuard(kind, name, namespace, body=body, index=self.index, finalizing=finalizing,
+                              read=lambda: self._live(kind, name, namespace))
         kube = GuardedKube(self.api_client, guard, *[other for other in (self.lease, count) if other])
         options = dict(self.options, state="absent" if finalizing else "present")
         resource = _definition(body)
