@@ -6,7 +6,8 @@ one would queue fifty whole-cache runs behind the cache's lock. The Coalescer ke
 run is on the executor (waiting for the cache's lock or running) runs once more after it, as the index then holds
 it, however many times it was submitted meanwhile, so no change is missed and runs do not pile up: at 2,000 nodes
 the label events of a 10-minute cold run queued one whole-cache run per window behind its lock, each then 10 s of
-work on a copy of the cache as it was before the cold run.
+work. The run handed over plans from the index's copy once it holds the lock (reconciles.Reconciler), not from the
+copy submitted before it waited.
 
 It is also the controller's one retry path: a reconcile that ended before its cache settled (reconciles.under_way),
 whoever started it (kopf's handlers, the node path, the resync), is followed (`follow`) by the cache submitted again,

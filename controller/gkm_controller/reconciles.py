@@ -16,7 +16,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute import reco
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import IndexSource
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.resource import resource_path
 
-from .deletion import DeletionGuard, GuardedKube
+from .deletion import DeletionGuard, GuardedKube, deletion_requested
 
 LOG = logging.getLogger(__name__)
 # A reconcile that ends before its cache settled is run again after RECHECK_SECONDS, doubling per attempt up to
@@ -90,17 +90,28 @@ class Reconciler:
             kind, name))[1]
 
     def __call__(self, kind, body, finalizing, count=None):
-        """count: one more guard shown every request (resync.RequestCount), or None."""
+        """count: one more guard shown every request (resync.RequestCount), or None.
+
+        A run other than the finalizer's plans from the index's copy of the cache once it holds the cache's lock: the
+        copy it was handed may have waited behind a long run (a node event's, during a 10-minute cold run), and the
+        index's is never older (kopf indexes an event before its handlers run, and holds the cache's next events
+        until they return). A cache the index shows being deleted is left to its finalizer.
+        """
         metadata = body["metadata"]
         name, namespace = metadata["name"], metadata.get("namespace")
-        guard = DeletionGuard(kind, name, namespace, body=body, index=self.index, finalizing=finalizing,
-                              read=lambda: self._live(kind, name, namespace))
-        kube = GuardedKube(self.api_client, guard, *[other for other in (self.lease, count) if other])
-        options = dict(self.options, state="absent" if finalizing else "present")
-        resource = _definition(body)
         what = "%s %s" % (kind, cache_reference(metadata))
         key = (kind, namespace or "", name)
         with self.locks.of(kind, namespace, name):
+            if not finalizing:
+                body = self.index.get(kind, name, namespace) or body
+                if deletion_requested(body):
+                    LOG.info("%s is being deleted: nothing but its finalizer runs", what)
+                    return None
+            guard = DeletionGuard(kind, name, namespace, body=body, index=self.index, finalizing=finalizing,
+                                  read=lambda: self._live(kind, name, namespace))
+            kube = GuardedKube(self.api_client, guard, *[other for other in (self.lease, count) if other])
+            options = dict(self.options, state="absent" if finalizing else "present")
+            resource = _definition(body)
             # One line per run, the count the integration test reads (heartbeats start none).
             LOG.info("reconcile %s (%s)", what, options["state"])
             started = time.monotonic()

@@ -74,6 +74,33 @@ def test_a_reconcile_that_was_not_the_finalizers_cannot_write_once_the_cache_is_
         raise AssertionError("the write went through")
 
 
+def test_a_run_handed_an_older_copy_plans_from_the_index_copy_it_finds_once_it_holds_the_lock():
+    index = ClusterIndex()
+    newer = dict(cache(), spec={"image": "y"})
+    index.apply(None, newer)
+    run = Recorder()
+    reconciler(run, index)("GKMCache", cache(), False)
+    definition = run.calls[0][5]
+    assert definition["spec"] == {"image": "y"} and run.live["spec"] == {"image": "y"}
+
+
+def test_a_run_finds_the_cache_being_deleted_in_the_index_and_leaves_it_to_the_finalizer(caplog):
+    index = ClusterIndex()
+    index.apply(None, cache(deleting=True))
+    run = Recorder()
+    with caplog.at_level(logging.INFO):
+        assert reconciler(run, index)("GKMCache", cache(), False) is None
+    assert run.calls == [] and "being deleted: nothing but its finalizer runs" in caplog.text
+
+
+def test_the_finalizer_runs_with_its_own_body_whatever_the_index_holds():
+    index = ClusterIndex()
+    index.apply(None, dict(cache(), spec={"image": "y"}))
+    run = Recorder()
+    reconciler(run, index)("GKMCache", cache(deleting=True), True)
+    assert len(run.calls) == 1 and run.live["spec"] == {"image": "x"}
+
+
 def test_one_cache_is_reconciled_one_at_a_time_and_two_caches_side_by_side():
     run = Recorder(hold=0.05)
     shared = reconciler(run)
