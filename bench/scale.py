@@ -77,17 +77,26 @@ def state():
         return json.load(handle)
 
 
-def complete_jobs(raw, selector):
-    """Write the Complete condition on the selected Jobs that have none, as the Job controller does when their pod
-    succeeded. Returns how many it wrote."""
+def unfinished(job):
+    """True for a Job with no condition yet: one the Job controller has still to complete."""
+    return not (job.get("status") or {}).get("conditions")
+
+
+def complete_job(raw, namespace, name):
+    """Write the Complete condition on one Job, as the Job controller does when its pod succeeded."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     done = {"type": "Complete", "status": "True", "lastProbeTime": now, "lastTransitionTime": now}
     status = {"status": {"startTime": now, "completionTime": now, "succeeded": 1, "ready": 0, "terminating": 0,
                          "conditions": [dict(done, type="SuccessCriteriaMet"), done]}}
+    raw.request("PATCH", "%s/status" % kube.resource_path("Job", namespace, name), body=status,
+                content_type="application/merge-patch+json")
+
+
+def complete_jobs(raw, selector):
+    """Complete the selected Jobs that have no condition yet. Returns how many it wrote."""
     jobs = [(job["metadata"]["namespace"], job["metadata"]["name"])
-            for job in raw.items("Job", label_selector=selector) if not (job.get("status") or {}).get("conditions")]
-    raw.map(lambda ref: raw.request("PATCH", "%s/status" % kube.resource_path("Job", *ref), body=status,
-                                    content_type="application/merge-patch+json"), jobs)
+            for job in raw.items("Job", label_selector=selector) if unfinished(job)]
+    raw.map(lambda ref: complete_job(raw, *ref), jobs)
     return len(jobs)
 
 
