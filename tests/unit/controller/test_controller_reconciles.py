@@ -164,3 +164,28 @@ def test_writes_a_run_left_unshown_are_waited_for_by_the_next_run_of_that_cache_
     assert reconcile._unshown == {}
     assert [message.split("; ", 2)[2] for message in caplog.messages if message.startswith("reconciled ")] == [
         "labels set=1 removed=1; unshown=1", "labels set=0 removed=0; unshown=0", "labels set=0 removed=0; unshown=0"]
+
+
+def test_an_object_a_run_created_and_deleted_leaves_nothing_for_the_next_run_to_wait_for(caplog):
+    """A run that made a scrub Job and deleted it before the index saw either write: the Job's creation never shows
+    (the index's copy went with the DELETED event), its deletion does. The next run of the cache waits for nothing:
+    it used to wait WRITES_SHOWN_SECONDS (15 s) for that creation, and every run after it too."""
+    index = ClusterIndex()
+    waits = []
+
+    def run(kube, kind, name, namespace, options, definition=None, source=None, live=None):
+        if not kube.written and not waits:
+            kube.record_write("Job", "gkm-system", "gkm-scrub-1", "7")
+            kube.record_write("Job", "gkm-system", "gkm-scrub-1", None)
+            waits.append(None)
+            return {"changed": True}
+        started = time.monotonic()
+        source.gather([lambda: None], "reading")
+        waits.append(time.monotonic() - started)
+        return {"changed": False}
+
+    reconcile = reconciler(run, index)
+    reconcile("GKMCache", cache(), False)
+    assert reconcile._unshown == {}
+    reconcile("GKMCache", cache(), False)
+    assert waits[1] < 0.1

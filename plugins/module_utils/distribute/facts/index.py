@@ -234,12 +234,13 @@ class ClusterIndex:
             return self._changed.wait_for(lambda: self.version > since, timeout)
 
     def wait_for_writes(self, written, timeout, most=None):
-        """Block until the index shows every write of `written` (Kube.written's entries), or until `timeout` seconds
+        """Block until the index shows every write of `written` (Kube.written's entries, each object's last write
+        only: last_writes), or until `timeout` seconds
         pass in which it shows none more of them, or `most` seconds in all (None: no such bound); True when it shows
         them all. An object applied shows at its reply's resourceVersion or a later one (for a Node or a Namespace,
         the last event's), an object deleted once it is gone or being deleted. Kinds the index does not hold are not
         waited for."""
-        pending = collections.deque(written)
+        pending = collections.deque(last_writes(written))
         deadline = None if most is None else time.monotonic() + most
 
         def shown():
@@ -260,9 +261,10 @@ class ClusterIndex:
                     return False
 
     def unshown(self, written):
-        """The writes of `written` the index does not show yet (wait_for_writes's test, without waiting)."""
+        """The writes of `written` the index does not show yet (wait_for_writes's test, without waiting), each
+        object's last write only."""
         with self._lock:
-            return [write for write in written if not self._shows(*write)]
+            return [write for write in last_writes(written) if not self._shows(*write)]
 
     def _shows(self, kind, namespace, name, resource_version):
         if kind not in self._objects:
@@ -330,6 +332,13 @@ def _not_older(held, written):
     return bool(held and written and held.isdigit() and written.isdigit() and int(held) > int(written))
 
 
+def last_writes(written):
+    """Each object's last write of `written` (Kube.written's entries), in the order of those last writes: an object
+    the run applied and then deleted (a scrub's PVC, PV and Job) shows once it is gone. Its apply never would: the
+    index's copy of it went with its DELETED event, so a wait for that write would run out every time."""
+    return list({write[:3]: write for write in written}.values())
+
+
 def _copy(obj):
     """A copy deep enough that a reconcile editing its facts (node_labels keeps written labels on the facts' nodes)
     never edits the index."""
@@ -374,8 +383,7 @@ class IndexSource(FactsSource):
         return changed
 
     def gather(self, calls, what):
-        # Each object's last write only: a Job the run created and then deleted is waited for as deleted.
-        pending = list({write[:3]: write for write in self._earlier + self._written[self._shown:]}.values())
+        pending = last_writes(self._earlier + self._written[self._shown:])
         self._shown, self._earlier = len(self._written), []
         started = time.monotonic()
         if pending:

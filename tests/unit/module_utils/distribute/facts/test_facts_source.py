@@ -432,6 +432,8 @@ def test_a_read_after_the_runs_own_writes_waits_until_the_index_shows_them():
     started = time.monotonic()
     assert superseded.gather([lambda: None], "reading") == [None]
     assert time.monotonic() - started < 1
+    assert index.unshown([("Job", "team-a", "scrub", "5"), ("Job", "team-a", "scrub", None)]) == []
+    assert index.wait_for_writes([("Job", "team-a", "scrub", "5"), ("Job", "team-a", "scrub", None)], 0)
     terminating = obj("PersistentVolumeClaim", "gone", "team-a", cache_labels(), status={})
     terminating["metadata"]["deletionTimestamp"] = "2026-11-28T18:00:00Z"
     index.apply("ADDED", terminating)
