@@ -25,6 +25,8 @@ from .reconciles import recheck_delay, under_way
 LOG = logging.getLogger(__name__)
 
 DELAY = 0.5
+# What a run from the queue says started it (its log line, reconciles.Reconciler).
+QUEUED = "queued: node events, a recheck or a released claim"
 
 
 def _key(kind, resource):
@@ -90,7 +92,7 @@ class Coalescer:
 
     def _run(self, kind, resource):
         try:
-            result = self.run(kind, resource, False)
+            result = self.run(kind, resource, False, cause=QUEUED)
         except Exception as error:  # a failed run must not end the executor's thread
             LOG.warning("%s %s: node-triggered reconcile failed: %s", kind, resource["metadata"]["name"], error)
             # Run again, backing off: no event may come (a serving PVC that bound after the wait gave up sends none

@@ -95,13 +95,14 @@ class Controller:
                 pending = sorted(self._own_pending)
             raise kopf.TemporaryError("not listed into the index yet: %s" % ", ".join(pending), delay=5)
 
-    def cache_changed(self, kind, body):
-        """create, update, resume: reconcile, unless the cache is being deleted (then only the finalizer writes)."""
+    def cache_changed(self, kind, body, reason="an event"):
+        """create, update, resume (kopf's `reason`): reconcile, unless the cache is being deleted (then only the
+        finalizer writes)."""
         if deletion_requested(body):
             LOG.info("%s %s is being deleted: nothing but its finalizer runs", kind, body["metadata"]["name"])
             return None
         self._wait_for_own_listings()
-        result = self.reconcile(kind, body, False)
+        result = self.reconcile(kind, body, False, cause="kopf %s" % reason)
         if self.recheck:
             self.recheck(kind, body, result)
         return result
@@ -109,7 +110,7 @@ class Controller:
     def cache_deleted(self, kind, body):
         """The finalizer: the cache's objects removed (today's state=absent reconcile); kopf then drops the mark."""
         self._wait_for_own_listings()
-        return self.reconcile(kind, body, True)
+        return self.reconcile(kind, body, True, cause="its finalizer")
 
     # ---------------------------------------------------------------- the index
 
@@ -176,8 +177,8 @@ def register(registry, controller):
 
         # They return None: kopf writes a handler's non-None result into the object's status under the handler's
         # id, a write per reconcile of a field our status schema does not have.
-        def changed(body, _kind=kind, **_):
-            controller.cache_changed(_kind, body)
+        def changed(body, reason, _kind=kind, **_):
+            controller.cache_changed(_kind, body, reason)
 
         def deleted(body, _kind=kind, **_):
             controller.cache_deleted(_kind, body)

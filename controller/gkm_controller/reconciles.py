@@ -89,8 +89,9 @@ class Reconciler:
         return Kube(self.api_client).request("GET", resource_path(kind, name, namespace), what="%s %s" % (
             kind, name))[1]
 
-    def __call__(self, kind, body, finalizing, count=None):
-        """count: one more guard shown every request (resync.RequestCount), or None.
+    def __call__(self, kind, body, finalizing, count=None, cause="an event of the cache"):
+        """count: one more guard shown every request (resync.RequestCount), or None. cause: what started the run, for
+        its log line (a resync's number, kopf's reason, the coalescer's queue).
 
         A run other than the finalizer's plans from the index's copy of the cache once it holds the cache's lock: the
         copy it was handed may have waited behind a long run (a node event's, during a 10-minute cold run), and the
@@ -113,7 +114,7 @@ class Reconciler:
             options = dict(self.options, state="absent" if finalizing else "present")
             resource = _definition(body)
             # One line per run, the count the integration test reads (heartbeats start none).
-            LOG.info("reconcile %s (%s)", what, options["state"])
+            LOG.info("reconcile %s (%s; %s)", what, options["state"], cause)
             started = time.monotonic()
             earlier = self._unshown.pop(key, ())
             try:

@@ -24,23 +24,36 @@ LOG = logging.getLogger(__name__)
 DEFAULT_PERIOD_SECONDS = 300
 
 
+# How many of a cache's writes its resync line names: what drifted, without a line of thousands.
+NAMED_WRITES = 5
+
+
 class RequestCount:
     """A guard (deletion.GuardedKube) that refuses nothing and counts what it is shown: LISTs (the collection's
     paged reads, `what` "list ..."), other reads, writes (dry runs go through a Kube of their own, unguarded, and
-    happen only for a planned write)."""
+    happen only for a planned write); the first NAMED_WRITES writes by method and object (`named`)."""
 
     def __init__(self):
         self.lists = self.reads = self.writes = 0
+        self.named = []
         self._lock = threading.Lock()
 
     def check(self, method, what):
         with self._lock:
             if method in WRITE_METHODS:
                 self.writes += 1
+                if len(self.named) < NAMED_WRITES:
+                    self.named.append("%s %s" % (method, what))
             elif str(what).startswith("list "):
                 self.lists += 1
             else:
                 self.reads += 1
+
+    def writes_named(self):
+        """" (PATCH x; POST y, ...)": the writes `named`, "" when there were none."""
+        if not self.named:
+            return ""
+        return " (%s%s)" % ("; ".join(self.named), ", ..." if self.writes > len(self.named) else "")
 
     def figures(self):
         return {"list_requests": self.lists, "other_reads": self.reads, "writes": self.writes}
@@ -77,7 +90,7 @@ class Resync:
         for resource in caches:
             kind, sent, outcome = resource["kind"], RequestCount(), "unchanged"
             try:
-                result = self.reconcile(kind, resource, False, count=sent)
+                result = self.reconcile(kind, resource, False, count=sent, cause="resync %d" % number)
             except Exception as error:  # one cache's failure must not end the resync of the others
                 failed, outcome = failed + 1, "failed"
                 LOG.warning("resync: %s %s failed: %s", kind, resource["metadata"]["name"], error)
@@ -88,8 +101,9 @@ class Resync:
                     self.follow(kind, resource, result)
             count.add(sent)
             if outcome != "unchanged" or any(sent.figures().values()):
-                LOG.info("resync %d: %s %s %s; %d LIST requests, %d other reads, %d writes", number, kind,
-                         cache_reference(resource["metadata"]), outcome, sent.lists, sent.reads, sent.writes)
+                LOG.info("resync %d: %s %s %s; %d LIST requests, %d other reads, %d writes%s", number, kind,
+                         cache_reference(resource["metadata"]), outcome, sent.lists, sent.reads, sent.writes,
+                         sent.writes_named())
         self.resyncs = number
         figures = dict(caches=len(caches), changed=changed, failed=failed,
                        seconds=round(time.monotonic() - started, 3), **count.figures())

@@ -40,7 +40,7 @@ def healthy(port):
 
 
 def reconciled(replica, namespace, cache):
-    return replica.lines(r"reconcile GKMCache %s/%s \(present\)" % (namespace, cache))
+    return replica.lines(r"reconcile GKMCache %s/%s \(present; " % (namespace, cache))
 
 
 @pytest.fixture

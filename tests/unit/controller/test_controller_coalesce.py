@@ -32,7 +32,7 @@ class Inline:
 
 def test_a_burst_of_submits_runs_each_cache_once_with_its_newest_copy_after_the_window():
     runs, clock = [], Clock()
-    coalescer = Coalescer(lambda kind, resource, finalizing: runs.append((kind, resource, finalizing)), Inline(),
+    coalescer = Coalescer(lambda kind, resource, finalizing, **_: runs.append((kind, resource, finalizing)), Inline(),
                           schedule=clock)
     for version in range(50):
         coalescer.submit("GKMCache", cache("a", str(version)))
@@ -45,10 +45,18 @@ def test_a_burst_of_submits_runs_each_cache_once_with_its_newest_copy_after_the_
     assert len(clock.scheduled) == 1 and clock.fire() == [1] and len(runs) == 3
 
 
+def test_a_run_from_the_queue_says_so():
+    causes, clock = [], Clock()
+    coalescer = Coalescer(lambda kind, resource, finalizing, cause: causes.append(cause), Inline(), schedule=clock)
+    coalescer.submit("GKMCache", cache("a"))
+    clock.fire()
+    assert causes == ["queued: node events, a recheck or a released claim"]
+
+
 def test_a_failed_run_is_logged_and_the_next_window_runs_again(caplog):
     calls, clock = [], Clock()
 
-    def run(kind, resource, finalizing):
+    def run(kind, resource, finalizing, **_):
         calls.append(resource["metadata"]["name"])
         raise RuntimeError("API server unreachable")
 
@@ -68,7 +76,7 @@ def status(phase):
 def test_a_run_that_ends_before_its_cache_settled_runs_again_as_the_index_holds_it_backing_off():
     results = iter([status("Extracting"), {"rollout": {"moving": True}, **status("Extracted")}, status("Extracted")])
     runs, clock, held = [], Clock(), {"a": cache("a", "7")}
-    coalescer = Coalescer(lambda kind, resource, finalizing: runs.append(resource) or next(results), Inline(),
+    coalescer = Coalescer(lambda kind, resource, finalizing, **_: runs.append(resource) or next(results), Inline(),
                           schedule=clock, held=lambda kind, resource: held.get(resource["metadata"]["name"]))
     coalescer.submit("GKMCache", cache("a", "1"))
     clock.fire()  # the window: the first run, still Extracting
@@ -83,7 +91,7 @@ def test_a_run_that_ends_before_its_cache_settled_runs_again_as_the_index_holds_
     # Gone or being deleted by the time of the recheck: no run.
     coalescer.submit("GKMCache", cache("b"))
     results = iter([status("Pending")])
-    coalescer.run = lambda kind, resource, finalizing: next(results)
+    coalescer.run = lambda kind, resource, finalizing, **_: next(results)
     clock.fire()
     clock.fire()
     assert clock.scheduled == []
@@ -93,8 +101,8 @@ def test_a_reconcile_started_elsewhere_is_followed_on_the_same_retry_path_with_o
     """kopf's handlers and the resync hand their results to follow: an unsettled cache is submitted again, backing
     off across whoever ran it; a settled one ends the attempts; without the index's copy (held None) nothing."""
     runs, clock, held = [], Clock(), {"a": cache("a", "9")}
-    coalescer = Coalescer(lambda kind, resource, finalizing: runs.append(resource) or status("Extracted"), Inline(),
-                          schedule=clock, held=lambda kind, resource: held.get(resource["metadata"]["name"]))
+    coalescer = Coalescer(lambda kind, resource, finalizing, **_: runs.append(resource) or status("Extracted"),
+                          Inline(), schedule=clock, held=lambda kind, resource: held.get(resource["metadata"]["name"]))
     assert coalescer.follow("GKMCache", cache("a", "1"), status("Pending")) is True
     assert coalescer.follow("GKMCache", cache("a", "1"), status("Extracting")) is True  # a second attempt
     assert [delay for delay, _function in clock.scheduled] == [5, 10]
@@ -108,7 +116,7 @@ def test_a_reconcile_started_elsewhere_is_followed_on_the_same_retry_path_with_o
 def test_a_reconcile_that_moved_the_cache_on_starts_the_back_off_again():
     """A long rollout: each wave that starts is a change, so the next recheck comes after the first delay again."""
     clock = Clock()
-    coalescer = Coalescer(lambda kind, resource, finalizing: status("Extracted"), Inline(), schedule=clock,
+    coalescer = Coalescer(lambda kind, resource, finalizing, **_: status("Extracted"), Inline(), schedule=clock,
                           held=lambda kind, resource: resource)
     moving = {"rollout": {"moving": True}, **status("Extracted")}
     for result in (moving, moving, dict(moving, changed=True), moving):
@@ -120,7 +128,7 @@ def test_a_failed_run_is_run_again_backing_off(caplog):
     """A reconcile that raised (the serving PVC's bind wait gave up) is submitted again as the index holds it."""
     calls, clock = [], Clock()
 
-    def run(kind, resource, finalizing):
+    def run(kind, resource, finalizing, **_):
         calls.append(resource["metadata"]["resourceVersion"])
         if len(calls) < 3:
             raise RuntimeError("timed out waiting for the serving PVC(s) to bind")
@@ -144,8 +152,8 @@ def test_once_stopped_nothing_is_submitted_and_a_timer_still_due_hands_over_noth
     """At kopf's cleanup: a timer firing after the stop met an executor that refused work at interpreter shutdown
     (RuntimeError in the timer's thread, seen when a 2,000-node benchmark stopped its controller)."""
     runs, clock = [], Clock()
-    coalescer = Coalescer(lambda kind, resource, finalizing: runs.append(resource) or status("Extracting"), Inline(),
-                          schedule=clock, held=lambda kind, resource: resource)
+    coalescer = Coalescer(lambda kind, resource, finalizing, **_: runs.append(resource) or status("Extracting"),
+                          Inline(), schedule=clock, held=lambda kind, resource: resource)
     coalescer.submit("GKMCache", cache("a"))
     coalescer.stop()
     assert clock.fire() == [0] and runs == []
@@ -171,7 +179,7 @@ def test_a_cache_submitted_while_its_run_is_on_the_executor_runs_once_more_after
     """At 2,000 nodes a cold run's own label events queued a whole-cache run per window behind its lock: now one
     more run at most, of the index's copy, however many times the cache was submitted meanwhile."""
     runs, clock, executor = [], Clock(), Deferred()
-    coalescer = Coalescer(lambda kind, resource, finalizing: runs.append("%s@%s" % (
+    coalescer = Coalescer(lambda kind, resource, finalizing, **_: runs.append("%s@%s" % (
         resource["metadata"]["name"], resource["metadata"]["resourceVersion"])), executor, schedule=clock,
         held=lambda kind, resource: cache(resource["metadata"]["name"], "index"))
     coalescer.submit("GKMCache", cache("a", "1"))

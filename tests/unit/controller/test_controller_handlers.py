@@ -31,7 +31,7 @@ def cache(deleting=False):
 @pytest.fixture
 def controller():
     calls = {"reconcile": [], "ready": []}
-    built = handlers.Controller(ClusterIndex(), lambda kind, body, finalizing: calls["reconcile"].append(
+    built = handlers.Controller(ClusterIndex(), lambda kind, body, finalizing, **_: calls["reconcile"].append(
         (kind, body["metadata"]["name"], finalizing)), on_ready=lambda: calls["ready"].append(True))
     built.calls = calls
     return built
@@ -60,8 +60,12 @@ def test_every_kind_gets_an_index_and_an_event_handler_and_the_caches_a_finalize
     assert all(not h.labels and not h.annotations and h.when is None for h in deletes)  # no filter can miss a cache
     assert len(changing) == 2 * 4
     # No handler returns a result: kopf would write it into the cache's status.
-    controller.reconcile = lambda kind, body, finalizing: {"changed": True}
-    assert all(h.fn(body=cache(deleting=h in deletes)) is None for h in changing)
+    causes = []
+    controller.reconcile = lambda kind, body, finalizing, cause: causes.append(cause) or {"changed": True}
+    # (kopf's resume handler has no reason of its own: kopf passes the cause's, "resume" at start-up)
+    assert all(h.fn(body=cache(deleting=h in deletes), reason=h.reason or "resume") is None for h in changing)
+    # Each run's log line says what started it: kopf's reason, or the finalizer.
+    assert sorted(set(causes)) == ["its finalizer", "kopf create", "kopf resume", "kopf update"]
 
 
 def test_settings_keep_todays_finalizer_and_write_no_event_for_a_success():
@@ -114,7 +118,7 @@ def test_every_reconcile_of_a_changed_cache_is_handed_to_the_one_retry_path_and_
     followed = []
     listed.recheck = lambda kind, body, result: followed.append((kind, body["metadata"]["name"], result))
     for result in ({"rollout": {"moving": True}}, {"resource": {"status": {"phase": "Extracting"}}}, None):
-        listed.reconcile = lambda kind, body, finalizing, _result=result: _result
+        listed.reconcile = lambda kind, body, finalizing, _result=result, **_: _result
         assert listed.cache_changed("GKMCache", cache()) == result
     assert followed == [("GKMCache", "vector-add", {"rollout": {"moving": True}}),
                         ("GKMCache", "vector-add", {"resource": {"status": {"phase": "Extracting"}}}),

@@ -44,8 +44,10 @@ def test_a_resync_reconciles_each_cache_from_the_index_and_counts_no_request_whe
 
     resync = Resync(index, Reconciler(client.ApiClient(), index, {}, run=run), period=300,
                     follow=lambda kind, resource, result: followed.append((kind, resource["metadata"]["name"])))
-    with caplog.at_level(logging.INFO, logger="controller.gkm_controller.resync"):
+    with caplog.at_level(logging.INFO, logger="controller.gkm_controller"):
         figures = resync.once()
+    # Each run's own line says the resync started it.
+    assert "reconcile GKMCache team-a/a (present; resync 1)" in caplog.text
     # The cache being deleted is its finalizer's alone.
     assert sorted(runs) == [("ClusterGKMCache", "b", None, "present", "3"), ("GKMCache", "a", "team-a", "present", "3")]
     assert sorted(followed) == [("ClusterGKMCache", "b"), ("GKMCache", "a")]
@@ -72,14 +74,17 @@ def test_every_request_of_a_resyncs_reconciles_is_counted_on_the_controllers_cli
     assert (figures["list_requests"], figures["other_reads"], figures["writes"], figures["changed"]) == (2, 2, 2, 1)
     # Each cache's own line: what a test on a shared cluster reads of its cache alone.
     assert "resync 1: GKMCache team-a/a unchanged; 1 LIST requests, 1 other reads, 0 writes" in caplog.text
-    assert "resync 1: GKMCache team-a/b changed; 1 LIST requests, 1 other reads, 2 writes" in caplog.text
+    # The writes named: which drift the resync repaired.
+    assert ("resync 1: GKMCache team-a/b changed; 1 LIST requests, 1 other reads, 2 writes (PATCH /apis/gkm.io/v1alpha1"
+            "/namespaces/team-a/gkmcachenodes/n1/status; POST /api/v1/namespaces/team-a/persistentvolumeclaims)"
+            in caplog.text)
 
 
 def test_one_caches_failure_leaves_the_others_resynced(caplog):
     index = indexed(cache("a"), cache("b"))
     runs = []
 
-    def reconcile(kind, resource, finalizing, count=None):
+    def reconcile(kind, resource, finalizing, count=None, **_):
         runs.append(resource["metadata"]["name"])
         if resource["metadata"]["name"] == "a":
             raise RuntimeError("registry unreachable")
@@ -94,7 +99,7 @@ def test_the_loop_waits_for_readiness_then_resyncs_every_period_until_stopped():
     index, ready, done = indexed(cache("a")), threading.Event(), threading.Event()
     runs = []
 
-    def reconcile(kind, resource, finalizing, count=None):
+    def reconcile(kind, resource, finalizing, count=None, **_):
         runs.append(resource["metadata"]["name"])
         if len(runs) == 2:
             done.set()
@@ -115,6 +120,11 @@ def test_the_count_tells_lists_from_other_reads_and_writes():
                          ("POST", "z"), ("PUT", "w")):
         count.check(method, what)
     assert count.figures() == {"list_requests": 1, "other_reads": 1, "writes": 4}
+    assert count.writes_named() == " (PATCH x; DELETE y; POST z; PUT w)"
+    for number in range(3):
+        count.check("POST", "v%d" % number)
+    assert count.writes_named() == " (PATCH x; DELETE y; POST z; PUT w; POST v0, ...)"
+    assert RequestCount().writes_named() == ""
 
 
 def test_a_resync_that_fails_whole_is_logged_and_the_next_period_runs(caplog):
@@ -129,7 +139,7 @@ def test_a_resync_that_fails_whole_is_logged_and_the_next_period_runs(caplog):
 
     index.select = flaky
 
-    def reconcile(kind, resource, finalizing, count=None):
+    def reconcile(kind, resource, finalizing, count=None, **_):
         runs.append(resource["metadata"]["name"])
         done.set()
 
