@@ -30,7 +30,6 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     VERSION,
 )
 
-from .deletion import deletion_requested
 from .feed import OWN_WATCHES, feed, kopf_kinds
 from .relist import caches_for_vanished
 
@@ -96,11 +95,8 @@ class Controller:
             raise kopf.TemporaryError("not listed into the index yet: %s" % ", ".join(pending), delay=5)
 
     def cache_changed(self, kind, body, reason="an event"):
-        """create, update, resume (kopf's `reason`): reconcile, unless the cache is being deleted (then only the
-        finalizer writes)."""
-        if deletion_requested(body):
-            LOG.info("%s %s is being deleted: nothing but its finalizer runs", kind, body["metadata"]["name"])
-            return None
+        """create, update, resume (kopf's `reason`): reconcile. A cache being deleted is left to its finalizer by the
+        Reconciler, which decides it for every path on the index's copy."""
         self._wait_for_own_listings()
         result = self.reconcile(kind, body, False, cause="kopf %s" % reason)
         if self.recheck:
