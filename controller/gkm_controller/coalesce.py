@@ -20,6 +20,7 @@ copy, and shares the window with the node events of the same cache.
 import logging
 import threading
 
+from .deletion import guard_refusal
 from .reconciles import recheck_delay, under_way
 
 LOG = logging.getLogger(__name__)
@@ -94,7 +95,13 @@ class Coalescer:
         try:
             result = self.run(kind, resource, False, cause=QUEUED)
         except Exception as error:  # a failed run must not end the executor's thread
-            LOG.warning("%s %s: node-triggered reconcile failed: %s", kind, resource["metadata"]["name"], error)
+            if guard_refusal(error):
+                # The deletion arrived during the run and the guard stopped it before a write: the finalizer's
+                # alone now, nothing to run again (nor would `held` hand the cache back).
+                LOG.info("%s %s: queued reconcile stopped, the finalizer's turn: %s", kind,
+                         resource["metadata"]["name"], guard_refusal(error))
+                return None
+            LOG.warning("%s %s: queued reconcile failed: %s", kind, resource["metadata"]["name"], error)
             # Run again, backing off: no event may come (a serving PVC that bound after the wait gave up sends none
             # the controller watches for), and the resync is minutes away.
             self.follow(kind, resource, None, failed=True)

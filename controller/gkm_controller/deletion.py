@@ -7,7 +7,7 @@ and the index's copy of the cache (kept current by the watch), each say whether 
 write raises CacheDeleting, which ends that reconcile before its next write.
 """
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube, KubeError
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube, WriteRefused
 
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -17,8 +17,18 @@ def deletion_requested(body):
     return bool(((body or {}).get("metadata") or {}).get("deletionTimestamp"))
 
 
-class CacheDeleting(KubeError):
+class CacheDeleting(WriteRefused):
     """A write refused because the cache it was for is being deleted (or is gone)."""
+
+
+def guard_refusal(error):
+    """The CacheDeleting that ended a run, found along the exception's causes (the pipeline reports a KubeError as
+    a DistributeError raised from it), or None."""
+    while error is not None:
+        if isinstance(error, CacheDeleting):
+            return error
+        error = error.__cause__
+    return None
 
 
 class DeletionGuard:

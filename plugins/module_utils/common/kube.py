@@ -83,6 +83,11 @@ class KubeError(GkmError):
         self.status = status
 
 
+class WriteRefused(KubeError):
+    """A write its caller's own guard refused before sending it (the controller's deletion guard): the end of the
+    whole run, never one object's failure among a batch's (Kube.map raises it)."""
+
+
 def resource_path(kind, namespace=None, name=None):
     prefix, plural, namespaced = RESOURCES[kind]
     parts = [prefix]
@@ -298,10 +303,13 @@ class Kube:
         return [ref for index, ref in enumerate(refs) if found[index] is not False]
 
     def map(self, function, items):
-        """function over items in the bounded pool; results in order, exceptions returned, not raised."""
+        """function over items in the bounded pool; results in order, exceptions returned, not raised (but
+        WriteRefused, which ends the run)."""
         def guarded(item):
             try:
                 return function(item)
+            except WriteRefused:
+                raise
             except Exception as error:  # every failure is reported with its object, not raised mid-batch
                 return error
 

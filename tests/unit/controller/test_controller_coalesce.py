@@ -1,10 +1,12 @@
 """Node events coalesced (controller/gkm_controller/coalesce.py): the caches submitted within the window run once
 each, with the newest copy, on the executor; a failed run is logged and leaves the executor's thread alive; a run
-that ends before its cache settled runs again, backing off."""
+that ends before its cache settled runs again, backing off; one the deletion guard stopped does not."""
 
 import logging
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
 from controller.gkm_controller.coalesce import Coalescer
+from controller.gkm_controller.deletion import CacheDeleting
 
 
 def cache(name, version="1", namespace="team-a"):
@@ -66,7 +68,26 @@ def test_a_failed_run_is_logged_and_the_next_window_runs_again(caplog):
     coalescer.submit("GKMCache", cache("a"))
     clock.fire()
     assert calls == ["a", "a"]
-    assert "node-triggered reconcile failed: API server unreachable" in caplog.text
+    assert "queued reconcile failed: API server unreachable" in caplog.text
+
+
+def test_a_run_the_deletion_guard_stopped_is_not_run_again_nor_called_a_failure(caplog):
+    clock = Clock()
+
+    def run(kind, resource, finalizing, **_):
+        # As the pipeline reports it: a DistributeError raised from the guard's refusal.
+        try:
+            raise CacheDeleting("GKMCache team-a/a: it has a deletion timestamp, so only its finalizer writes; "
+                                "refused POST PersistentVolume pv-1")
+        except CacheDeleting as refused:
+            raise DistributeError(str(refused)) from refused
+
+    coalescer = Coalescer(run, Inline(), schedule=clock, held=lambda kind, resource: resource)
+    with caplog.at_level(logging.INFO):
+        coalescer.submit("GKMCache", cache("a"))
+        clock.fire()
+    assert clock.scheduled == [] and "failed" not in caplog.text
+    assert "queued reconcile stopped, the finalizer's turn: GKMCache team-a/a" in caplog.text
 
 
 def status(phase):

@@ -16,7 +16,7 @@ __metaclass__ = type
 import secrets
 import time
 
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import KubeError, WriteRefused
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     SCRUB_LABEL,
 )
@@ -157,6 +157,8 @@ class NodeDiskScrub:
             found = self.kube.get("Namespace", self.namespace)
             if found is None:
                 self.kube.apply(system_namespace(self.namespace))
+        except WriteRefused:
+            raise
         except KubeError as error:
             return "no namespace to run the scrub Job in: %s" % error
         if found is not None and found["metadata"].get("deletionTimestamp"):
