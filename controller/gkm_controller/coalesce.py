@@ -95,11 +95,12 @@ class Coalescer:
         try:
             result = self.run(kind, resource, False, cause=QUEUED)
         except Exception as error:  # a failed run must not end the executor's thread
-            if guard_refusal(error):
+            refusal = guard_refusal(error)
+            if refusal:
                 # The deletion arrived during the run and the guard stopped it before a write: the finalizer's
                 # alone now, nothing to run again (nor would `held` hand the cache back).
                 LOG.info("%s %s: queued reconcile stopped, the finalizer's turn: %s", kind,
-                         resource["metadata"]["name"], guard_refusal(error))
+                         resource["metadata"]["name"], refusal)
                 return None
             LOG.warning("%s %s: queued reconcile failed: %s", kind, resource["metadata"]["name"], error)
             # Run again, backing off: no event may come (a serving PVC that bound after the wait gave up sends none

@@ -235,11 +235,10 @@ class ClusterIndex:
 
     def wait_for_writes(self, written, timeout, most=None):
         """Block until the index shows every write of `written` (Kube.written's entries, each object's last write
-        only: last_writes), or until `timeout` seconds
-        pass in which it shows none more of them, or `most` seconds in all (None: no such bound); True when it shows
-        them all. An object applied shows at its reply's resourceVersion or a later one (for a Node or a Namespace,
-        the last event's), an object deleted once it is gone or being deleted. Kinds the index does not hold are not
-        waited for."""
+        only: last_writes), or until `timeout` seconds pass in which it shows none more of them, or `most` seconds in
+        all (None: no such bound); True when it shows them all. An object applied shows at its reply's resourceVersion
+        or a later one (for a Node or a Namespace, the last event's), an object deleted once it is gone or being
+        deleted. Kinds the index does not hold are not waited for."""
         pending = collections.deque(last_writes(written))
         deadline = None if most is None else time.monotonic() + most
 
@@ -333,9 +332,9 @@ def _not_older(held, written):
 
 
 def last_writes(written):
-    """Each object's last write of `written` (Kube.written's entries), in the order of those last writes: an object
-    the run applied and then deleted (a scrub's PVC, PV and Job) shows once it is gone. Its apply never would: the
-    index's copy of it went with its DELETED event, so a wait for that write would run out every time."""
+    """Each object's last write of `written` (Kube.written's entries), in the order the objects were first written:
+    an object the run applied and then deleted (a scrub's PVC, PV and Job) shows once it is gone. Its apply never
+    would: the index's copy of it went with its DELETED event, so a wait for that write would run out every time."""
     return list({write[:3]: write for write in written}.values())
 
 
