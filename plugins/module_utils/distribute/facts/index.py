@@ -22,6 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimm
     OBJECT_KINDS,
     UNFINISHED_PODS,
     node_facts,
+    object_facts,
 )
 
 # ------------------------------------------------------------------ selectors, as the API server reads them
@@ -110,7 +111,8 @@ class ClusterIndex:
     ADDED) and returns True when what the index holds changed. A Node is held as node_facts keeps it, plus the
     digest-pinned names of the images its kubelet reports (only `watched_images` when that set is given), so a
     heartbeat that changes only conditions, addresses or the resourceVersion changes nothing here and returns False:
-    the controller starts no reconcile for it. managedFields is dropped from everything.
+    the controller starts no reconcile for it. managedFields is dropped from everything, and a Job is held as
+    job_facts keeps it.
 
     Reads and writes hold one lock: watch events arrive on the controller's event loop while a reconcile reads from
     a worker thread. `version` counts the changes; wait_for_change(since, timeout) lets a reconcile that polls (a
@@ -145,9 +147,7 @@ class ClusterIndex:
             return trimmed
         if kind == "Namespace":
             return {"metadata": {"name": obj["metadata"]["name"]}}
-        trimmed = dict(obj, metadata=dict(obj.get("metadata") or {}))
-        trimmed["metadata"].pop("managedFields", None)
-        return trimmed
+        return object_facts(kind, dict(obj, metadata=dict(obj.get("metadata") or {})))
 
     def apply(self, event_type, obj):
         kind = obj.get("kind")

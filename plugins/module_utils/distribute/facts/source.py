@@ -22,6 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimm
     FINISHED_PODS,
     UNFINISHED_PODS,
     node_facts,
+    object_facts,
     without_managed_fields,
 )
 
@@ -106,7 +107,7 @@ class ListSource(FactsSource):
         return [without_managed_fields(obj) for obj in self.kube.items(kind, **query)]
 
     def cache_objects(self, kind, selector):
-        return self._listed(kind, label_selector=selector)
+        return [object_facts(kind, obj) for obj in self.kube.items(kind, label_selector=selector)]
 
     def nodes(self, pulled_image=None):
         return [node_facts(node, pulled_image) for node in self.kube.items("Node")]

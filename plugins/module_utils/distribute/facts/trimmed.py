@@ -30,6 +30,25 @@ def without_managed_fields(obj):
     return obj
 
 
+def object_facts(kind, obj):
+    """What a reconcile reads of an object of any kind but Node and Namespace (edited in place, returned): the object
+    without managedFields, a Job as job_facts keeps it."""
+    without_managed_fields(obj)
+    return job_facts(obj) if kind == "Job" else obj
+
+
+def job_facts(job):
+    """What a reconcile reads of a Job (edited in place, returned): its metadata, its status and its containers'
+    images (a scrub runs the tools image the extraction Jobs ran). The rest of its spec is the rendered pod
+    template and the server's defaults, two thirds of a Job's size, which nothing reads: the planner tells a Job
+    to replace by its digest label and spec-hash annotation."""
+    template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    job["spec"] = {"template": {"spec": {"containers": [
+        {key: container[key] for key in ("name", "image") if key in container}
+        for container in template.get("containers") or []]}}}
+    return job
+
+
 def has_pulled(node, reference):
     """True when the node's kubelet reports the image among those it pulled: one of status.images[].names (the
     kubelet lists at most nodeStatusMaxImages images, the largest first, and refreshes the list every 30 s)."""

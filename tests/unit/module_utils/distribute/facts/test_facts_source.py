@@ -28,6 +28,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.clust
     gather_facts,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scrub import job_image
 from tests.helpers.distribute import DIGEST_A, NO_PROVISIONER_CLASS, default_nodes, make_spec
 
 PLURALS = {"gkmcaches": "GKMCache", "clustergkmcaches": "ClusterGKMCache"}
@@ -110,6 +111,18 @@ def heartbeat_fields(node, beat=1):
     return node
 
 
+def job_spec(image="registry.local/gkm/tools@" + DIGEST_A):
+    """A Job's spec as the server returns it: the rendered pod template and the server's defaults."""
+    return {"backoffLimit": 2, "completions": 1, "parallelism": 1, "selector": {"matchLabels": {"uid": "u-2"}},
+            "template": {"metadata": {"labels": {"job-name": "vector-add-abc-w1"}}, "spec": {
+                "restartPolicy": "Never", "dnsPolicy": "ClusterFirst", "schedulerName": "default-scheduler",
+                "containers": [{"name": "extract", "image": image, "args": ["extract", "--digest", DIGEST_A],
+                                "imagePullPolicy": "IfNotPresent", "terminationMessagePath": "/dev/termination-log",
+                                "securityContext": {"runAsNonRoot": True}, "volumeMounts": [
+                                    {"name": "slot", "mountPath": "/cache"}]}],
+                "volumes": [{"name": "slot", "persistentVolumeClaim": {"claimName": "vector-add-abc-w1"}}]}}}
+
+
 def cluster():
     """A cluster where the cache `vector-add` of team-a has objects, a rival and a foreign claim share its name, a
     workload mounts it, a Job failed once, and other caches' objects must stay out."""
@@ -127,7 +140,7 @@ def cluster():
         obj("PersistentVolumeClaim", "vector-add", "team-b", {"app": "theirs"}, status={"phase": "Bound"}),
         obj("PersistentVolumeClaim", "other-abc-w1", "team-a", other),
         obj("PersistentVolume", "gkm-vector-add-abc-w1", None, mine),
-        obj("Job", "vector-add-abc-w1", "team-a", mine, status={"failed": 1}),
+        obj("Job", "vector-add-abc-w1", "team-a", mine, status={"failed": 1}, spec=job_spec()),
         obj("Job", "other-abc-w1", "team-a", other, status={"failed": 2}),
         obj("Secret", "vector-add-registry", "team-a", mine),
         obj("Pod", "workload", "team-a", {"app": "x"}, status={"phase": "Running"},
@@ -278,6 +291,20 @@ def test_the_index_drops_managed_fields_and_hands_out_copies():
     node["metadata"]["labels"]["edited"] = "later"
     assert "edited" not in index.select("PersistentVolumeClaim")[0]["metadata"]["labels"]
     assert "edited" not in index.select("Node")[0]["metadata"]["labels"]
+
+
+def test_a_job_is_read_as_its_metadata_status_and_images_from_either_source():
+    job = obj("Job", "vector-add-abc-w1", "team-a", cache_labels(), status={"failed": 1}, spec=job_spec())
+    job["metadata"]["managedFields"] = [{"manager": "kube-controller-manager"}]
+    expected = {"kind": "Job", "metadata": {"name": "vector-add-abc-w1", "namespace": "team-a",
+                                            "labels": cache_labels(), "resourceVersion": "1"},
+                "status": {"failed": 1}, "spec": {"template": {"spec": {"containers": [
+                    {"name": "extract", "image": "registry.local/gkm/tools@" + DIGEST_A}]}}}}
+    listed = source.ListSource(FakeApi([job])).cache_objects("Job", CACHE_OBJECTS)
+    assert listed == [expected]
+    assert indexed([job]).select("Job") == [expected]
+    assert job["spec"] == job_spec()  # the index trims its own copy, never the event's body
+    assert job_image(listed[0]) == "registry.local/gkm/tools@" + DIGEST_A  # what a scrub runs
 
 
 def test_the_index_gets_one_object_by_name_as_a_copy_and_selects_by_namespace():
