@@ -10,6 +10,7 @@ __metaclass__ = type
 
 import collections
 import logging
+import sys
 import threading
 import time
 
@@ -134,7 +135,7 @@ class ClusterIndex:
 
     def _trim(self, kind, obj):
         """What the index holds of an event's object: its own copy, never sharing a dict with the event's body."""
-        return _copy(self._trimmed(kind, obj))
+        return _interned(self._trimmed(kind, obj))
 
     def _trimmed(self, kind, obj):
         if kind == "Node":
@@ -345,6 +346,19 @@ def _copy(obj):
         return {key: _copy(value) for key, value in obj.items()}
     if isinstance(obj, list):
         return [_copy(value) for value in obj]
+    return obj
+
+
+def _interned(obj):
+    """The index's own copy of an event's object, its strings interned: each watch event is decoded on its own, so
+    every object brings its own copy of the same keys, labels, namespaces and digests, and interning them more than
+    halves the index (docs/controller-design.md, section 10)."""
+    if isinstance(obj, dict):
+        return {sys.intern(key): _interned(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [_interned(value) for value in obj]
+    if isinstance(obj, str):
+        return sys.intern(obj)
     return obj
 
 

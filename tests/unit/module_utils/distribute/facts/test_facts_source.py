@@ -4,6 +4,7 @@ the controller of issue 33 reads); the LISTs are exactly the ones the modules se
 with no request and ignores a Node's heartbeat."""
 
 import copy
+import json
 import re
 import threading
 import time
@@ -305,6 +306,19 @@ def test_a_job_is_read_as_its_metadata_status_and_images_from_either_source():
     assert indexed([job]).select("Job") == [expected]
     assert job["spec"] == job_spec()  # the index trims its own copy, never the event's body
     assert job_image(listed[0]) == "registry.local/gkm/tools@" + DIGEST_A  # what a scrub runs
+
+
+def test_the_index_holds_one_copy_of_a_string_that_many_objects_repeat():
+    def decoded_alone(name):  # as a watch event is: each body from its own JSON line
+        return json.loads(json.dumps(obj("PersistentVolumeClaim", name, "team-a", cache_labels())))
+
+    first, second = indexed([decoded_alone("vector-add-abc-w1"), decoded_alone("vector-add-abc-w2")]).select(
+        "PersistentVolumeClaim")
+    [first_key], [second_key] = ([key for key in held["metadata"]["labels"] if key == CACHE_LABEL]
+                                 for held in (first, second))
+    assert first_key is second_key
+    assert first["metadata"]["namespace"] is second["metadata"]["namespace"]
+    assert first["metadata"]["labels"][CACHE_LABEL] is second["metadata"]["labels"][CACHE_LABEL]
 
 
 def test_the_index_gets_one_object_by_name_as_a_copy_and_selects_by_namespace():
