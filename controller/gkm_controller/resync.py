@@ -16,7 +16,7 @@ import time
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_KINDS
 
-from .deletion import WRITE_METHODS, deletion_requested
+from .deletion import WRITE_METHODS, deletion_requested, guard_refusal
 from .reconciles import cache_reference
 
 LOG = logging.getLogger(__name__)
@@ -82,8 +82,9 @@ class Resync:
 
     def once(self):
         """One resync; its figures: caches, changed, failed, seconds and the request counts. A cache that sent a
-        request, changed or failed gets a line of its own: which cache drifted, and what a test on a shared cluster
-        checks of its own cache alone."""
+        request, changed, failed or was stopped (deleted during its run, the deletion guard refused its write: the
+        finalizer's turn) gets a line of its own: which cache drifted, and what a test on a shared cluster checks of
+        its own cache alone."""
         started, count = time.monotonic(), RequestCount()
         caches = self.caches()
         number, changed, failed = self.resyncs + 1, 0, 0
@@ -92,8 +93,11 @@ class Resync:
             try:
                 result = self.reconcile(kind, resource, False, count=sent, cause="resync %d" % number)
             except Exception as error:  # one cache's failure must not end the resync of the others
-                failed, outcome = failed + 1, "failed"
-                LOG.warning("resync: %s %s failed: %s", kind, resource["metadata"]["name"], error)
+                if guard_refusal(error):  # deleted during the run: the finalizer's turn, not a failure
+                    outcome = "stopped"
+                else:
+                    failed, outcome = failed + 1, "failed"
+                    LOG.warning("resync: %s %s failed: %s", kind, resource["metadata"]["name"], error)
             else:
                 if (result or {}).get("changed"):
                     changed, outcome = changed + 1, "changed"

@@ -18,8 +18,8 @@ from tests.helpers.sim import sim_control
 RESYNC_LINE = (r"gkm_controller\.resync: resync (\d+): (\d+) caches in ([\d.]+) s, (\d+) changed, (\d+) failed; "
                r"(\d+) LIST requests, (\d+) other reads, (\d+) writes")
 RESYNC_FIGURES = ("number", "caches", "seconds", "changed", "failed", "list_requests", "other_reads", "writes")
-# Its line per cache that sent a request, changed or failed in a resync.
-RESYNC_CACHE_LINE = (r"gkm_controller\.resync: resync (\d+): (\S+) (\S+) (changed|failed|unchanged); "
+# Its line per cache that sent a request, changed, failed or was stopped in a resync.
+RESYNC_CACHE_LINE = (r"gkm_controller\.resync: resync (\d+): (\S+) (\S+) (changed|failed|stopped|unchanged); "
                      r"(\d+) LIST requests, (\d+) other reads, (\d+) writes")
 # What the tests' controllers distribute with: the simulated cluster's registry speaks plain HTTP.
 TEST_OPTIONS = {"registry_plain_http": True, "wait_timeout": 120}

@@ -9,7 +9,9 @@ import threading
 
 from kubernetes import client
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors import DistributeError
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.index import ClusterIndex
+from controller.gkm_controller.deletion import CacheDeleting
 from controller.gkm_controller.reconciles import Reconciler
 from controller.gkm_controller.resync import RequestCount, Resync
 
@@ -93,6 +95,24 @@ def test_one_caches_failure_leaves_the_others_resynced(caplog):
     figures = Resync(index, reconcile).once()
     assert runs == ["a", "b"] and (figures["failed"], figures["changed"]) == (1, 1)
     assert "resync: GKMCache a failed: registry unreachable" in caplog.text
+
+
+def test_a_cache_deleted_during_its_run_is_stopped_not_failed(caplog):
+    index = indexed(cache("a"), cache("b"))
+
+    def reconcile(kind, resource, finalizing, count=None, **_):
+        if resource["metadata"]["name"] == "a":
+            try:
+                raise CacheDeleting("GKMCache team-a/a has a deletion timestamp")
+            except CacheDeleting as refusal:  # as the pipeline reports it: a DistributeError raised from it
+                raise DistributeError("applying the plan failed: %s" % refusal) from refusal
+        return {"changed": False}
+
+    with caplog.at_level(logging.INFO, logger="controller.gkm_controller.resync"):
+        figures = Resync(index, reconcile).once()
+    assert (figures["failed"], figures["changed"]) == (0, 0)
+    assert "resync 1: GKMCache team-a/a stopped; 0 LIST requests, 0 other reads, 0 writes" in caplog.text
+    assert "failed" not in caplog.text.replace("0 failed", "")
 
 
 def test_the_loop_waits_for_readiness_then_resyncs_every_period_until_stopped():
