@@ -45,7 +45,12 @@ class SimCluster:
 
 
 def _run_sim(command):
-    subprocess.run([sys.executable, SIM_SCRIPT, command], check=True, cwd=ROOT)
+    """Run sim.py COMMAND; when it fails, the error ends with what it printed, as CI's summary shows only the error."""
+    result = subprocess.run([sys.executable, SIM_SCRIPT, command], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                            check=False)
+    sys.stderr.write(result.stderr)
+    if result.returncode:
+        raise RuntimeError("sim.py %s exited with %d: %s" % (command, result.returncode, result.stderr.strip()[-2000:]))
 
 
 def _running(name):

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -28,6 +27,10 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 from ansible_collections.gkm.cluster.plugins.module_utils.webhook.install import installer as webhook_install
 from ansible_collections.gkm.cluster.plugins.modules.webhook_install import ARGUMENT_SPEC as WEBHOOK_INSTALL_SPEC
 from tests.helpers.paths import ROOT
+from tests.helpers.sim import sim_control
+
+# A port for a local server, outside the kernel's ephemeral range (simcluster/state_dir.py says why).
+free_port = sim_control.free_port
 
 COLLECTIONS = os.path.join(ROOT, ".cache", "collections")
 SERVER_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.webhook.server.main"
@@ -37,12 +40,6 @@ KWOK_NODES = {"type": "kwok"}
 # No node has this label: pods placed by it never schedule, so a webhook Service in front of them has no endpoints.
 NO_NODE = {"gkm.io/test-no-such-node": "true"}
 DIGEST = "sha256:" + "c0ffee" * 10 + "abcd"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def write_atomically(path, text):

@@ -25,7 +25,8 @@
                          --purge also removes its webhook configurations, CRDs and namespace
 
 State lives in $GKM_SIM_DIR (default .sim/ in the checkout): state.json (pids, ports), pki/, logs/,
-kubeconfig. Ports are picked free at start, so two checkouts never collide.
+kubeconfig. Ports are picked free at start, below the kernel's ephemeral range, so two checkouts never collide
+and no client's connection takes one first; a component that still finds one taken starts again on new ones.
 Nodes: $GKM_SIM_NODES names a YAML file with a list of node groups (see gpu_nodes.py); without it,
 one control-plane node and $GKM_SIM_GPU_NODES (default 3) GPU workers of $GKM_SIM_GPU_VENDOR
 (amd|nvidia, default amd) and $GKM_SIM_GPU_ARCH.
@@ -56,10 +57,18 @@ sys.path.insert(0, HERE)
 
 from simcluster import cluster, guard_plan, kyverno, local_operator, operator_plan, registry, report, webhook  # noqa: E402
 from simcluster.control_plane import CONTROL_PLANE  # noqa: E402
-from simcluster.state_dir import KUBECONFIG, ROOT, SIM_DIR, is_running, load_state, stop_process  # noqa: E402
+from simcluster.state_dir import (  # noqa: E402
+    KUBECONFIG,
+    ROOT,
+    SIM_DIR,
+    free_port,
+    is_running,
+    load_state,
+    stop_process,
+)
 
 # Tests and benchmarks load this file as a module (tests/helpers/sim.py) and read a run through these names.
-__all__ = ["CONTROL_PLANE", "KUBECONFIG", "ROOT", "SIM_DIR", "guard_plan", "is_running", "load_state",
+__all__ = ["CONTROL_PLANE", "KUBECONFIG", "ROOT", "SIM_DIR", "free_port", "guard_plan", "is_running", "load_state",
            "operator_plan", "stop_process"]
 
 COMMANDS = {

@@ -6,7 +6,6 @@ port, their Lease in a namespace of the test's: what a pod adds (image, RBAC, Po
 test_operator_in_cluster.py's.
 """
 
-import socket
 import time
 import urllib.request
 import uuid
@@ -17,18 +16,13 @@ from kubernetes import client
 from tests.helpers import kcache_images
 from tests.helpers.controller_process import start_controller
 from tests.helpers.operator_caches import apply, cache_objects, kubectl, live, per_node, phase_is, poll, pool_nodes
+from tests.helpers.sim import sim_control
 
 pytest.importorskip("kopf")  # requirements/dev.txt pins it for Python 3.11 and later
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
 TAKE_OVER_S = 15
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def healthy(port):
@@ -52,7 +46,7 @@ def replicas(sim, crds, kube, tmp_path):
     try:
         for letter in "ab":
             replica = start_controller(sim, str(tmp_path / ("%s.log" % letter)), lease_namespace,
-                                       identity="gkm-operator-%s" % letter, probe_port=free_port())
+                                       identity="gkm-operator-%s" % letter, probe_port=sim_control.free_port())
             started.append(replica)
         yield started
     finally:

@@ -363,6 +363,14 @@ def snapshot_changes(before, after):
     return changes
 
 
+def _listening():
+    """A socket listening on a port (on the wildcard address) that a run's state could have picked."""
+    holder = socket.socket()
+    holder.bind(("0.0.0.0", sim_control.free_port()))
+    holder.listen()
+    return holder
+
+
 def _run_sim(command, environment):
     """`sim.py command` of another checkout; its failure names the command and shows the end of what it printed (CI
     keeps no other trace of it: stop 37's CI failed this test with nothing more to read)."""
@@ -370,6 +378,7 @@ def _run_sim(command, environment):
                           check=False)
     printed = (done.stdout + done.stderr)[-4000:]
     assert done.returncode == 0, "sim.py %s: exit %d\n%s" % (command, done.returncode, printed)
+    return printed
 
 
 # Other lanes' clusters start and stop pods the whole time: their half-made namespaces and links are not yet marked
@@ -379,15 +388,26 @@ SETTLE_SECONDS = 30
 
 def test_a_second_checkout_runs_beside_and_down_leaves_the_machine_as_found(sim, real_nodes):
     """Another state directory with a real node of its own, beside the session's cluster: no shared name, range,
-    port or cgroup; after its `down`, the machine is as it was before its `up`."""
+    port or cgroup; after its `down`, the machine is as it was before its `up`.
+
+    The ports its state holds for etcd and the API server are taken by another process before they start, as a
+    client's connection can take a port between the pick and the bind: both start again on new ones, and the
+    kubeconfig the pod below is created with names the API server's new port."""
     # Short: the kubelet's unix sockets live under it (pytest's tmp_path is too deep for them).
     own_dir = os.path.join(tempfile.mkdtemp(prefix="gkm-"), "sim")
     environment = dict(os.environ, GKM_SIM_DIR=own_dir, GKM_SIM_REAL_NODES="1", GKM_SIM_GPU_NODES="1")
     before = machine_snapshot(own_dir)
+    holders = {name: _listening() for name in ("etcd-client", "apiserver")}
+    taken = {name: holder.getsockname()[1] for name, holder in holders.items()}
+    os.makedirs(own_dir)
+    with open(os.path.join(own_dir, "state.json"), "w") as handle:
+        json.dump({"processes": {}, "ports": taken}, handle)
     try:
-        _run_sim("up", environment)
+        printed = _run_sim("up", environment)
+        assert printed.count("found one of its ports taken") == 2, printed
         with open(os.path.join(own_dir, "state.json")) as handle:
             second = json.load(handle)
+        assert not set(taken.values()) & set(second["ports"].values())
         first = sim.state
         assert second["network"]["run"] != first["network"]["run"]
         assert second["network"]["octet"] != first["network"]["octet"]
@@ -411,6 +431,8 @@ def test_a_second_checkout_runs_beside_and_down_leaves_the_machine_as_found(sim,
         assert machine_snapshot(own_dir)["log links"]
         os.kill(second["processes"]["kubelet-" + node["name"]]["pid"], signal.SIGKILL)
     finally:
+        for holder in holders.values():
+            holder.close()
         _run_sim("down", environment)
     deadline = time.monotonic() + SETTLE_SECONDS
     while snapshot_changes(before, machine_snapshot(own_dir)) and time.monotonic() < deadline:

@@ -1,6 +1,7 @@
 """The PVC-mutation webhook through the real API server: DaemonSet admission, denials, failure policy,
 bad payloads and certificate rotation. The server runs as a local process (url endpoint)."""
 
+import collections
 import json
 import ssl
 import threading
@@ -256,7 +257,7 @@ def test_certificate_rotation_under_load_fails_no_admission(kube, namespace, web
             index += 1
             try:
                 pod = core.create_namespaced_pod(namespace, labelled_pod(name, node=node))
-                admitted.append(pod.spec.volumes[0].persistent_volume_claim.claim_name == expected)
+                admitted.append(pod.spec.volumes[0].persistent_volume_claim.claim_name)
             except ApiException as error:
                 failures.append(error.body)
 
@@ -285,7 +286,8 @@ def test_certificate_rotation_under_load_fails_no_admission(kube, namespace, web
         for worker in workers:
             worker.join()
     assert failures == []
-    assert len(admitted) >= 20 and all(admitted)
+    # Each pod by the claim it was admitted with: one CI run saw a pod without the rewrite, and said no more.
+    assert len(admitted) >= 20 and set(admitted) == {expected}, collections.Counter(admitted)
     assert webhook.server.metric(new_ca, "gkm_webhook_certificate_reloads_total") >= 2
 
 

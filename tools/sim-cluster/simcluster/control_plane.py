@@ -1,17 +1,20 @@
 """The control plane's processes: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok."""
 
 import os
+import re
 
 import yaml
 
 from ansible_collections.gkm.cluster.plugins.module_utils.gpu_sim import gpu_nodes
 from simcluster import api, guard_plan, kwok_nodes, real_nodes_plan
+from simcluster.pki import write_kubeconfig
 from simcluster.state_dir import (
     KUBECONFIG,
     LOG_DIR,
     SIM_DIR,
     bind_address,
     is_recorded_running,
+    log,
     port,
     start_process,
     wait_for,
@@ -28,6 +31,11 @@ JOB_CONTROLLER = os.environ.get("GKM_SIM_JOB_CONTROLLER", "1") != "0"
 # counts; off by default, since every test and module reads far more than it writes.
 AUDIT_READS = os.environ.get("GKM_SIM_AUDIT_READS", "0") == "1"
 READ_VERBS = ["get", "list", "watch"]
+# The ports each component listens on (state.json "ports"): one it could not bind is picked again.
+COMPONENT_PORTS = {"etcd": ["etcd-client", "etcd-peer", "etcd-metrics"], "kube-apiserver": ["apiserver"],
+                   "kube-controller-manager": ["controller-manager"], "kube-scheduler": ["scheduler"],
+                   "kwok": ["kwok"]}
+BIND_ATTEMPTS = 3
 
 
 def write_audit_policy():
@@ -140,10 +148,39 @@ def start(state, binaries, pki):
             state["job_controller"] = JOB_CONTROLLER
         if name == "kube-apiserver":
             state["audit_reads"] = AUDIT_READS
-        start_process(state, name, component_argv(name, state, binaries, pki))
+        _start_component(name, state, binaries, pki)
         started_any = True
-        wait_for(name, lambda name=name: _ready(name, state, pki), 60, [name], state)
     return started_any
+
+
+def _start_component(name, state, binaries, pki):
+    """Start name and wait until it is ready; when another process took one of its ports between the pick and its
+    bind, pick that port again and start it again."""
+    log_path = os.path.join(LOG_DIR, name + ".log")
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        logged_before = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+        start_process(state, name, component_argv(name, state, binaries, pki))
+        try:
+            wait_for(name, lambda: _ready(name, state, pki), 60, [name], state)
+            return
+        except SystemExit:
+            in_use = _ports_in_use(log_path, logged_before)
+            lost = [key for key in COMPONENT_PORTS[name] if state["ports"][key] in in_use]
+            if attempt == BIND_ATTEMPTS or is_recorded_running(state, name) or not lost:
+                raise
+        log("%s found one of its ports taken (%s); starting it again on a new one" % (
+            name, ", ".join("%s %d" % (key, state["ports"][key]) for key in lost)))
+        for key in lost:
+            del state["ports"][key]
+        if name == "kube-apiserver":
+            state["apiserver"] = write_kubeconfig(state, pki)
+
+
+def _ports_in_use(log_path, offset):
+    """The ports a component's log, from offset on, says it could not bind as they were in use."""
+    with open(log_path, "rb") as handle:
+        handle.seek(offset)
+        return {int(number) for number in re.findall(rb":(\d+): bind: address already in use", handle.read())}
 
 
 def ensure_default_storage_class(state, pki):

@@ -7,6 +7,7 @@ for the run and what the commands recorded; logs/ holds one log per process.
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -105,17 +106,33 @@ def stop_recorded(name):
     return state, running
 
 
-def free_port():
-    """A port free on every address now (bound on the wildcard, never listened on): loopback and host address."""
-    with socket.socket() as sock:
-        sock.bind(("0.0.0.0", 0))
-        return sock.getsockname()[1]
+# Listening ports are picked below the kernel's ephemeral range: a port the kernel hands out (to bind(0) or to an
+# outbound connection) can be taken by any client's connection between the pick and the server's bind, and with four
+# clusters and their tests on one machine that happened (an etcd or API server exiting with "address already in use").
+LISTEN_PORTS_LOW = 10000
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def free_port(taken=()):
+    """A port free on every address now (bound on the wildcard, never listened on), outside the ephemeral range."""
+    with open(EPHEMERAL_RANGE) as handle:
+        ephemeral_low = int(handle.read().split()[0])
+    candidates = [number for number in range(LISTEN_PORTS_LOW, ephemeral_low) if number not in taken]
+    for number in random.sample(candidates, min(len(candidates), 200)):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", number))
+            except OSError:
+                continue
+            return number
+    raise SystemExit("sim: no free port between %d and %d (below %s)" % (LISTEN_PORTS_LOW, ephemeral_low,
+                                                                        EPHEMERAL_RANGE))
 
 
 def port(state, name):
     """A port for name, chosen once and kept for the life of the state."""
     if name not in state["ports"]:
-        state["ports"][name] = free_port()
+        state["ports"][name] = free_port(set(state["ports"].values()))
     return state["ports"][name]
 
 
