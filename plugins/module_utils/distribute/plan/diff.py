@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimmed import job_facts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret
 
 
@@ -24,6 +25,15 @@ def _trim(obj):
     return trimmed
 
 
+def _after(action, before):
+    """A Job that replaces a live one is shown as the facts hold Jobs (trimmed.job_facts: its containers' names and
+    images), as its live template is not read: what changed shows in its labels and spec-hash annotation."""
+    after = _trim(action.body)
+    if action.kind == "Job" and before:
+        after["spec"] = job_facts({"spec": action.body.get("spec")})["spec"]
+    return after
+
+
 def plan_diff(plan, facts):
     live = {}
     for kind, objects in facts.objects.items():
@@ -33,7 +43,7 @@ def plan_diff(plan, facts):
     for action in plan.ordered_actions():
         ref = (action.kind, action.namespace, action.name)
         before = _trim(live.get(ref)) if action.verb != "create" else {}
-        after = {} if action.verb == "delete" else _trim(action.body)
+        after = {} if action.verb == "delete" else _after(action, before)
         if action.kind == "Secret":
             before = registry_secret.redacted(before, live.get(ref)) if before else before
             after = registry_secret.redacted(after, live.get(ref)) if after else after
