@@ -269,7 +269,10 @@ class ControllerPath:
                                  body=scale.cache_manifest(name, self.image_ref))
                 poll("%s Extracted on %d nodes" % (name, nodes), lambda: self.extracted(name, nodes), self.timeout)
                 figures["cold_s"] = round(time.monotonic() - started, 2)
-                # Where the cold time went: each reconcile that ended meanwhile, with its phases' seconds.
+                # Where the cold time went: each reconcile that ended meanwhile, with its phases' seconds. The run
+                # that wrote Extracted logs its end after that status, which the poll may have seen first.
+                poll("the end of %s's cold reconcile" % name,
+                     lambda: len(controller.lines(RECONCILED_LINE)) > ended, self.timeout)
                 figures["cold_reconciles"] = [line.split("reconciles: ", 1)[1]
                                               for line in controller.lines(RECONCILED_LINE)[ended:]]
             figures["cold_cpu_s"] = window.figures()["cpu_s"]
