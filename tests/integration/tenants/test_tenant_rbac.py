@@ -82,13 +82,18 @@ def test_restricted_pod_security_refuses_the_tenants_privileged_pod(tenant):
 
 def test_edit_alone_covers_gkmcaches_once_the_gkm_role_ran(sim, crds, kube, tenant, tmp_path):
     """The gkm role ships ClusterRoles aggregated into `edit`: a tenant with only `edit` creates and reads its
-    GKMCaches, still may not create a ClusterGKMCache, and loses the GKMCaches with the role's removal."""
+    GKMCaches, still may not create a ClusterGKMCache, and loses the GKMCaches with the role's removal.
+
+    The role's cache quota (gkm_tenant_cache_quota, one GKMCache for the tenant's namespace) refuses the tenant's
+    second GKMCache at admission; the tenant cannot raise it; the role's removal takes it away."""
     admin = Kube(kube)
     admin.request("DELETE", "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings/%s"
                   % (tenant.namespace, OWNER_BINDING))
     wait_for_refusal(tenant.kube, tenant.namespace)
     role_vars = dict(gkm_kubeconfig=sim.kubeconfig, gkm_webhook_endpoint="url", gkm_webhook_local=True,
-                     gkm_sim_script=SIM_SCRIPT, gkm_tools_image="%s/gkm-cluster/tools:sim" % sim.registry)
+                     gkm_sim_script=SIM_SCRIPT, gkm_tools_image="%s/gkm-cluster/tools:sim" % sim.registry,
+                     gkm_tenant_cache_quota={"max_caches": 1, "namespaces": [tenant.namespace]})
+    quota_path = "/api/v1/namespaces/%s/resourcequotas/gkm-caches" % tenant.namespace
     installed = run_role("gkm", tmp_path, role_vars)
     assert installed.ok, installed.failures()
     try:
@@ -100,9 +105,14 @@ def test_edit_alone_covers_gkmcaches_once_the_gkm_role_ran(sim, crds, kube, tena
         assert refusal(tenant.kube, "POST", "/apis/%s/clustergkmcaches" % API_VERSION, {
             "apiVersion": API_VERSION, "kind": "ClusterGKMCache", "metadata": cluster_cache,
             "spec": {"image": "quay.io/example/cache:v1", "workloadNamespaces": [tenant.namespace]}}) == 403
+        with pytest.raises(KubeError, match="exceeded quota: gkm-caches"):
+            tenant.kube.request("POST", gkmcaches_path(tenant.namespace), body=gkmcache("second", tenant.namespace))
+        assert refusal(tenant.kube, "PATCH", quota_path, {"spec": {"hard": {"count/gkmcaches.gkm.io": "9"}}},
+                       "application/merge-patch+json") == 403
     finally:
         removed = run_role("gkm", tmp_path, dict(role_vars, gkm_state="absent"))
     assert removed.ok, removed.failures()
+    assert admin.request("GET", quota_path)[0] == 404
     wait_for_refusal(tenant.kube, tenant.namespace)
 
 

@@ -108,6 +108,9 @@ def component_argv(name, state, binaries, pki):
                 "--controllers", "*" if JOB_CONTROLLER else "*,-job-controller",
                 "--kube-api-qps", "500", "--kube-api-burst", "1000",
                 "--concurrent-job-syncs", "20", "--concurrent-daemonset-syncs", "5",
+                # A quota on a kind whose CRD was installed moments before is counted at the next full sync (5 min
+                # by default): the tests install the CRDs, then a quota on GKMCaches (roles/gkm cache_quotas.yml).
+                "--resource-quota-sync-period", "10s",
                 "--node-monitor-grace-period", kwok_nodes.NODE_MONITOR_GRACE_PERIOD, "--v", "1"]
     if name == "kube-scheduler":
         return [os.path.join(binaries, "kube-scheduler"),
