@@ -6,15 +6,16 @@ kopf each one cost its per-event processing (diff base, cause detection, two han
 here it costs the JSON parse of the watch line, one trim and one comparison in the index (node_filter.on_node_event),
 and nothing more when nothing the facts read changed.
 
-A relist decides every listed Node as a MODIFIED event would have (a Node that joined or changed while the watch was
-down starts its node path) before the Relister hands on the caches of the Nodes that vanished. The first listing
-starts nothing: every cache is resumed by kopf once it is in.
+A relist takes the listing into the index once (the Relister, which hands on the caches of the Nodes that vanished),
+then decides each Node the index now holds differently as a MODIFIED event would have (a Node that joined or changed
+while the watch was down starts its node path). The first listing starts nothing: every cache is resumed by kopf once
+it is in.
 """
 
 import logging
 
 from .kind_watch import KindWatch
-from .node_filter import on_node_event
+from .node_filter import decide, on_node_event
 
 LOG = logging.getLogger(__name__)
 
@@ -28,13 +29,18 @@ class NodeWatch(KindWatch):
         self.node_changed = node_changed
 
     def take_listing(self, objects, first):
-        for node in objects:
-            self.handle(None if first else "MODIFIED", node)
-        return self.relister.relist(self.kind, objects)
+        taken = self.relister.relist(self.kind, objects)
+        if not first:
+            listed = {node["metadata"]["name"]: node for node in objects}
+            for (_namespace, name), before in taken[0].modified:
+                self._decided("MODIFIED", decide(self.index, name, "MODIFIED", True, before, listed[name]))
+        return taken
 
     def handle(self, event_type, obj):
         """One Node event through the filter; node_changed when it starts something. The NodeDecision."""
-        decision = on_node_event(self.index, event_type, obj)
+        return self._decided(event_type, on_node_event(self.index, event_type, obj))
+
+    def _decided(self, event_type, decision):
         LOG.debug("node event %s: %r", event_type, decision)
         if decision.starts:
             self.node_changed(decision)

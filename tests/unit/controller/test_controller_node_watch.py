@@ -139,6 +139,25 @@ def test_410_gone_relists_hands_on_the_caches_of_vanished_nodes_and_decides_the_
     assert sorted(obj["metadata"]["name"] for obj in index.select("Node")) == ["gpu-1", "gpu-3"]
 
 
+def test_a_relist_indexes_each_node_once_and_decides_only_those_it_changed(recorder, monkeypatch):
+    index = ClusterIndex()
+    trimmed = []
+    trim = index._trim
+    monkeypatch.setattr(index, "_trim", lambda kind, obj: trimmed.append(obj["metadata"]["name"]) or trim(kind, obj))
+    kube = RecordedKube([listed(node("gpu-1"), node("gpu-2")),
+                         listed(node("gpu-1", 5), node("gpu-2", team="ml"), node("gpu-3"), resource_version="200")],
+                        [])
+    watch = watching(kube, recorder, index)
+    watch.relist()
+    assert trimmed == ["gpu-1", "gpu-2"] and recorder["node_changed"] == []
+    del trimmed[:]
+    watch.relist()
+    # gpu-1's heartbeat changed nothing held; gpu-2's label and gpu-3's joining did.
+    assert trimmed == ["gpu-1", "gpu-2", "gpu-3"]
+    assert [(decision.name, decision.reason) for decision in recorder["node_changed"]] == [
+        ("gpu-2", "a GPU node changed"), ("gpu-3", "a GPU node changed")]
+
+
 def test_a_dropped_connection_relists_after_a_back_off_and_an_ended_watch_resumes_without_a_list(recorder, monkeypatch):
     monkeypatch.setattr(kind_watch, "RETRY_SECONDS", (0, 0))
     kube = RecordedKube([listed(node()), listed(node(), resource_version="200")],

@@ -219,6 +219,8 @@ class ClusterIndex:
             if held == fresh:
                 return Relisting(kind, False, [])
             vanished = [_copy(dict(obj, kind=kind)) for key, obj in sorted(held.items()) if key not in fresh]
+            # The objects held before are the index's no longer once replaced: handed out as they are.
+            modified = [(key, held.get(key)) for key, obj in fresh.items() if held.get(key) != obj]
             self._objects[kind] = fresh
             on_node = self._on_node[kind] = collections.defaultdict(set)
             for key, obj in fresh.items():
@@ -227,7 +229,7 @@ class ClusterIndex:
                     on_node[node].add(key)
             self.version += 1
             self._changed.notify_all()
-            return Relisting(kind, True, vanished)
+            return Relisting(kind, True, vanished, modified)
 
     def wait_for_change(self, since, timeout):
         """Block until `version` passes `since` or `timeout` seconds pass; True when it changed."""
@@ -312,13 +314,14 @@ class ClusterIndex:
 
 class Relisting:
     """What ClusterIndex.relisted did to one kind: `changed` (what is held differs from before: added, modified or
-    vanished objects) and `vanished` (copies of the objects held before and absent from the listing, kind set; in
-    (namespace, name) order)."""
+    vanished objects), `vanished` (copies of the objects held before and absent from the listing, kind set; in
+    (namespace, name) order) and `modified` (((namespace, name), the object held before or None) of each listed
+    object the index now holds differently or newly, in the listing's order)."""
 
-    __slots__ = ("changed", "kind", "vanished")
+    __slots__ = ("changed", "kind", "modified", "vanished")
 
-    def __init__(self, kind, changed, vanished):
-        self.kind, self.changed, self.vanished = kind, changed, vanished
+    def __init__(self, kind, changed, vanished, modified=()):
+        self.kind, self.changed, self.vanished, self.modified = kind, changed, vanished, list(modified)
 
     def __repr__(self):
         return "Relisting(%s, changed=%s, vanished=%d)" % (self.kind, self.changed, len(self.vanished))
