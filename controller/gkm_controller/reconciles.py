@@ -75,6 +75,10 @@ class Reconciler:
     The writes of a cache's run that the index did not show when it ended are kept for that cache's next run, whose
     first read waits for them: that run starts as soon as the lock is free, and would plan from an index still
     taking the last run's events (docs/controller-design.md, section 10).
+
+    A resync's run that wrote nothing and left its cache settled is recorded (the index's version it read, the cache's
+    resourceVersion, the digest): the next resync of that cache stops once the image is resolved when none of the
+    three moved, as it would read, plan and compare the same things again (docs/controller-design.md, section 6).
     """
 
     def __init__(self, api_client, index, options, locks=None, lease=None, run=cache_reconcile.reconcile):
@@ -83,15 +87,17 @@ class Reconciler:
         self.lease = lease
         self.run = run
         self._unshown = {}
+        self._settled = {}
 
     def _live(self, kind, name, namespace):
         """The cache resource as the API server has it now, or None when it is not found."""
         return Kube(self.api_client).request("GET", resource_path(kind, name, namespace), what="%s %s" % (
             kind, name))[1]
 
-    def __call__(self, kind, body, finalizing, count=None, cause="an event of the cache"):
+    def __call__(self, kind, body, finalizing, count=None, cause="an event of the cache", resync=False):
         """count: one more guard shown every request (resync.RequestCount), or None. cause: what started the run, for
-        its log line (a resync's number, kopf's reason, the coalescer's queue).
+        its log line (a resync's number, kopf's reason, the coalescer's queue). resync: the run is a resync's, which
+        may stop early when its cache is settled (see the class).
 
         A run other than the finalizer's plans from the index's copy of the cache once it holds the cache's lock: the
         copy it was handed may have waited behind a long run (a node event's, during a 10-minute cold run), and the
@@ -117,20 +123,33 @@ class Reconciler:
             LOG.info("reconcile %s (%s; %s)", what, options["state"], cause)
             started = time.monotonic()
             earlier = self._unshown.pop(key, ())
+            resource_version = body["metadata"].get("resourceVersion")
+            settled = self._settled.pop(key, None) if resync else None
+            if settled and settled[2] != resource_version:
+                settled = None
+            source = IndexSource(self.index, kube.written, earlier, settled_at=settled and settled[:2])
+            result = None
             try:
                 # kopf's body is the live resource (its uid, creation time and status): no GET (row 1 of the reads).
                 result = self.run(kube, kind, name, namespace, options, definition=None if finalizing else resource,
-                                  source=IndexSource(self.index, kube.written, earlier), live=resource)
+                                  source=source, live=resource)
             finally:
                 unshown = self.index.unshown(list(earlier) + kube.written)
                 if unshown:
                     self._unshown[key] = unshown
+            digest = ((result or {}).get("cache") or {}).get("digest")
+            quiet = digest and not result.get("changed") and not kube.writes and not unshown
+            if resync and quiet and not under_way(result):
+                read = settled[0] if result.get("settled") else source.read_version
+                self._settled[key] = (read, digest, resource_version)
             # The phases (common/timings.py) say where a slow reconcile's time went: writes, the wait, the status.
             # labels: readiness labels set and removed; unshown: of its writes, those the watches had not brought
             # back when it ended (the next run waits for them).
             labels = [change["value"] is None for change in (result or {}).get("node_labels") or []]
-            LOG.info("reconciled %s in %.1f s: changed %s; %s; labels set=%d removed=%d; unshown=%d", what,
+            LOG.info("reconciled %s in %.1f s: changed %s; %s; labels set=%d removed=%d; unshown=%d%s", what,
                      time.monotonic() - started, bool((result or {}).get("changed")), " ".join(
                          "%s=%.1f" % phase for phase in sorted(((result or {}).get("timings") or {}).items())),
-                     labels.count(False), labels.count(True), len(unshown))
+                     labels.count(False), labels.count(True), len(unshown),
+                     "; settled: nothing it reads changed since its last resync" if (result or {}).get(
+                         "settled") else "")
             return result

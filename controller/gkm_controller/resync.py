@@ -3,7 +3,9 @@ index holds (none being deleted) reconciled as a cache change is, from the index
 LIST), its image's tag resolved again (a registry request, so a tag moved to a new digest is seen here), plan,
 status and per-node objects compared, and a write only for what differs. With nothing changed a resync sends no
 request to the API server at all; drift a user made by hand (a per-node object edited, a PVC deleted while no watch
-event reached the index) is repaired at the next one.
+event reached the index) is repaired at the next one. A cache whose last resync wrote nothing and left it settled
+stops after the resolve when neither the index, nor the cache, nor the digest moved since (reconciles.Reconciler):
+it would read, plan and compare the same objects again.
 
 Every request of a resync's reconciles is counted (RequestCount, one more guard of the reconcile's GuardedKube: the
 controller's client, not the API server's audit log) and logged in one line per resync, the figure
@@ -91,7 +93,7 @@ class Resync:
         for resource in caches:
             kind, sent, outcome = resource["kind"], RequestCount(), "unchanged"
             try:
-                result = self.reconcile(kind, resource, False, count=sent, cause="resync %d" % number)
+                result = self.reconcile(kind, resource, False, count=sent, cause="resync %d" % number, resync=True)
             except Exception as error:  # one cache's failure must not end the resync of the others
                 if guard_refusal(error):  # deleted during the run: the finalizer's turn, not a failure
                     outcome = "stopped"

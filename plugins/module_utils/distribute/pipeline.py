@@ -41,6 +41,15 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.cach
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.node_writer import sync_for_spec
 
 
+class Settled(Exception):
+    """The run stopped after resolving the image: its source says nothing it would read changed since an earlier run
+    at this digest found nothing to do (FactsSource.settled)."""
+
+    def __init__(self, digest):
+        super(Settled, self).__init__(digest)
+        self.digest = digest
+
+
 class Distribution:
     """One reconcile as its stages left it: the spec (inputs), the plan with its rollout, the status (status_of),
     the module's result made of them, and the facts' source it read (for the reads that follow it)."""
@@ -68,6 +77,8 @@ def run(kube, params, check_mode=False, want_diff=False, timings=None, source=No
     source = source or ListSource(kube)
     with timings.phase("resolve"):
         spec = build_spec(params)
+    if source.settled(spec.digest):
+        raise Settled(spec.digest)
     try:
         with timings.phase("read"):
             facts = assemble_facts(source, spec)

@@ -22,7 +22,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.errors impo
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import image_signature, verification
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import resource as cache_cr
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pipeline import distribute, run
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.pipeline import Settled, distribute, run
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.ownership import resource_owner
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import outcome, signature_check
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status.kernel_use import read_kernel_use
@@ -130,6 +130,11 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     params[image_signature.RECORDED_DIGEST_PARAM] = current.get("resolvedDigest") or None
     try:
         distribution = run(kube, params, check_mode, want_diff, timings, source)
+    except Settled as settled:
+        # Nothing it would read changed since a run at this digest found nothing to do: the status stands.
+        return {"changed": False, "settled": True, "cache": {"name": name, "digest": settled.digest},
+                "timings": timings.result(), "resource": {"kind": kind, "name": name, "namespace": namespace,
+                                                          "found": found, "status": current}}
     except GkmError as error:
         raise _refused(kube, error, kind, name, namespace, path, current, found) from error
     spec, result = distribution.spec, distribution.result

@@ -170,3 +170,43 @@ def test_a_resync_that_fails_whole_is_logged_and_the_next_period_runs(caplog):
     assert done.wait(5)
     resync.stop()
     assert runs[0] == "a" and "resync failed: index unreadable" in caplog.text
+
+
+def test_a_settled_cache_s_resync_stops_after_the_resolve_until_the_index_the_cache_or_the_digest_moves():
+    """The Reconciler's record of a resync that wrote nothing (reconciles.py): the next resync of that cache stops
+    after the resolve (pipeline.Settled) while the index's version, the cache's resourceVersion and the digest stay;
+    any of them moving, a run that changed something, or a run that is not a resync's reads and plans again."""
+    index = indexed(cache("a"))
+    runs, digest, changes = [], ["sha256:" + "1" * 64], []
+    settled_status = {"status": {"phase": "Extracted"}}
+
+    def run(kube, kind, name, namespace, options, definition=None, source=None, live=None):
+        if source.settled(digest[0]):  # where the pipeline checks, once the image is resolved
+            runs.append("settled")
+            return {"changed": False, "settled": True, "cache": {"digest": digest[0]}, "resource": settled_status}
+        source.gather([lambda: None], "the facts")
+        runs.append("read")
+        return {"changed": bool(changes and changes.pop()), "cache": {"digest": digest[0]}, "resource": settled_status}
+
+    reconciler = Reconciler(client.ApiClient(), index, {}, run=run)
+    resync = Resync(index, reconciler)
+
+    def resyncs(count):
+        """What each of `count` resyncs did with the cache; none sends a write."""
+        del runs[:]
+        assert [resync.once()["writes"] for attempt in range(count)] == [0] * count
+        return list(runs)
+
+    assert resyncs(3) == ["read", "settled", "settled"]
+    index.apply("ADDED", {"kind": "Namespace", "metadata": {"name": "team-new"}})  # anything the index holds
+    assert resyncs(2) == ["read", "settled"]
+    digest[0] = "sha256:" + "2" * 64  # the tag moved
+    assert resyncs(2) == ["read", "settled"]
+    index.apply("MODIFIED", dict(cache("a"), metadata=dict(cache("a")["metadata"], resourceVersion="4")))
+    assert resyncs(2) == ["read", "settled"]
+    changes.append(True)  # the next full run repairs something: the one after it reads again
+    index.apply("ADDED", {"kind": "Namespace", "metadata": {"name": "team-newer"}})
+    assert resyncs(3) == ["read", "read", "settled"]
+    del runs[:]
+    reconciler("GKMCache", index.get("GKMCache", "a", "team-a"), False)  # a cache event's run: never stopped early
+    assert runs == ["read"] and resyncs(1) == ["settled"]

@@ -383,14 +383,21 @@ class IndexSource(FactsSource):
     shows the writes made since the last read: planned again from an index a write had not reached yet, a run took
     the slot PVC it had just created for missing and replaced the slot's PV, which then waited a minute on its
     finalizer (seen on a loaded machine). earlier: writes of an earlier run of the same cache the index did not show
-    when it ended (ClusterIndex.unshown), which the first read waits for too."""
+    when it ended (ClusterIndex.unshown), which the first read waits for too. settled_at: (index version, digest) of
+    an earlier run of the same cache that read the index at that version and found nothing to do, or None.
+    read_version: the index's version when this source was first read (None before), what such a run records."""
 
-    def __init__(self, index, written=None, earlier=()):
+    def __init__(self, index, written=None, earlier=(), settled_at=None):
         self.index = index
         self._seen = index.version
         self._written = written if written is not None else []
         self._shown = 0
         self._earlier = list(earlier)
+        self._settled_at = settled_at
+        self.read_version = None
+
+    def settled(self, digest):
+        return not self._earlier and self._settled_at == (self.index.version, digest)
 
     def pause(self, seconds):
         """Wait for a change the index has not shown this source yet, at most `seconds`."""
@@ -412,6 +419,8 @@ class IndexSource(FactsSource):
                 LOG.info("%s: the index showed the reconcile's last %d writes after %.1f s", what, len(pending),
                          time.monotonic() - started)
         self._seen = self.index.version
+        if self.read_version is None:
+            self.read_version = self._seen
         try:
             return [call() for call in calls]
         except (KeyError, ValueError) as error:

@@ -39,6 +39,12 @@ class FactsSource:
     def gather(self, calls, what):
         raise NotImplementedError
 
+    def settled(self, digest):
+        """True when nothing this source would read changed since an earlier run of the same cache at `digest` read
+        it and found nothing to do, so this run may stop before reading (the controller's resync). A source that
+        keeps no record of earlier runs never knows."""
+        return False
+
     def pause(self, seconds):
         """Wait before reading again (a poll of apply/wait.py): at most `seconds`, less when the source knows the
         cluster changed. Returns True when it saw a change, False when it only waited."""
