@@ -68,9 +68,14 @@ options:
     description:
       - Run the extraction Jobs of hostPath slots (see O(create_pvs)) in O(system_namespace), with their registry
         Secret (Docker config, CA, C(cosign.pub)), so that no tenant's namespace holds the admin's credentials or key
-        or a Job that mounts them. Each Job writes its slot's directory through a PVC of that namespace and a PV of
-        the slot's host path bound to that PVC's uid; once the slot's PVC is marked extracted, the Job and both are
-        deleted (its finished pod would hold that PVC until the Job's TTL).
+        or a Job that mounts them.
+      - One Job per node and digest extracts the cache into the node's store, C(<root>/<cache namespace or
+        _cluster>/<cache>/_store/<digest>), which every workload namespace's slot PV (and serving PV) of that node
+        points at, so a cache over several namespaces takes one Job and one copy on disk per node. The Job writes
+        through a PVC of that namespace and a PV of the store bound to that PVC's uid; once the slots' PVCs are
+        marked extracted, the Job and both are deleted (its finished pod would hold that PVC until the Job's TTL). A
+        namespace added later gets its slots marked at once; the store's directory is scrubbed once no PV points at
+        it. Turning it on moves the slot PVs to the store with make before break.
       - Jobs and Secrets a cache has in its workload namespaces from before are deleted (a completed Job still counts
         as the slot's extraction). A provisioned volume can only be mounted through the slot's own PVC, so those Jobs
         stay in the workload namespace.

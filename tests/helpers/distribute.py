@@ -11,6 +11,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     IMAGE_ANNOTATION,
     SLOT_ACCESS_LABEL,
     SLOT_NAMESPACE_LABEL,
+    STORE_LABEL,
     SYSTEM_NAMESPACE,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
@@ -70,7 +71,7 @@ def as_live(desired, complete_jobs=False, marked=False):
     for obj in desired:
         if (complete_jobs or marked) and is_access(obj):
             continue
-        if marked and obj["kind"] == "Job" and SLOT_NAMESPACE_LABEL in obj["metadata"]["labels"]:
+        if marked and obj["kind"] == "Job" and {SLOT_NAMESPACE_LABEL, STORE_LABEL} & set(obj["metadata"]["labels"]):
             continue  # the run that saw the mark deleted the system namespace's Job
         live = copy.deepcopy(obj)
         live["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]

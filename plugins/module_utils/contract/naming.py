@@ -29,6 +29,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
     READINESS_LABEL_PREFIX,
     SLOT_NAMESPACE_LABEL,
+    STORE_LABEL,
     UPGRADE_STATE_LABEL_PREFIX,
     VERSION,
 )
@@ -97,21 +98,30 @@ def label_value(value):
     return _join_with_hash([value], [value])
 
 
+# The directory in place of a namespace's under a cache's directory where the namespaces' slots of a node share one
+# extraction (Slot.shared): a namespace name never starts with '_'.
+STORE_DIRECTORY = "_store"
+
+
 class Slot:
     """One place a cache is extracted to: a namespace, a node (ReadWriteOnce only) and a digest.
 
     `cache_namespace` is the namespace of a namespaced cache and '' for a cluster cache.
     `node` is '' for ReadOnlyMany, where one PVC per namespace serves every node.
+    `shared`: the slot's directory is the node's store of the cache's digest, which one extraction Job in the system
+    namespace fills for every namespace's slot of that node (the Job and the PVC it writes through are named for the
+    store, not the namespace); otherwise each namespace's slot has its own directory and Job.
     """
 
-    __slots__ = ("_memo", "cache", "cache_namespace", "digest", "namespace", "node")
+    __slots__ = ("_memo", "cache", "cache_namespace", "digest", "namespace", "node", "shared")
 
-    def __init__(self, cache, cache_namespace, namespace, node, digest):
+    def __init__(self, cache, cache_namespace, namespace, node, digest, shared=False):
         self.cache = cache
         self.cache_namespace = cache_namespace
         self.namespace = namespace
         self.node = node
         self.digest = digest
+        self.shared = shared
         # Names and labels are asked for several times per object; a 1,000-slot plan should hash once.
         self._memo = {}
 
@@ -123,17 +133,20 @@ class Slot:
     def key(self):
         return (self.cache, self.cache_namespace, self.namespace, self.node, self.digest)
 
+    def extraction_key(self):
+        """The key of what the slot's Job fills: the slot, or the node's store shared by every namespace."""
+        if not self.shared:
+            return self.key()
+        return (self.cache, self.cache_namespace, STORE_DIRECTORY, self.node, self.digest)
+
     def __eq__(self, other):
-        return isinstance(other, Slot) and self.key() == other.key()
+        return isinstance(other, Slot) and self.key() == other.key() and self.shared == other.shared
 
     def __hash__(self):
         return hash(self.key())
 
     def __repr__(self):
-        return "Slot{0!r}".format(self.key())
-
-    def _hashed(self, kind):
-        return (kind, *self.key())
+        return "Slot{0!r}".format(self.key() + (("shared",) if self.shared else ()))
 
     def pvc_name(self):
         """ReadOnlyMany: the cache's own name (what workloads put in claimName, as in GKM).
@@ -143,31 +156,27 @@ class Slot:
         """
         if not self.node:
             return self.cache
-        return self._remember("pvc", lambda: _join_with_hash([self.cache, self.node], self._hashed("pvc")))
+        return self._remember("pvc", lambda: _join_with_hash([self.cache, self.node], ("pvc", *self.key())))
 
     def job_name(self):
-        return self._remember("job", lambda: _join_with_hash([self.cache, self.node], self._hashed("job")))
+        return self._remember("job", lambda: _join_with_hash([self.cache, self.node], ("job", *self.extraction_key())))
 
     def access_name(self):
         """The PVC (in the system namespace) and PV its extraction Job writes the slot through: the hash covers the
-        slot's namespace, so no two slots share it there."""
+        slot's namespace (or the store), so no two of them share it there."""
         return self._remember("access", lambda: _join_with_hash(["gkm", self.cache, self.node],
-                                                                self._hashed("access")))
+                                                                ("access", *self.extraction_key())))
 
     def pv_name(self):
         """PVs are cluster-scoped: the hash also covers the namespace, so names never collide."""
-        return self._remember("pv", lambda: _join_with_hash(["gkm", self.cache, self.node], self._hashed("pv")))
+        return self._remember("pv", lambda: _join_with_hash(["gkm", self.cache, self.node], ("pv", *self.key())))
 
     def host_path(self, root):
-        """Each cache, namespace and digest has its own directory, so two caches never share one."""
-        parts = [
-            root.rstrip("/"),
-            self.cache_namespace or "_cluster",
-            self.cache,
-            self.namespace,
-            self.digest.split(":", 1)[1].lower(),
-        ]
-        return "/".join(parts)
+        """Each cache, namespace (or the shared store) and digest has its own directory, so two caches never share
+        one."""
+        cache, cache_namespace, namespace, _node, digest = self.extraction_key()
+        return "/".join([root.rstrip("/"), cache_namespace or "_cluster", cache, namespace,
+                         digest.split(":", 1)[1].lower()])
 
     def labels(self):
         """A fresh dict each call (callers add to it); computed once."""
@@ -185,15 +194,21 @@ class Slot:
         return labels
 
     def system_labels(self):
-        """The labels of the slot's objects in the system namespace: the slot's, and its namespace's name."""
+        """The labels of the slot's objects in the system namespace: the slot's, and its namespace's name (or that they
+        fill the shared store)."""
+        if self.shared:
+            return dict(self.labels(), **{STORE_LABEL: "true"})
         return dict(self.labels(), **{SLOT_NAMESPACE_LABEL: self.namespace})
 
 
 def slot_namespace(obj):
     """The workload namespace of the slot a cache's object serves: its own, or for an object in the system namespace
-    the one its label names."""
+    the one its label names; '' for an object of a node's shared store, which serves every namespace."""
     metadata = obj.get("metadata") or {}
-    return (metadata.get("labels") or {}).get(SLOT_NAMESPACE_LABEL) or metadata.get("namespace") or ""
+    labels = metadata.get("labels") or {}
+    if labels.get(STORE_LABEL):
+        return ""
+    return labels.get(SLOT_NAMESPACE_LABEL) or metadata.get("namespace") or ""
 
 
 def cache_selector(cache, cache_namespace):

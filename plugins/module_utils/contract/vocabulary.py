@@ -45,8 +45,10 @@ DIGEST_LABEL = DOMAIN + "/digest"
 SERVING_LABEL = DOMAIN + "/serving"
 SCRUB_LABEL = DOMAIN + "/scrub"
 # On a cache's objects in the system namespace (its extraction Jobs, the PVC and PV they write a slot through): the
-# workload namespace of the slot they serve. SLOT_ACCESS_LABEL marks that PVC and PV (not a slot's own, never scrubbed).
+# workload namespace of the slot they serve, or STORE_LABEL when they fill the node's store directory every namespace's
+# slot shares. SLOT_ACCESS_LABEL marks that PVC and PV (not a slot's own, never scrubbed).
 SLOT_NAMESPACE_LABEL = DOMAIN + "/slot-namespace"
+STORE_LABEL = DOMAIN + "/store"
 SLOT_ACCESS_LABEL = DOMAIN + "/slot-access"
 EXTRACTION_FAILED_LABEL = DOMAIN + "/extraction-failed"
 PROBE_LABEL = DOMAIN + "/probe"

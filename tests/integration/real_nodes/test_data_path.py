@@ -160,44 +160,57 @@ def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(
     assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest, job_namespace)), removed.get("scrub")
 
 
-def test_with_system_namespace_jobs_the_job_extracts_the_slot_from_the_system_namespace(
+def test_with_system_namespace_jobs_one_job_fills_the_node_s_store_for_every_namespace(
         sim, kube, tools_image, image, job_namespace):
-    """Issue 31, classes 3 and 4: the Job and its Secret in the system namespace write the workload namespace's slot
-    through a PVC there and a PV of the slot's directory bound to its uid; once the slot is marked extracted, the
-    Job and that pair go."""
+    """Issue 31, classes 1, 3 and 4: a cluster cache over two namespaces. One Job in the system namespace, with the
+    Secret there, extracts the digest once into the node's store through a PVC there and a PV bound to its uid; both
+    namespaces' slot PVs point at that one directory. Once the slots are marked extracted, the Job and that pair go; a
+    namespace dropped from the cache leaves the directory to the other, and the removal of the cache scrubs it."""
     pushed, spec = image
     name = unique("sys")
     batch, core = client.BatchV1Api(kube), client.CoreV1Api(kube)
-    selector = "gkm.io/cache=%s,gkm.io/cache-namespace=%s" % (name, job_namespace)
+    second = labelled_namespace(core, unique("t-real-b"), BASELINE)
+    selector = "gkm.io/cache=%s,gkm.io/cache-namespace=" % name
+    store = slot_dir("_store", name, pushed.digest)
+    args = dict(name=name, scope="cluster", image=pushed.ref, system_namespace_jobs=True,
+                registry_username="admin", registry_password="unused", registry_host=pushed.ref.split("/", 1)[0])
     try:
-        result = distribute(sim, tools_image, name=name, namespace=job_namespace, image=pushed.ref,
-                            system_namespace_jobs=True, registry_username="admin", registry_password="unused",
-                            registry_host=pushed.ref.split("/", 1)[0])
+        result = distribute(sim, tools_image, workload_namespaces=[job_namespace, second], **args)
         assert not result.get("failed"), result
-        assert entry(result, AMD_NODE)["phase"] == "Extracted", result["status"]
-        on_disk = files_under(os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache"))
-        assert len(on_disk) == len(kcache_images.cache_entries(spec)[0]) + 1
-        assert batch.list_namespaced_job(job_namespace, label_selector=selector).items == []
-        assert core.list_namespaced_secret(job_namespace, label_selector=selector).items == []
+        assert {entry(result, AMD_NODE, ns)["phase"] for ns in (job_namespace, second)} == {"Extracted"}
+        assert result["plan"]["summary"]["create"]["Job"] == 1, result["plan"]["summary"]
+        assert len(files_under(os.path.join(store, "cache"))) == len(kcache_images.cache_entries(spec)[0]) + 1
+        assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest))
+        for namespace in (job_namespace, second):
+            assert batch.list_namespaced_job(namespace, label_selector=selector).items == []
+            assert core.list_namespaced_secret(namespace, label_selector=selector).items == []
         jobs = batch.list_namespaced_job("gkm-system", label_selector=selector).items
-        assert [job.metadata.labels["gkm.io/slot-namespace"] for job in jobs] == [job_namespace]
+        assert [job.metadata.labels["gkm.io/store"] for job in jobs] == ["true"]
         assert [sorted(s.data) for s in core.list_namespaced_secret("gkm-system", label_selector=selector).items] == [
             ["config.json"]]
-        again = distribute(sim, tools_image, name=name, namespace=job_namespace, image=pushed.ref,
-                           system_namespace_jobs=True, registry_username="admin", registry_password="unused",
-                           registry_host=pushed.ref.split("/", 1)[0])
+        served = {(pv.metadata.labels.get("gkm.io/serving"), pv.spec.host_path.path)
+                  for pv in core.list_persistent_volume(label_selector=selector).items
+                  if pv.spec.claim_ref.namespace in (job_namespace, second)}
+        assert served == {(None, store), ("true", os.path.join(store, "cache"))}
+        again = distribute(sim, tools_image, workload_namespaces=[job_namespace, second], **args)
         assert not again.get("failed"), again
         access = selector + ",gkm.io/slot-access=true"
-        # The slot is marked extracted: its Job goes, and with its pod (which PVC protection counts while it exists)
+        # The slots are marked extracted: the Job goes, and with its pod (which PVC protection counts while it exists)
         # the PVC and PV it wrote through.
         assert again["plan"]["summary"] == {"delete": {"PersistentVolume": 1, "PersistentVolumeClaim": 1, "Job": 1}}
         wait_until("the access PVC and PV gone", lambda: not core.list_namespaced_persistent_volume_claim(
             "gkm-system", label_selector=access).items and not core.list_persistent_volume(label_selector=access).items,
             timeout=60)
-        assert files_under(os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache"))
+        narrowed = distribute(sim, tools_image, workload_namespaces=[job_namespace], **args)
+        assert not narrowed.get("failed"), narrowed
+        # Its slot's and its serving PV and PVC; the directory stays for the first namespace.
+        assert narrowed["plan"]["summary"] == {"delete": {"PersistentVolume": 2, "PersistentVolumeClaim": 2}}
+        assert not narrowed.get("scrub", {}).get("nodes"), narrowed.get("scrub")
+        assert files_under(os.path.join(store, "cache"))
     finally:
-        removed = remove(sim, tools_image, name=name, namespace=job_namespace)
-    assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest, job_namespace)), removed.get("scrub")
+        removed = remove(sim, tools_image, name=name, scope="cluster")
+        delete_namespace(core, second)
+    assert not os.path.exists(store), removed.get("scrub")
     assert batch.list_namespaced_job("gkm-system", label_selector=selector).items == []
     assert core.list_namespaced_secret("gkm-system", label_selector=selector).items == []
 

@@ -86,9 +86,9 @@ def test_no_tenant_pod_the_webhook_admits_writes_a_cache_nor_redirects_its_servi
         result = run_module("cache_distribute", sim.kubeconfig, **args)
         assert not result.get("failed"), result.get("msg")
         slot_pvc = next(e["pvc"] for e in result["status"]["entries"] if e["node"] == AMD_NODE)
-        # Published read-only: root's, no write bit anywhere in the tree nor on the slot directory (the extractor ran
-        # as root without capabilities, in the directory the kubelet made).
-        slot = os.path.join(NODE_DISK, tenant.namespace, name, tenant.namespace, pushed.digest.split(":")[1])
+        # Published read-only: root's, no write bit anywhere in the tree nor on the slot directory, the node's store
+        # (the extractor ran as root without capabilities, in the directory the kubelet made).
+        slot = os.path.join(NODE_DISK, tenant.namespace, name, "_store", pushed.digest.split(":")[1])
         info = os.lstat(slot)
         assert (info.st_uid, info.st_mode & 0o022) == (0, 0), (slot, info.st_uid, oct(info.st_mode))
         for directory, _subdirectories, files in os.walk(os.path.join(slot, "cache")):

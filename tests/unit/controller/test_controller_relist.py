@@ -78,7 +78,8 @@ def test_a_pvc_deleted_while_the_watch_was_down_is_dropped_and_its_cache_replann
     assert gone["metadata"]["name"] not in [obj["metadata"]["name"] for obj in index.select("PersistentVolumeClaim")]
     assert [resource["metadata"]["name"] for resource in affected] == ["vector-add"]
     # The slot is extracted again: its PVC, its Job and the PVC and PV of the system namespace the Job writes through.
-    slot = Slot("vector-add", "team-a", "team-a", gone["metadata"]["labels"]["gkm.io/node"], spec.digest)
+    slot = Slot("vector-add", "team-a", "team-a", gone["metadata"]["labels"]["gkm.io/node"], spec.digest,
+                shared=True)
     access, job = slot.access_name(), slot.job_name()
     assert planned == [(("GKMCache", "vector-add"),
                         [("Job", "gkm-system", job), ("PersistentVolume", "", access),

@@ -31,7 +31,9 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.job_po
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.planner import pod_mounts
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.scrub import (
     bind_to_claim,
+    directory,
     failure_message,
+    host_path,
     is_slot_pv,
     job_image,
     plan_scrub,
@@ -69,24 +71,29 @@ class NodeDiskScrub:
     def report(self):
         return {"nodes": self.nodes}
 
-    def clear_removals(self, actions, errors):
-        """The distribute runner's hook: scrub under the PVs the actions delete; returns the actions that may
-        go ahead (a held PV's delete is dropped and an error recorded in the runner's shape)."""
+    def clear_removals(self, actions, errors, kept_directories=frozenset()):
+        """The distribute runner's hook: scrub under the PVs the actions delete, but not a directory of
+        kept_directories (one a PV the run leaves in place points at); returns the actions that may go ahead (a held
+        PV's delete is dropped and an error recorded in the runner's shape)."""
         pvs = [a.body for a in actions if a.verb == "delete" and a.kind == "PersistentVolume"]
         images = [job_image(a.body) for a in actions if a.verb == "delete" and a.kind == "Job"]
         earlier = len(self.nodes)
-        held = self.clear(pvs, images)
+        held = self.clear(pvs, images, kept_directories)
         for target in self.nodes[earlier:]:
             if target.get("error"):
                 errors.append({"action": "scrub", "kind": "PersistentVolume", "namespace": "",
                                "name": ", ".join(sorted(target["pvs"])), "error": target["error"]})
         return [a for a in actions if not (a.kind == "PersistentVolume" and a.name in held)]
 
-    def clear(self, pvs, images=()):
-        """Scrub the disks under the slot PVs among `pvs`; returns the names of the PVs that must stay."""
+    def clear(self, pvs, images=(), kept_directories=frozenset()):
+        """Scrub the disks under the slot PVs among `pvs`, except kept_directories (scrub.directory), which PVs that
+        stay point at (a node's store, shared by the namespaces' slots); returns the names of the PVs that must
+        stay."""
         pvs = [pv for pv in pvs if is_slot_pv(pv)]
         if self.skip_mounted:
-            pvs = self._unmounted(pvs)
+            pvs, mounted = self._unmounted(pvs)
+            kept_directories = kept_directories | {directory(pv) for pv in mounted}
+        pvs = [pv for pv in pvs if directory(pv) not in kept_directories]
         if not pvs:
             return set()
         targets, left = plan_scrub(pvs, self.kube.list("Node", metadata_only=True))
@@ -107,24 +114,25 @@ class NodeDiskScrub:
     # ------------------------------------------------------------ internals
 
     def _unmounted(self, pvs):
-        """The PVs no unfinished pod reads through its claim. A finished pod still holds its claim (pvc-protection)
-        but reads nothing more, so its directory may go."""
+        """(the PVs no unfinished pod reads through its claim, the others). A finished pod still holds its claim
+        (pvc-protection) but reads nothing more, so its directory may go."""
         namespaces = sorted({((pv["spec"].get("claimRef") or {}).get("namespace")) or "" for pv in pvs} - {""})
         listings = self.kube.map(lambda ns: self.kube.list("Pod", namespace=ns, field_selector=UNFINISHED_PODS),
                                  namespaces)
         mounts = pod_mounts([pod for pods in listings if not isinstance(pods, Exception) for pod in pods])
         failed = {ns for ns, pods in zip(namespaces, listings) if isinstance(pods, Exception)}
-        kept = []
+        unmounted, mounted = [], []
         for pv in pvs:
             claim = pv["spec"].get("claimRef") or {}
             users = mounts.get((claim.get("namespace") or "", claim.get("name")), [])
             if users or claim.get("namespace") in failed:
                 self.warnings.append("%s (PV %s) stays on the node's disk: PVC %s/%s is mounted by %s" % (
-                    pv["spec"]["hostPath"]["path"], pv["metadata"]["name"], claim.get("namespace"),
+                    host_path(pv), pv["metadata"]["name"], claim.get("namespace"),
                     claim.get("name"), ", ".join(u["name"] for u in users) or "pods that could not be listed"))
+                mounted.append(pv)
             else:
-                kept.append(pv)
-        return kept
+                unmounted.append(pv)
+        return unmounted, mounted
 
     def _run(self, targets, image):
         problem = self._namespace_problem()

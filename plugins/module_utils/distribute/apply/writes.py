@@ -42,7 +42,8 @@ def execute(kube, plan, replace_timeout, scrub):
 
     namespaces = [a for a in actions if a.kind == "Namespace"]
     record(namespaces, kube.map(apply, namespaces))
-    removals = scrub.clear_removals([a for a in actions if a.verb in ("delete", "replace")], errors)
+    removals = scrub.clear_removals([a for a in actions if a.verb in ("delete", "replace")], errors,
+                                    plan.kept_directories)
     record(removals, kube.map(lambda a: kube.delete(a.kind, a.name, a.namespace), removals))
     replaced = [a for a in actions if a.verb == "replace"]
     applies = [a for a in actions if a.verb in ("create", "update") and a.kind != "Namespace"]

@@ -35,6 +35,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
     NODE_LABEL,
     SLOT_NAMESPACE_LABEL,
     SPEC_HASH_ANNOTATION,
+    STORE_LABEL,
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.cluster import (
     job_condition,
@@ -140,7 +141,7 @@ def _group_key(kind, obj):
     the system namespace (and the PVs bound there) in a label."""
     labels = obj["metadata"].get("labels") or {}
     namespace = slot_namespace(obj)
-    if kind == "PersistentVolume" and not labels.get(SLOT_NAMESPACE_LABEL):
+    if kind == "PersistentVolume" and not labels.get(SLOT_NAMESPACE_LABEL) and not labels.get(STORE_LABEL):
         namespace = ((obj.get("spec") or {}).get("claimRef") or {}).get("namespace") or ""
     return (namespace, labels.get(NODE_LABEL, ""), labels.get(DIGEST_LABEL, ""))
 
@@ -191,6 +192,8 @@ class Plan:
         self.desired = []
         # The upgrade_waves.WavePlan whose holds this plan was made with (set by the runner), or None.
         self.rollout = None
+        # The directories (scrub.directory) of the live PVs the plan leaves in place: the scrub spares them.
+        self.kept_directories = frozenset()
 
     def add(self, verb, body, reason):
         self.actions.append(Action(verb, body, reason))
@@ -254,6 +257,33 @@ def _refuse_labels_in_system_namespace(spec, in_system):
             reason="InvalidSpec")
 
 
+class _SlotWork:
+    """One slot as _Planner._slot found it: its rendered PV, what is live of it, whether its PVC is marked extracted
+    (at the current digest), whether its Job of before the system namespace completed, and whether its PV and PVC
+    must be (re)created (fresh)."""
+
+    __slots__ = ("fresh", "marked", "moved_done", "pv", "pv_live", "pvc_live", "slot")
+
+    def __init__(self, slot, pv, pv_live, pvc_live, marked, moved_done):
+        self.slot = slot
+        self.pv = pv
+        self.pv_live = pv_live
+        self.pvc_live = pvc_live
+        self.marked = marked
+        self.moved_done = moved_done
+        self.fresh = False
+
+
+class _Extraction:
+    """The slots one extraction Job fills, on `node` (None: a ReadOnlyMany slot's unpinned Job)."""
+
+    __slots__ = ("node", "works")
+
+    def __init__(self, node):
+        self.node = node
+        self.works = []
+
+
 class _Planner:
     def __init__(self, spec, facts, hold=()):
         self.spec = spec
@@ -277,6 +307,10 @@ class _Planner:
         # Where the Jobs, so their registry Secret, are: the system namespace, or the workload namespaces when the
         # slots are provisioned volumes (render.job_namespace). A Secret elsewhere is from before (issue 31).
         self.secret_namespaces = set()
+        # _storage's (storage class name, whether we create hostPath PVs, whether Jobs set the volume owner).
+        self.storage = None
+        # Job reference -> the _Extraction of the slots that Job fills, in the order the slots were planned.
+        self.extractions = {}
         self.plan = None
 
     def users(self, pvc):
@@ -293,7 +327,7 @@ class _Planner:
         if present and not spec.image_volume:
             refused = conflicts.refuse_conflicts(spec, self.facts.rivals, self.facts.named_claims)
             self._namespaces()
-            storage = _storage(spec, self.facts)
+            storage = self.storage = _storage(spec, self.facts)
             _refuse_shared_host_path(spec, storage[1])
             in_system = in_system_namespace(spec, storage[1])
             _refuse_labels_in_system_namespace(spec, in_system)
@@ -315,18 +349,31 @@ class _Planner:
                     self._registry_secret(namespace)
                 if spec.per_node:
                     for node in self.plan.eligibility.eligible:
-                        slot = Slot(spec.name, spec.cache_namespace, namespace, node["metadata"]["name"], spec.digest)
+                        slot = Slot(spec.name, spec.cache_namespace, namespace, node["metadata"]["name"], spec.digest,
+                                    in_system)
                         if node["metadata"]["name"] in self.hold:
                             self._held(slot)
                         elif not self._over_digest_limit(slot):
-                            self._slot(slot, node, *storage)
+                            self._slot(slot, node, storage[0], storage[1])
                 else:
-                    slot = Slot(spec.name, spec.cache_namespace, namespace, "", spec.digest)
-                    self._slot(slot, None, *storage)
+                    self._slot(Slot(spec.name, spec.cache_namespace, namespace, "", spec.digest, in_system), None,
+                               storage[0], storage[1])
                 if serving.wanted(spec, storage[1]) and self.plan.eligibility.eligible:
-                    self._serving(namespace)
+                    self._serving(namespace, in_system)
+            for extraction in self.extractions.values():
+                self._extract(extraction, in_system)
         self._stale()
+        self.plan.kept_directories = self._kept_directories()
         return self.plan
+
+    def _kept_directories(self):
+        """The directories of the live hostPath PVs no action of the plan deletes or replaces: a node's store, which
+        every namespace's slot of the node (and the Job's access PV) points at, stays while one of them does, so the
+        scrub of another's PV must leave it."""
+        going = {(action.kind, action.namespace, action.name) for action in self.plan.actions
+                 if action.verb in ("delete", "replace")}
+        return frozenset(scrub.directory(obj) for ref, obj in self.live.items()
+                         if ref[0] == "PersistentVolume" and ref not in going and scrub.host_path(obj))
 
     def _registry_secret(self, namespace):
         """Create or update the namespace's registry Secret; its content is compared, there is no spec hash."""
@@ -362,7 +409,7 @@ class _Planner:
         for ref, obj in self.live.items():
             if ref[0] in ("PersistentVolumeClaim", "Job"):
                 groups.setdefault(_group_key(ref[0], obj), []).append(obj)
-        return previous_slots.held_digests(groups, short_digest(self.spec.digest), self.users)
+        return previous_slots.held_digests(_with_stores(groups)[0], short_digest(self.spec.digest), self.users)
 
     def _over_digest_limit(self, slot):
         """True, the slot recorded as LIMITED, for a node's new slot (no PVC yet) while the node holds max_digests
@@ -380,32 +427,32 @@ class _Planner:
             reason=previous_slots.over_limit_reason(self.spec, slot.node, held, limit)))
         return True
 
-    def _slot(self, slot, node, storage_class_name, make_pvs, set_owner):
+    def _slot(self, slot, node, storage_class_name, make_pvs):
+        """The slot's state and what is live of it; its writes wait for _extract, which decides them with the other
+        slots its Job fills."""
         spec, plan = self.spec, self.plan
         pv = ownership.mark(render_pv(spec, slot, node if spec.per_node else None, storage_class_name)
                             if make_pvs else None, spec.owner)
         pvc_ref = ("PersistentVolumeClaim", slot.namespace, slot.pvc_name())
         in_system = in_system_namespace(spec, make_pvs)
         job_ref = ("Job", job_namespace(spec, slot, in_system), slot.job_name())
-        pv_ref = ("PersistentVolume", "", slot.pv_name())
-        pvc_live, job_live = self.live.get(pvc_ref), self.live.get(job_ref)
-        pv_live = self.live.get(pv_ref) if make_pvs else None
+        pvc_live = self.live.get(pvc_ref)
+        pv_live = self.live.get(("PersistentVolume", "", slot.pv_name())) if make_pvs else None
         # The slot's Job from before the Jobs moved to the system namespace: its completion counts (make before
         # break), then it goes.
         moved = self.live.get(("Job", slot.namespace, slot.job_name())) if job_ref[1] != slot.namespace else None
-        job_done = any(job is not None and job_condition(job, "Complete") is not None for job in (job_live, moved))
         if moved is not None:
             self.claimed.add(object_ref(moved))
             plan.add("delete", moved, "extraction Jobs run in namespace %s now" % job_ref[1])
-        marked = holds_extracted(pvc_live, spec.digest)
-        pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, False), spec.owner)
-        fresh = pvc_live is None or _differs(pvc_live, pvc) or (pv is not None and (
+        work = _SlotWork(slot, pv, pv_live, pvc_live, holds_extracted(pvc_live, spec.digest),
+                         moved is not None and job_condition(moved, "Complete") is not None)
+        work.fresh = pvc_live is None or _differs(pvc_live, self._pvc(work, False)) or (pv is not None and (
             pv_live is None or _differs(pv_live, pv)))
         state = SlotState("current", slot.namespace, slot.node, short_digest(spec.digest), slot.pvc_name(),
                           slot.job_name(),
                           pv["metadata"]["name"] if pv else None)
         plan.slots.append(state)
-        if fresh and pvc_live is not None:
+        if work.fresh and pvc_live is not None:
             users = self.users(pvc_live)
             if users and not spec.force:
                 # Leave the old PVC (and its group) to the stale pass, which keeps it as outdated.
@@ -414,59 +461,88 @@ class _Planner:
                 state.reason = "PVC %s/%s holds other content and is mounted by %s; it is replaced once unused" % (
                     slot.namespace, slot.pvc_name(), ", ".join(u["name"] for u in users))
                 return
-        extracted = not fresh and (marked or job_done)
+        if slot.node:
+            # Released once the live PVC carries the mark: the webhook then hands out the new PVC (view.py).
+            self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = work.marked and not work.fresh
+        self.extractions.setdefault(job_ref, _Extraction(node if spec.per_node else None)).works.append(work)
+
+    def _pvc(self, work, extracted):
+        return ownership.mark(render_pvc(self.spec, work.slot, self.storage[0], extracted), self.spec.owner)
+
+    def _extract(self, extraction, in_system):
+        """The writes of the slots one Job fills: its own slot, or with the store every namespace's slot of a node.
+
+        The store's content is the digest's, extracted under the cache's current spec, once one of its slots is marked
+        so (or its Job completed): a namespace's slot made afterwards gets the mark at once, and no Job.
+        """
+        spec, plan = self.spec, self.plan
+        works, node = extraction.works, extraction.node
+        slot = works[0].slot
+        job_live = self.live.get(("Job", job_namespace(spec, slot, in_system), slot.job_name()))
+        job_done = job_live is not None and job_condition(job_live, "Complete") is not None
+        extracted = any(not w.fresh and (w.marked or w.moved_done or job_done) for w in works)
+        fresh = any(w.fresh for w in works)
         job = None
         if fresh or not extracted or (job_live is not None and _metadata_outdated(
                 job_live, _job_metadata(spec, slot, in_system))):
-            job = ownership.mark(render_job(spec, slot, node if spec.per_node else None, set_owner, in_system),
-                                 spec.owner)
-        failure = None if fresh or extracted else self._failure(pvc_live, job_live, job)
+            job = ownership.mark(render_job(spec, slot, node, self.storage[2], in_system), spec.owner)
+        failure = None
+        if not (fresh or extracted):
+            failure = next(filter(None, (self._failure(w.pvc_live, job_live, job) for w in works)), None)
         if in_system:
-            self._access(slot, node if spec.per_node else None, storage_class_name,
-                         fresh or (not extracted and failure is None))
-        if slot.node:
-            # Released once the live PVC carries the mark: the webhook then hands out the new PVC (view.py).
-            self.current_extracted[(slot.namespace, slot.labels()[NODE_LABEL])] = marked and not fresh
+            self._access(slot, node, self.storage[0], not extracted and (fresh or failure is None))
+        for work in works:
+            self._slot_writes(work, extracted, failure)
+        if job is not None and not extracted:
+            plan.desired.append(job)
+        if job_live is not None:
+            self.claimed.add(object_ref(job_live))
         if extracted:
-            pvc = ownership.mark(render_pvc(spec, slot, storage_class_name, True), spec.owner)
-        elif failure is not None:
-            pvc = failure_record.record(pvc, short_digest(spec.digest), failure)
-        plan.desired.extend(obj for obj in (pv, pvc, job) if obj is not None)
+            if job_live is None:
+                return
+            if in_system and any(w.marked and not w.fresh for w in works):
+                # Its finished pod keeps the PVC it wrote through from going (PVC protection counts every scheduled
+                # pod); the mark on the slots' PVCs is the extraction's record now.
+                plan.add("delete", job_live, "the slot is extracted and marked so")
+            elif job is not None and not _differs(job_live, job) and _metadata_outdated(job_live, job):
+                plan.desired.append(job)
+                plan.add("update", job, "labels or annotations differ")
+            return
         if fresh:
-            for desired, live in ((pv, pv_live), (pvc, pvc_live), (job, job_live)):
-                if desired is None:
-                    continue
+            plan.add("create" if job_live is None else "replace", job, "missing" if job_live is None else
+                     "holds another digest or spec; recreated empty")
+        elif job_live is None:
+            if failure is None:
+                plan.add("create", job, "missing")
+        elif _differs(job_live, job):
+            if failure is None:
+                plan.add("replace", job, "pod template changed before extraction finished")
+        elif _metadata_outdated(job_live, job):
+            plan.add("update", job, "labels or annotations differ")
+
+    def _slot_writes(self, work, extracted, failure):
+        """A slot's PV and PVC: created or replaced when fresh, else updated as their metadata, the extraction's mark
+        or the failure record differ."""
+        plan = self.plan
+        pvc = self._pvc(work, extracted)
+        if failure is not None and not work.fresh:
+            pvc = failure_record.record(pvc, short_digest(self.spec.digest), failure)
+        plan.desired.extend(obj for obj in (work.pv, pvc) if obj is not None)
+        for desired, live in ((work.pv, work.pv_live), (pvc, work.pvc_live)):
+            if desired is None:
+                continue
+            if work.fresh:
                 if live is None:
                     plan.add("create", desired, "missing")
                 else:
                     self.claimed.add(object_ref(live))
                     plan.add("replace", desired, "holds another digest or spec; recreated empty")
-            return
-        for desired, live in ((pv, pv_live), (pvc, pvc_live)):
-            if desired is not None:
-                self.claimed.add(object_ref(live))
-                if _metadata_outdated(live, desired):
-                    plan.add("update", desired, "labels or annotations differ")
-                elif live is pvc_live and failure is None and failure_record.has_record(live):
-                    plan.add("update", desired, "the failure record is for another Job template: retried")
-        if in_system and marked and not fresh and job_live is not None:
-            # Its finished pod keeps the PVC it wrote through from going (PVC protection counts every scheduled pod);
-            # the mark on the slot's PVC is the extraction's record now.
-            self.claimed.add(object_ref(job_live))
-            plan.add("delete", job_live, "the slot is extracted and marked so")
-            return
-        if job_live is None:
-            if not extracted and failure is None:
-                plan.add("create", job, "missing")
-            return
-        self.claimed.add(object_ref(job_live))
-        if job is None:
-            return  # extracted, and its metadata is as rendered: a spec that differs is left alone anyway
-        if _differs(job_live, job):
-            if not extracted and failure is None:
-                plan.add("replace", job, "pod template changed before extraction finished")
-        elif _metadata_outdated(job_live, job):
-            plan.add("update", job, "labels or annotations differ")
+                continue
+            self.claimed.add(object_ref(live))
+            if _metadata_outdated(live, desired):
+                plan.add("update", desired, "labels or annotations differ")
+            elif live is work.pvc_live and failure is None and failure_record.has_record(live):
+                plan.add("update", desired, "the failure record is for another Job template: retried")
 
     def _access(self, slot, node, storage_class_name, wanted):
         """The PVC and PV of the system namespace the slot's Job writes through: while the slot waits for its
@@ -497,12 +573,12 @@ class _Planner:
                 failure.job = job_hash
         return failure
 
-    def _serving(self, namespace):
+    def _serving(self, namespace, shared):
         """The namespace's serving PV and PVC (serving.py). One mounted at another digest is left to the stale
         pass, which keeps it as outdated until it is unused; once every node has the current digest, the alias
         serves that digest to new pods meanwhile."""
-        pv, pvc = self._rendered_serving(namespace, alias=False)
-        alias = self._rendered_serving(namespace, alias=True)
+        pv, pvc = self._rendered_serving(namespace, shared, alias=False)
+        alias = self._rendered_serving(namespace, shared, alias=True)
         pvc_live = self.live.get(object_ref(pvc))
         if pvc_live is not None and _differs(pvc_live, pvc) and not self.spec.force:
             if self.users(pvc_live):
@@ -518,8 +594,9 @@ class _Planner:
         if alias_live is not None and not _differs(alias_live, alias[1]) and self.users(alias_live):
             self._want_serving(namespace, *alias)
 
-    def _rendered_serving(self, namespace, alias):
-        return tuple(ownership.mark(obj, self.spec.owner) for obj in serving.render(self.spec, namespace, alias))
+    def _rendered_serving(self, namespace, shared, alias):
+        rendered = serving.render(self.spec, namespace, shared, alias)
+        return tuple(ownership.mark(obj, self.spec.owner) for obj in rendered)
 
     def _want_serving(self, namespace, pv, pvc):
         """Desire a serving PV and PVC: created, replaced or updated as they differ from the live ones."""
@@ -559,14 +636,22 @@ class _Planner:
                         "key, or no Job of the cache runs in namespace %s" % ref[1]))
                 continue
             groups.setdefault(_group_key(ref[0], obj), []).append(obj)
+        with_stores, stores = _with_stores(groups)
         previous = set()
         if spec.state == "present" and not spec.force:
-            previous = previous_slots.kept_groups(groups, self.current_extracted, self.serving_kept, spec.namespaces)
+            previous = previous_slots.kept_groups(with_stores, self.current_extracted, self.serving_kept,
+                                                  spec.namespaces)
+        kept = set()
         for (namespace, node, digest), members in sorted(groups.items()):
+            if not namespace:
+                continue
             pvcs = [obj for obj in members if obj["kind"] == "PersistentVolumeClaim"]
             users = [user for pvc in pvcs for user in self.users(pvc)]
-            names = {obj["kind"]: obj["metadata"]["name"] for obj in members}
+            names = {obj["kind"]: obj["metadata"]["name"]
+                     for obj in stores.get((node, digest), []) + members if obj["kind"] != "PersistentVolumeClaim"}
+            names.update((obj["kind"], obj["metadata"]["name"]) for obj in pvcs)
             if (namespace, node, digest) in previous:
+                kept.add((node, digest))
                 plan.slots.append(SlotState(
                     PREVIOUS, namespace, node, digest, names.get("PersistentVolumeClaim"), names.get("Job"),
                     names.get("PersistentVolume"), users,
@@ -578,18 +663,32 @@ class _Planner:
             elif not spec.prune and spec.state == "present":
                 keep_reason = "prune is false"
             if keep_reason:
+                kept.add((node, digest))
                 plan.slots.append(SlotState(
                     "outdated", namespace, node, digest, names.get("PersistentVolumeClaim"), names.get("Job"),
                     names.get("PersistentVolume"), users, keep_reason))
                 continue
             for obj in members:
                 plan.add("delete", obj, "no longer desired (%s)" % _stale_reason(spec, namespace, node, digest))
+        # A node's store stays with the slots kept of its digest there, as its Job stayed with its slot.
+        for (node, digest), members in sorted(stores.items()):
+            if (node, digest) not in kept:
+                for obj in members:
+                    plan.add("delete", obj, "no longer desired (%s)" % _stale_reason(spec, "", node, digest))
+
+
+def _with_stores(groups):
+    """({slot group key: its objects and those of its node's store of that digest}, {(node, digest): the store's
+    objects}): a store Job's completion is each of its slots' extraction (previous_slots), but the store's objects
+    are deleted once, after its slots."""
+    stores = {(node, digest): members for (namespace, node, digest), members in groups.items() if not namespace}
+    return {key: members + stores.get(key[1:], []) for key, members in groups.items() if key[0]}, stores
 
 
 def _stale_reason(spec, namespace, node, digest):
     if spec.state == "absent":
         return "state is absent"
-    if namespace not in spec.namespaces:
+    if namespace and namespace not in spec.namespaces:
         return "namespace %s is no longer a workload namespace" % namespace
     if spec.digest and digest != short_digest(spec.digest):
         return "old digest %s" % digest

@@ -19,7 +19,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import label_value
+import json
+
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import STORE_DIRECTORY, label_value
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     CACHE_LABEL,
     CACHE_NAMESPACE_LABEL,
@@ -37,7 +39,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary im
 SCRUB_MOUNT_PATH = "/gkm-root"
 SCRUB_CONTAINER = "scrub"
 SCRUB_CLI_MODULE = "ansible_collections.gkm.cluster.plugins.module_utils.extract.scrub_main"
-# naming.Slot.host_path: <root>/<cache namespace or _cluster>/<cache>/<namespace>/<digest>.
+# naming.Slot.host_path: <root>/<cache namespace or _cluster>/<cache>/<namespace or _store>/<digest>.
 SLOT_DEPTH = 4
 # A hostPath PV's capacity is a label, not a limit; the PVC only has to fit in it.
 SCRUB_CAPACITY = "1Mi"
@@ -77,18 +79,33 @@ def is_slot_pv(pv):
     labels = pv["metadata"].get("labels") or {}
     return (labels.get(MANAGED_BY_LABEL) == MANAGER and CACHE_LABEL in labels and SCRUB_LABEL not in labels
             and SERVING_LABEL not in labels and SLOT_ACCESS_LABEL not in labels
-            and bool(((pv.get("spec") or {}).get("hostPath") or {}).get("path")))
+            and bool(host_path(pv)))
+
+
+def host_path(pv):
+    """The directory a hostPath PV points at ('' for any other PV)."""
+    return ((pv.get("spec") or {}).get("hostPath") or {}).get("path") or ""
+
+
+def directory(pv):
+    """(host path, node affinity) of a hostPath PV: the directory on the nodes it names. A slot's path holds no node,
+    so two PVs share a directory only when their affinity names the same nodes too (the planner renders one node's PVs
+    alike)."""
+    return host_path(pv), json.dumps((pv.get("spec") or {}).get("nodeAffinity"), sort_keys=True)
 
 
 def slot_location(pv):
     """(cache root, slot path relative to it) of a slot PV, or None when its path is not laid out as the slot
     its labels name (then the root cannot be told, and nothing is removed)."""
-    path = (((pv.get("spec") or {}).get("hostPath") or {}).get("path") or "").rstrip("/")
+    path = host_path(pv).rstrip("/")
     parts = path.split("/")
     if not path.startswith("/") or len(parts) < SLOT_DEPTH + 2 or any(p in ("", ".", "..") for p in parts[1:]):
         return None
     labels = pv["metadata"].get("labels") or {}
     namespace = ((pv.get("spec") or {}).get("claimRef") or {}).get("namespace")
+    # A node's store directory stands where a namespace's would (naming.Slot.host_path).
+    if parts[-2] == STORE_DIRECTORY:
+        namespace = STORE_DIRECTORY
     expected = [labels.get(CACHE_NAMESPACE_LABEL) or "_cluster", labels.get(CACHE_LABEL), namespace]
     if parts[-SLOT_DEPTH:-1] != expected or not parts[-1].startswith(labels.get(DIGEST_LABEL) or "-"):
         return None
@@ -132,7 +149,7 @@ def plan_scrub(pvs, nodes):
         location = slot_location(pv)
         if location is None:
             left.append("%s (PV %s) is not laid out as the cache slot its labels name: left alone" % (
-                pv["spec"]["hostPath"]["path"], name))
+                host_path(pv), name))
             continue
         root, relative = location
         present, missing = pv_nodes(pv, nodes)

@@ -59,9 +59,10 @@ def wanted(spec, make_pvs):
     return spec.state == "present" and spec.per_node and spec.serving_pvc and make_pvs
 
 
-def published_path(spec, namespace):
-    """The directory every node's extraction publishes for (cache, namespace, digest): the same on every node."""
-    return "%s/%s" % (Slot(spec.name, spec.cache_namespace, namespace, "", spec.digest).host_path(
+def published_path(spec, namespace, shared):
+    """The directory every node's extraction publishes for (cache, namespace, digest), or with `shared` for (cache,
+    digest) in the node's store: the same on every node."""
+    return "%s/%s" % (Slot(spec.name, spec.cache_namespace, namespace, "", spec.digest, shared).host_path(
         spec.host_path_root), PUBLISHED_DIRECTORY)
 
 
@@ -88,8 +89,9 @@ def _object(api_version, kind, name, namespace, spec, body, hashed=None):
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": body}
 
 
-def render(spec, namespace, alias=False):
-    """(PV, PVC) serving the cache in `namespace`, the PVC named as the cache or, with alias, alias_name. The PV names
+def render(spec, namespace, shared, alias=False):
+    """(PV, PVC) serving the cache in `namespace`, the PVC named as the cache or, with alias, alias_name; `shared`: the
+    nodes' slots are their shared store (naming.Slot.shared). The PV names
     the PVC in its claimRef and both use no storage class (""), so they bind at once and no provisioner or default
     class takes part. The PVC leaves volumeName empty, as the slots' do: with it, the PV controller's volume and claim
     workers both write the PV's phase while binding, and the one that loses the race leaves the PVC Pending until the
@@ -102,7 +104,7 @@ def render(spec, namespace, alias=False):
         "accessModes": list(ACCESS_MODES),
         "persistentVolumeReclaimPolicy": "Retain",
         "storageClassName": "",
-        "hostPath": {"path": published_path(spec, namespace), "type": "Directory"},
+        "hostPath": {"path": published_path(spec, namespace, shared), "type": "Directory"},
         "claimRef": {"namespace": namespace, "name": claim},
     })
     body = {"accessModes": list(ACCESS_MODES), "resources": {"requests": {"storage": spec.size}},

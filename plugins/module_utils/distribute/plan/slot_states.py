@@ -149,7 +149,8 @@ def slot_entries(slots, incompatible, excluded, live, pods, untolerated_taints=N
     incompatible: nodes whose GPUs the image does not fit, with their reasons in excluded. live: {kind: [objects]}.
     """
     pvcs = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in live.get("PersistentVolumeClaim", [])}
-    # A slot's Job by the slot's namespace: it runs in the system namespace, or in the slot's (slot_namespace).
+    # A slot's Job by the slot's namespace: it runs in the system namespace, or in the slot's (slot_namespace); a node's
+    # store's Job, under '', fills every namespace's slot there.
     jobs = {(slot_namespace(o), o["metadata"]["name"]): o for o in live.get("Job", [])}
     job_pods = _index_job_pods(pods)
     # Who mounts each PVC, so every entry says it (undeploy lists these pods before it removes anything).
@@ -166,7 +167,7 @@ def slot_entries(slots, incompatible, excluded, live, pods, untolerated_taints=N
             serving.append({"namespace": slot.namespace, "pvc": slot.pvc, "pv": slot.pv, "digest": slot.digest,
                             "mounted_by": ["%s/%s" % (u["namespace"], u["name"]) for u in users]})
             continue
-        job = jobs.get((slot.namespace, slot.job))
+        job = jobs.get((slot.namespace, slot.job)) or jobs.get(("", slot.job))
         pods_of_job = job_pods.get((job["metadata"].get("namespace"), slot.job), []) if job else []
         phase, message, fixes, reason = slot_phase(slot, pvcs.get((slot.namespace, slot.pvc)), job, pods_of_job)
         entries.append(_entry(slot, phase, message, fixes, users=mounts.get((slot.namespace, slot.pvc)),

@@ -153,7 +153,7 @@ def slots_from_live(objects):
         if outcome == "current" and is_serving(pvc):
             outcome = SERVING
         slots.append(SlotState(outcome, namespace, node, digest, pvc["metadata"]["name"],
-                               jobs_by_slot.get((namespace, node, digest)),
+                               jobs_by_slot.get((namespace, node, digest)) or jobs_by_slot.get(("", node, digest)),
                                reason=None if outcome == "current" else "digest %s is not the newest" % digest))
         if node and outcome == "current":
             nodes.add(node)

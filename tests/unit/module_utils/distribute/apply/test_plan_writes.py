@@ -25,7 +25,7 @@ class RecordingKube:
 
 
 class NoScrub:
-    def clear_removals(self, actions, errors):
+    def clear_removals(self, actions, errors, kept_directories):
         return actions
 
 

@@ -293,7 +293,7 @@ def test_the_outranked_gkmcaches_live_pvc_refuses_the_cluster_cache_in_that_name
     held = live_pvc("team-a", "vector-add", {}, owner_uid="uid-tenant")
     plan = planner.plan(spec, facts_with([rival], [held]))
     assert {a.namespace for a in plan.actions if a.kind in ("PersistentVolumeClaim", "Job")} == {"team-b", "gkm-system"}
-    assert all(a.body["metadata"]["labels"]["gkm.io/slot-namespace"] == "team-b" for a in plan.actions
+    assert all(a.body["metadata"]["labels"]["gkm.io/store"] == "true" for a in plan.actions
                if a.namespace == "gkm-system")
     [refused] = [slot for slot in plan.slots if slot.outcome == planner.REFUSED]
     assert refused.namespace == "team-a" and ("belongs to GKMCache team-a/vector-add, which ClusterGKMCache "
@@ -307,7 +307,7 @@ def test_someone_elses_pvc_in_one_namespace_of_a_cluster_cache_refuses_it_there_
     squatted = live_pvc("team-a", "vector-add", {"app": "mine"})
     plan = planner.plan(spec, facts_with([], [squatted]))
     assert {a.namespace for a in plan.actions if a.kind in ("PersistentVolumeClaim", "Job")} == {"team-b", "gkm-system"}
-    assert all(a.body["metadata"]["labels"]["gkm.io/slot-namespace"] == "team-b" for a in plan.actions
+    assert all(a.body["metadata"]["labels"]["gkm.io/store"] == "true" for a in plan.actions
                if a.namespace == "gkm-system")
     refused = [slot for slot in plan.slots if slot.outcome == planner.REFUSED]
     assert [(slot.namespace, slot.pvc) for slot in refused] == [("team-a", "vector-add")]

@@ -109,7 +109,8 @@ def test_deleting_the_pvc_retries_and_a_new_digest_starts_without_the_record():
     own_pvcs = by_kind(recorded["PersistentVolumeClaim"], "PersistentVolumeClaim")
     retried = dict(recorded, PersistentVolumeClaim=own_pvcs[1:])
     result = planner.plan(spec, facts(objects=retried, pods=pods))
-    slot = naming.Slot("vector-add", "team-a", "team-a", planner.plan(spec, facts()).slots[0].node, DIGEST_A)
+    slot = naming.Slot("vector-add", "team-a", "team-a", planner.plan(spec, facts()).slots[0].node, DIGEST_A,
+                       shared=True)
     assert {(a.verb, a.kind) for a in result.actions if a.name in (slot.pvc_name(), slot.job_name())} == {
         ("create", "PersistentVolumeClaim"), ("replace", "Job")}
     assert not any(EXTRACTION_FAILED_LABEL in a.body["metadata"].get("labels", {}) for a in result.actions

@@ -15,7 +15,7 @@ from ansible_collections.gkm.cluster.plugins.module_utils.distribute.facts.trimm
 )
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import registry_secret
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs import spec as cache_spec
-from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, render, scheduling
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, render, scheduling, scrub
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.status import node_status
 from tests.helpers.distribute import (
     CSI_CLASS,
@@ -140,10 +140,11 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
     assert sorted(a.verb for a in result.actions) == ["create"] * 15
     for worker, pv, pvc, job, access_pvc, access_pv in zip(WORKERS, pvs, pvcs, jobs, access_pvcs, access_pvs,
                                                            strict=True):
-        slot = naming.Slot("vector-add", "team-a", "team-a", worker, DIGEST_A)
-        # The Job runs in the system namespace and writes the slot's directory through a PVC and PV of its own.
+        slot = naming.Slot("vector-add", "team-a", "team-a", worker, DIGEST_A, shared=True)
+        # The Job runs in the system namespace and writes the node's store through a PVC and PV of its own.
         assert job["metadata"]["namespace"] == access_pvc["metadata"]["namespace"] == "gkm-system"
-        assert job["metadata"]["labels"]["gkm.io/slot-namespace"] == "team-a"
+        assert job["metadata"]["labels"]["gkm.io/store"] == "true"
+        assert "gkm.io/slot-namespace" not in job["metadata"]["labels"]
         assert access_pvc["metadata"]["name"] == access_pv["metadata"]["name"] == slot.access_name()
         assert access_pv["spec"]["claimRef"] == {"namespace": "gkm-system", "name": slot.access_name()}
         assert access_pv["spec"]["hostPath"] == pv["spec"]["hostPath"]
@@ -153,7 +154,8 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
         assert pvc["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "33Mi"}},
                                "storageClassName": "local-manual"}
         assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": slot.pvc_name()}
-        assert pv["spec"]["hostPath"]["path"] == slot.host_path("/var/lib/gkm-cluster/caches")
+        assert pv["spec"]["hostPath"]["path"] == slot.host_path("/var/lib/gkm-cluster/caches") == (
+            "/var/lib/gkm-cluster/caches/team-a/vector-add/_store/" + DIGEST_A.split(":")[1])
         assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
             worker]
         pod_spec = job["spec"]["template"]["spec"]
@@ -185,15 +187,26 @@ def test_namespaced_rwo_renders_pinned_restricted_jobs_and_hostpath_pvs():
     assert kinds == sorted(kinds, key=planner.KIND_ORDER.index)
 
 
-def test_cluster_rwo_gets_one_pvc_per_node_and_namespace_with_distinct_host_paths():
-    spec = make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"])
+@pytest.mark.parametrize("in_system", [True, False])
+def test_cluster_rwo_gets_one_pvc_per_node_and_namespace_and_one_job_per_node_with_the_store(in_system):
+    spec = make_spec(scope="cluster", workload_namespaces=["team-a", "team-b"], system_namespace_jobs=in_system)
     result = planner.plan(spec, facts())
     pvcs = by_kind(result.desired, "PersistentVolumeClaim")
     assert len(pvcs) == 6
     assert {p["metadata"]["labels"]["gkm.io/cache-namespace"] for p in pvcs} == {""}
-    paths = {pv["spec"]["hostPath"]["path"] for pv in by_kind(result.desired, "PersistentVolume")}
-    assert len(paths) == 2  # one per namespace; nodes differ within a namespace
-    assert len({pv["metadata"]["name"] for pv in by_kind(result.desired, "PersistentVolume")}) == 6
+    pvs = by_kind(result.desired, "PersistentVolume")
+    paths = {pv["spec"]["hostPath"]["path"] for pv in pvs}
+    assert len({pv["metadata"]["name"] for pv in pvs}) == 6
+    jobs = by_kind(result.desired, "Job")
+    if in_system:
+        # The store: the two namespaces' PVs of a node point at one directory, which one Job per node fills.
+        assert paths == {"/var/lib/gkm-cluster/caches/_cluster/vector-add/_store/" + DIGEST_A.split(":")[1]}
+        assert len(jobs) == len(by_kind(result.desired, "PersistentVolumeClaim", access=True)) == 3
+        assert sorted(job["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+                      for job in jobs) == WORKERS
+    else:
+        assert len(paths) == 2  # one per namespace; nodes differ within a namespace
+        assert len(jobs) == 6
 
 
 @pytest.mark.parametrize("scope", ["namespaced", "cluster"])
@@ -326,8 +339,12 @@ def test_removed_workload_namespace_is_pruned():
     narrowed = make_spec(scope="cluster", workload_namespaces=["team-a"])
     result = planner.plan(narrowed, facts(objects=live))
     assert {a.verb for a in result.actions} == {"delete"}
-    assert len(result.actions) == 15
+    # team-b's PV and PVC on each node; the nodes' stores and their Jobs stay for team-a, and so do their directories.
+    assert sorted((a.kind, a.namespace) for a in result.actions) == [("PersistentVolume", "")] * 3 + [
+        ("PersistentVolumeClaim", "team-b")] * 3
     assert all("team-b is no longer a workload namespace" in a.reason for a in result.actions)
+    store = {scrub.directory(pv) for pv in live["PersistentVolume"]}
+    assert len(store) == 3 and store <= result.kept_directories  # one directory per node
 
 
 def test_prune_false_keeps_stale_objects_as_outdated():

@@ -56,7 +56,7 @@ def test_one_serving_pvc_named_as_the_cache_bound_to_an_unpinned_pv_at_the_publi
     assert pvc["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == spec_hash(
         dict(pvc["spec"], volumeName=pv["metadata"]["name"]))
     assert "nodeAffinity" not in pv["spec"]
-    assert pv["spec"]["hostPath"] == {"path": "%s/team-a/vector-add/team-a/%s/cache" % (HOST_ROOT, "a" * 64),
+    assert pv["spec"]["hostPath"] == {"path": "%s/team-a/vector-add/_store/%s/cache" % (HOST_ROOT, "a" * 64),
                                       "type": "Directory"}
     # Every node's slot PV is that directory's parent: the extraction's swap publishes exactly there.
     slot_paths = {p["spec"]["hostPath"]["path"] for p in by_kind(result.desired, "PersistentVolume")
@@ -210,7 +210,7 @@ def test_a_mounted_serving_pvc_gets_an_alias_at_the_new_digest_once_every_node_h
     pv, pvc = [obj for obj in serving_objects(second.desired) if obj["metadata"]["name"] != "vector-add"]
     assert pvc["metadata"]["name"] == ALIAS and pv["spec"]["claimRef"]["name"] == ALIAS
     assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": ALIAS}
-    assert pv["spec"]["hostPath"]["path"] == serving.published_path(serving_spec(DIGEST_B), "team-a")
+    assert pv["spec"]["hostPath"]["path"] == serving.published_path(serving_spec(DIGEST_B), "team-a", True)
     assert pvc["metadata"]["labels"]["gkm.io/digest"] == "b" * 12
     assert ("create", "PersistentVolumeClaim", ALIAS) in verbs(second)
     assert [(s.pvc, s.digest) for s in second.slots if s.outcome == serving.SERVING] == [(ALIAS, "b" * 12)]

@@ -419,7 +419,7 @@ def test_denials_say_why_a_node_never_gets_the_cache_and_not_yet_only_when_it_is
 
 def test_a_serving_pvc_named_as_the_cache_leaves_daemonset_pods_on_their_node_pvc(view):
     """The serving PVC (distribute/serving.py) is no node's PVC: it must not turn the cache into a shared one."""
-    served = serving.render(make_spec(digest=DIGEST_A, namespace="apps"), "apps")[1]
+    served = serving.render(make_spec(digest=DIGEST_A, namespace="apps"), "apps", True)[1]
     view.apply_pvc_event("ADDED", served)
     assert view.counts()["pvcs"] == 2
     decision = admit(review(pod(affinity=daemonset_affinity("worker-2"))), view)
