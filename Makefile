@@ -24,6 +24,8 @@ PYTHON         ?= $$(tools/find-python.sh 3.11 3.12 3.13)
 # ansible-core 2.16 runs on 3.10 to 3.12, 2.21 on 3.12 to 3.14: each end of the matrix on the Python it is tested on.
 PYTHON_LOWEST  ?= $$(tools/find-python.sh 3.11)
 PYTHON_HIGHEST ?= $$(tools/find-python.sh 3.13 3.12)
+# The commit bench-store measures the store against: the last one before it.
+BENCH_STORE_BEFORE ?= a48e988
 # skopeo, umoci, mmdebstrap, gcc: the tools and pause images (tools/images); the CNI plugins, iptables and
 # nftables: the simulated cluster's real nodes (tools/sim-cluster/real_nodes.py); libseccomp-dev and pkg-config:
 # building their runc (tools/containerd/build.sh builds containerd 2.x and runc from the Go module proxy).
@@ -45,7 +47,7 @@ junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$@$(1).xml)
 
 .PHONY: help setup sim-setup venv debian-packages binaries containerd cli-tools collection-link sim-up sim-down sim-status demo \
         kyverno venv-triton venv-triton-previous test pytest test-lowest test-highest lint ruff ansible-lint changelog-lint sanity venv-lowest venv-highest unit integration molecule build \
-        bench-extract bench-distribute bench-scale bench-controller bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes bench-warm-start images image-tools image-controller image-pause image-workload
+        bench-extract bench-distribute bench-scale bench-controller bench-store bench-webhook bench-steering bench-deploy bench-real-nodes bench-operator bench-modes bench-warm-start images image-tools image-controller image-pause image-workload
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -223,6 +225,11 @@ bench-scale: setup ## Scale: one ClusterGKMCache x 3 namespaces at 500/2,000/5,0
 bench-controller: setup ## The kopf controller beside the playbook path: one ClusterGKMCache x 3 namespaces at 500/2,000/5,000 kwok GPU nodes -> bench/results/controller.json
 	GKM_SIM_REAL_NODES=0 GKM_SIM_JOB_CONTROLLER=0 GKM_SIM_AUDIT_READS=1 GKM_SIM_HEARTBEAT_SECONDS=300 $(SIM) up
 	$(PY) bench/controller.py $(BENCH_CONTROLLER_ARGS)
+
+bench-store: setup sim-up ## The node's store: extraction Jobs and writes per node and namespace, before it (BENCH_STORE_BEFORE) and after -> bench/results/store.json
+	rm -rf .cache/bench-before && mkdir -p .cache/bench-before/ansible_collections/gkm/cluster
+	git archive $(BENCH_STORE_BEFORE) | tar -x -C .cache/bench-before/ansible_collections/gkm/cluster
+	$(PY) bench/store.py --before .cache/bench-before --before-label $(BENCH_STORE_BEFORE) $(BENCH_STORE_ARGS)
 
 bench-webhook: setup sim-up ## Webhook benchmark -> bench/results/webhook.json
 	$(PY) bench/webhook.py

@@ -28,17 +28,18 @@ def venv_site_packages():
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def run_module(module, kubeconfig, check=False, diff=False, **args):
-    """The module's result for localhost (a dict with changed/failed/msg and the module's return values)."""
-    return run_module_measured(module, kubeconfig, check, diff, **args)[0]
+def run_module(module, kubeconfig, check=False, diff=False, collections=COLLECTIONS, **args):
+    """The module's result for localhost (a dict with changed/failed/msg and the module's return values); collections:
+    the ANSIBLE_COLLECTIONS_PATH holding gkm.cluster (a benchmark's other checkout)."""
+    return run_module_measured(module, kubeconfig, check, diff, collections, **args)[0]
 
 
-def run_module_measured(module, kubeconfig, check=False, diff=False, **args):
+def run_module_measured(module, kubeconfig, check=False, diff=False, collections=COLLECTIONS, **args):
     """(the module's result, the peak resident set size in bytes of the `ansible` process tree, module included)."""
     command = [ANSIBLE, "localhost", "-m", "gkm.cluster.%s" % module,
                "-a", json.dumps(dict(args, kubeconfig=kubeconfig))]
     command += (["--check"] if check else []) + (["--diff"] if diff else [])
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="json",
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections, ANSIBLE_STDOUT_CALLBACK="json",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_LOCALHOST_WARNING="0",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
