@@ -6,6 +6,7 @@ The cache handlers, the node reconciles and the resync of one cache take its loc
 never runs beside, or after, that cache's finalizer in this process (docs/controller-design.md, section 5).
 """
 
+import collections
 import logging
 import threading
 import time
@@ -25,6 +26,9 @@ LOG = logging.getLogger(__name__)
 RECHECK_SECONDS = 5
 RECHECK_MAX_SECONDS = 300
 UNDER_WAY_PHASES = (PENDING, EXTRACTING)
+# What a resync that wrote nothing and left its cache settled read: the index's version, the image's digest and the
+# cache's resourceVersion (Reconciler, docs/controller-design.md section 6).
+SettledRead = collections.namedtuple("SettledRead", ("index_version", "digest", "resource_version"))
 
 
 def under_way(result):
@@ -125,9 +129,10 @@ class Reconciler:
             earlier = self._unshown.pop(key, ())
             resource_version = body["metadata"].get("resourceVersion")
             settled = self._settled.pop(key, None) if resync else None
-            if settled and settled[2] != resource_version:
+            if settled and settled.resource_version != resource_version:
                 settled = None
-            source = IndexSource(self.index, kube.written, earlier, settled_at=settled and settled[:2])
+            source = IndexSource(self.index, kube.written, earlier,
+                                 settled_at=settled and (settled.index_version, settled.digest))
             result = None
             try:
                 # kopf's body is the live resource (its uid, creation time and status): no GET (row 1 of the reads).
@@ -140,8 +145,8 @@ class Reconciler:
             digest = ((result or {}).get("cache") or {}).get("digest")
             quiet = digest and not result.get("changed") and not kube.writes and not unshown
             if resync and quiet and not under_way(result):
-                read = settled[0] if result.get("settled") else source.read_version
-                self._settled[key] = (read, digest, resource_version)
+                read = settled.index_version if result.get("settled") else source.read_version
+                self._settled[key] = SettledRead(read, digest, resource_version)
             # The phases (common/timings.py) say where a slow reconcile's time went: writes, the wait, the status.
             # labels: readiness labels set and removed; unshown: of its writes, those the watches had not brought
             # back when it ended (the next run waits for them).
