@@ -96,20 +96,24 @@ def render(spec, namespace, shared, alias=False):
     class takes part. The PVC leaves volumeName empty, as the slots' do: with it, the PV controller's volume and claim
     workers both write the PV's phase while binding, and the one that loses the race leaves the PVC Pending until the
     controller's resync, 15 s later. Its spec hash still covers the PV's name, as when the PVC named it, so serving
-    PVCs made before are not replaced."""
+    PVCs made before are not replaced; with `shared` it covers the PV's path too, so one made before the store is
+    replaced as for a new digest (kept while pods mount it): its bound PV, at the old path, cannot be replaced under
+    it."""
     name = pv_name(spec, namespace, alias)
     claim = serving_alias_name(spec.name, short_digest(spec.digest)) if alias else spec.name
+    path = published_path(spec, namespace, shared)
     pv = _object("v1", "PersistentVolume", name, None, spec, {
         "capacity": {"storage": spec.size},
         "accessModes": list(ACCESS_MODES),
         "persistentVolumeReclaimPolicy": "Retain",
         "storageClassName": "",
-        "hostPath": {"path": published_path(spec, namespace, shared), "type": "Directory"},
+        "hostPath": {"path": path, "type": "Directory"},
         "claimRef": {"namespace": namespace, "name": claim},
     })
     body = {"accessModes": list(ACCESS_MODES), "resources": {"requests": {"storage": spec.size}},
             "storageClassName": ""}
-    pvc = _object("v1", "PersistentVolumeClaim", claim, namespace, spec, body, hashed=dict(body, volumeName=name))
+    hashed = dict(body, volumeName=name, **({"path": path} if shared else {}))
+    pvc = _object("v1", "PersistentVolumeClaim", claim, namespace, spec, body, hashed=hashed)
     return pv, pvc
 
 

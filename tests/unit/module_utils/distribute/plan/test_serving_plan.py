@@ -52,9 +52,13 @@ def test_one_serving_pvc_named_as_the_cache_bound_to_an_unpinned_pv_at_the_publi
     # The PV's claimRef binds them; a volumeName on the PVC would race the PV controller's two workers (serving.py).
     assert "volumeName" not in pvc["spec"] and pvc["spec"]["storageClassName"] == ""
     assert pv["spec"]["claimRef"] == {"namespace": "team-a", "name": "vector-add"}
-    # The hash is the one of the PVC that named its PV: serving PVCs made before are not replaced.
+    # The hash is the one of the PVC that named its PV: serving PVCs made before are not replaced; with the store it
+    # covers the PV's path too (test_store.py).
     assert pvc["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == spec_hash(
-        dict(pvc["spec"], volumeName=pv["metadata"]["name"]))
+        dict(pvc["spec"], volumeName=pv["metadata"]["name"], path=pv["spec"]["hostPath"]["path"]))
+    own_pv, own_pvc = serving_objects(planner.plan(serving_spec(system_namespace_jobs=False), facts()).desired)
+    assert own_pvc["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == spec_hash(
+        dict(own_pvc["spec"], volumeName=own_pv["metadata"]["name"]))
     assert "nodeAffinity" not in pv["spec"]
     assert pv["spec"]["hostPath"] == {"path": "%s/team-a/vector-add/_store/%s/cache" % (HOST_ROOT, "a" * 64),
                                       "type": "Directory"}

@@ -32,6 +32,10 @@ def cluster_spec(namespaces=NAMESPACES, digest=DIGEST_A, **params):
     return make_spec(digest, scope="cluster", workload_namespaces=list(namespaces), **params)
 
 
+def is_serving(obj):
+    return "gkm.io/serving" in (obj["metadata"].get("labels") or {})
+
+
 def counts(plan):
     return sorted((a.verb, a.kind, is_access(a.body)) for a in plan.actions)
 
@@ -129,3 +133,24 @@ def test_a_store_stays_while_one_namespace_s_pod_keeps_its_slot_of_that_digest()
     old_store = {scrub.directory(pv) for pv in old["PersistentVolume"]}
     assert len(old_store) == 3
     assert {d for d in old_store if WORKERS[0] in d[1]} == old_store & plan.kept_directories
+
+
+def test_moving_to_the_store_keeps_a_mounted_serving_pvc_and_its_pv_until_unused():
+    """A serving PV made before the store points at the namespace's own directory; bound and mounted, it cannot be
+    replaced under its PVC, so the PVC's hash covers the path and both are kept, as for a new digest."""
+    before = make_spec(serving_pvc=True, system_namespace_jobs=False)
+    live = as_live(planner.plan(before, facts()).desired, complete_jobs=True, marked=True)
+    reader = pod("reader", "team-a", "vector-add", node=WORKERS[0])
+    after = make_spec(serving_pvc=True, system_namespace_jobs=True)
+    mounted = planner.plan(after, facts(objects=live, pods=[reader]))
+    assert [a for a in mounted.actions if is_serving(a.body)] == []
+    assert [(s.namespace, s.node, s.reason) for s in mounted.slots if s.outcome == "outdated" and not s.node] == [
+        ("team-a", "", "mounted by reader")]
+    # Unused, once every node's slot in the store is marked: replaced, PVC and PV.
+    moved = as_live(planner.plan(after, facts()).desired, complete_jobs=True, marked=True)
+    for kind in ("PersistentVolume", "PersistentVolumeClaim"):
+        moved[kind] = [obj for obj in moved[kind] if not is_serving(obj)] + [
+            obj for obj in live[kind] if is_serving(obj)]
+    unused = planner.plan(after, facts(objects=moved))
+    assert sorted((a.verb, a.kind) for a in unused.actions if is_serving(a.body)) == [
+        ("replace", "PersistentVolume"), ("replace", "PersistentVolumeClaim")]
