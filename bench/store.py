@@ -29,7 +29,7 @@ import uuid  # noqa: E402
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common import kube  # noqa: E402
 from ansible_collections.gkm.cluster.plugins.module_utils.common.client import api_client_from_auth  # noqa: E402
-from bench.distribute import BENCH_LABEL, ensure_nodes, log, state, wait_gone, wait_jobs_done  # noqa: E402
+from bench.distribute import BENCH_LABEL, ensure_nodes, state, wait_gone, wait_jobs_done  # noqa: E402
 from bench.webhook import save_results  # noqa: E402
 from tests.helpers import kcache_images  # noqa: E402
 from tests.helpers.modules import COLLECTIONS, run_module  # noqa: E402
@@ -37,6 +37,10 @@ from tests.helpers.modules import COLLECTIONS, run_module  # noqa: E402
 RESULTS = os.path.join(ROOT, "bench", "results", "store.json")
 POOL = "gkm-bench-store"
 NAMESPACES = ("bench-store-a", "bench-store-b", "bench-store-c")
+
+
+def log(message):
+    print("bench-store: %s" % message, file=sys.stderr, flush=True)
 
 
 def converge(kubeconfig, collections, args):
