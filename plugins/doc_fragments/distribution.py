@@ -79,9 +79,11 @@ options:
       - Jobs and Secrets a cache has in its workload namespaces from before are deleted (a completed Job still counts
         as the slot's extraction). A provisioned volume can only be mounted through the slot's own PVC, so those Jobs
         stay in the workload namespace.
-      - Off by default until the rest of the collection (operator RBAC, tests) follows; issue 31, docs/security.md.
+      - Set C(false) for the layout before the store (a Job, its Secret and a directory per node and workload
+        namespace, all in that namespace); turning it back on moves the slot PVs to the store with make before break.
+        docs/security.md, classes 1, 3, 4 and 12.
     type: bool
-    default: false
+    default: true
   serving_pvc:
     description:
       - For a ReadWriteOnce cache whose PVs this collection creates (see O(create_pvs)), also create in each namespace

@@ -17,7 +17,7 @@ description:
 options:
   _input:
     description: The distribution options, as C(gkm.cluster.cache_distribute) takes them (C(system_namespace),
-      C(system_namespace_jobs), C(create_pvs)).
+      C(system_namespace_jobs), C(create_pvs)); one left out has that module's default.
     type: dict
     required: true
 """
@@ -37,14 +37,20 @@ _value:
 
 from ansible.module_utils.parsing.convert_bool import boolean  # noqa: E402
 
+from ansible_collections.gkm.cluster.plugins.module_utils.distribute.inputs.args import (  # noqa: E402
+    DISTRIBUTION_ARG_SPEC,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan.render import (  # noqa: E402
     registry_secrets_namespace as decided,
 )
 
+OPTIONS_READ = ("system_namespace", "system_namespace_jobs", "create_pvs")
+
 
 def registry_secrets_namespace(options):
-    options = dict(options or {})
-    options["system_namespace_jobs"] = boolean(options.get("system_namespace_jobs") or False, strict=False)
+    # An option the inventory leaves out is the module's default, as the operator's reconciles get it.
+    options = dict({key: DISTRIBUTION_ARG_SPEC[key]["default"] for key in OPTIONS_READ}, **(options or {}))
+    options["system_namespace_jobs"] = boolean(options["system_namespace_jobs"], strict=False)
     return decided(options) or ""
 
 

@@ -11,7 +11,8 @@ from ansible_collections.gkm.cluster.plugins.filter.registry_secrets_namespace i
     ({"system_namespace_jobs": "yes", "create_pvs": "always"}, "gkm-system"),  # a role variable's string
     ({"system_namespace_jobs": True, "create_pvs": "auto"}, ""),  # a provisioned slot keeps its Job and Secret
     ({"system_namespace_jobs": False, "create_pvs": "always"}, ""),
-    ({}, ""),
+    ({"create_pvs": "always"}, "gkm-system"),  # the module's default: the Jobs in the system namespace
+    ({}, ""),  # create_pvs auto
 ])
 def test_the_system_namespace_only_when_every_extraction_job_runs_there(options, expected):
     assert registry_secrets_namespace(options) == expected

@@ -24,7 +24,7 @@ DISTRIBUTION_ARG_SPEC = dict(
     host_path_read_only_many=dict(type="bool", default=False),
     host_path_root=dict(type="str", default="/var/lib/gkm-cluster/caches"),
     system_namespace=dict(type="str", default=SYSTEM_NAMESPACE),
-    system_namespace_jobs=dict(type="bool", default=False),
+    system_namespace_jobs=dict(type="bool", default=True),
     set_volume_owner=dict(type="str", choices=["auto", "always", "never"], default="auto"),
     serving_pvc=dict(type="bool", default=True),
     # A cache resource's spec.mountMode wins over it (resource.distribute_params).

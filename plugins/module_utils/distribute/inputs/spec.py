@@ -117,7 +117,7 @@ class CacheSpec:
         self.upgrade_policy = fields.get("upgrade_policy")
         # The collection's own namespace, where the extraction Jobs of hostPath slots and their Secret live.
         self.system_namespace = fields.get("system_namespace") or SYSTEM_NAMESPACE
-        self.system_namespace_jobs = fields.get("system_namespace_jobs", False)
+        self.system_namespace_jobs = fields.get("system_namespace_jobs", True)
 
     @property
     def per_node(self):
