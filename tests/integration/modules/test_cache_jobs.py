@@ -18,6 +18,8 @@ NODE = "gkm-gpu-worker-1"
 EXTRACT_IMAGE = "gkm-cluster-tools:test"
 PSA_LABEL = "pod-security.kubernetes.io/enforce"
 SECRET_SELECTOR = "gkm.io/cache=%s"
+# Where the Jobs of hostPath slots and their Secret are by default (system_namespace_jobs).
+SYSTEM_NAMESPACE = "gkm-system"
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +68,10 @@ def test_pod_security_baseline_admits_the_root_extractor_restricted_only_the_job
         sim, kube, image, namespace):
     with_step, without_step = ("psa-%s-%s" % (which, uuid.uuid4().hex[:5]) for which in ("with", "without"))
     try:
-        # No provisioner here, so the PVs are hostPath ones and set_volume_owner (the extractor as root) is on.
+        # No provisioner here, so the PVs are hostPath ones and set_volume_owner (the extractor as root) is on. The
+        # Jobs in the cache's namespace, where its Pod Security decides: the layout system_namespace_jobs=false keeps.
         for name, mode in ((with_step, "auto"), (without_step, "never")):
-            result = distribute(sim, name, namespace, image.ref, set_volume_owner=mode)
+            result = distribute(sim, name, namespace, image.ref, set_volume_owner=mode, system_namespace_jobs=False)
             assert not result.get("failed"), result.get("msg")
         enforce(kube, namespace, "restricted")
         refusal = job_pod_admission(kube, namespace, with_step)
@@ -104,18 +107,21 @@ def test_registry_credentials_and_ca_reach_the_job_as_a_secret_and_nowhere_else(
         assert password not in shown and auth not in shown
         secret_diff = next(d for d in planned["diff"] if d["after"].get("kind") == "Secret")
         assert secret_diff["after"]["data"] == {"ca.crt": "<redacted>", "config.json": "<redacted>"}
-        assert secrets(kube, namespace, name) == []
+        assert secrets(kube, SYSTEM_NAMESPACE, name) == []
 
         audit = AuditWrites()
-        created = distribute(sim, name, namespace, image.ref, diff=True, wait=True, wait_timeout=120, **credentials)
+        created = distribute(sim, name, namespace, image.ref, diff=True, **credentials)
         assert not created.get("failed"), created
         assert password not in json.dumps(created) and auth not in json.dumps(created)
-        secret, = secrets(kube, namespace, name)
+        # In the system namespace with the Job, none in the tenant's.
+        assert secrets(kube, namespace, name) == []
+        secret, = secrets(kube, SYSTEM_NAMESPACE, name)
         config = json.loads(base64.b64decode(secret.data["config.json"]))
         assert config == {"auths": {sim.registry: {"auth": auth}}}
         assert base64.b64decode(secret.data["ca.crt"]).decode() == ca_file.read_text()
         assert secret.metadata.labels["app.kubernetes.io/managed-by"] == "gkm.cluster"
-        job = client.BatchV1Api(kube).list_namespaced_job(namespace, label_selector="gkm.io/cache=%s" % name).items[0]
+        job, = client.BatchV1Api(kube).list_namespaced_job(
+            SYSTEM_NAMESPACE, label_selector="gkm.io/cache=%s" % name).items
         job_text = json.dumps(client.ApiClient().sanitize_for_serialization(job))
         assert password not in job_text and auth not in job_text
         pod_spec = job.spec.template.spec
@@ -126,10 +132,12 @@ def test_registry_credentials_and_ca_reach_the_job_as_a_secret_and_nowhere_else(
         assert any(m.mount_path == "/gkm-registry" and m.read_only for m in extractor.volume_mounts)
         assert "--docker-config" in extractor.command and "--ca-file" in extractor.command
         # The Secret went in before the Job that mounts it.
-        writes = [w for w in audit.since(namespace) if "dryRun" not in w]
+        writes = [w for w in audit.since(SYSTEM_NAMESPACE) if "dryRun" not in w]
         assert writes.index(next(w for w in writes if "/secrets" in w)) < writes.index(
             next(w for w in writes if "/jobs" in w)), writes
 
+        settled = distribute(sim, name, namespace, image.ref, wait=True, wait_timeout=120, **credentials)
+        assert not settled.get("failed"), settled
         again = distribute(sim, name, namespace, image.ref, **credentials)
         assert again["changed"] is False and again["api_writes"] == 0, again["plan"]
 
@@ -142,10 +150,10 @@ def test_registry_credentials_and_ca_reach_the_job_as_a_secret_and_nowhere_else(
 
         anonymous = distribute(sim, name, namespace, image.ref)
         assert ("delete", "Secret") in {(a["action"], a["kind"]) for a in anonymous["plan"]["actions"]}
-        assert secrets(kube, namespace, name) == []
+        assert secrets(kube, SYSTEM_NAMESPACE, name) == []
 
         distribute(sim, name, namespace, image.ref, **credentials)
-        assert len(secrets(kube, namespace, name)) == 1
+        assert len(secrets(kube, SYSTEM_NAMESPACE, name)) == 1
     finally:
         remove(sim, name, namespace)
-    assert secrets(kube, namespace, name) == []
+    assert secrets(kube, SYSTEM_NAMESPACE, name) == []

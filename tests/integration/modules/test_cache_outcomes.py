@@ -14,6 +14,7 @@ from kubernetes import client
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, run_module
 from tests.helpers.roles import run_role
+from tests.helpers.webhook import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
@@ -77,7 +78,8 @@ def written(kube, namespace, name):
     return {"pvc": [p.metadata.name for p in claims],
             "pv": [p.metadata.name for p in core.list_persistent_volume(label_selector=selector).items
                    if p.spec.claim_ref and p.spec.claim_ref.namespace == namespace],
-            "job": [j.metadata.name for j in batch.list_namespaced_job(namespace, label_selector=selector).items]}
+            # In the system namespace too, where the Jobs of hostPath slots run (system_namespace_jobs).
+            "job": [j.metadata.name for j in batch.list_job_for_all_namespaces(label_selector=selector).items]}
 
 
 def remove(sim, namespace, name):
@@ -131,20 +133,21 @@ def test_a_missing_workload_namespace_is_gkms_no_namespace_condition(sim, crds, 
         crds.delete_cluster_custom_object(GROUP, VERSION, "clustergkmcaches", name)
 
 
-@pytest.mark.parametrize("template, field", [
+@pytest.mark.parametrize("template, field, options", [
     # The API server refuses it for Jobs; before, the PVC and PV were written and the Job got HTTP 422.
     (one_node_template(tolerations=[{"key": "gpu", "operator": "Exists", "value": "true", "effect": "NoSchedule"}]),
-     "spec.podTemplate.spec.tolerations[0].value must be empty when operator is Exists"),
+     "spec.podTemplate.spec.tolerations[0].value must be empty when operator is Exists", {}),
     (one_node_template(tolerations=[{"key": "gpu", "operator": "Exist", "effect": "NoSchedule"}]),
-     "spec.podTemplate.spec.tolerations[0].operator 'Exist' is not an operator"),
-    # Only the API server knows: the whole plan is dry-run before the first write.
+     "spec.podTemplate.spec.tolerations[0].operator 'Exist' is not an operator", {}),
+    # Only the API server knows: the whole plan is dry-run before the first write. (With the Jobs in the system
+    # namespace, the default, the planner refuses any pod template label before that: test_plan.py.)
     (dict(one_node_template(), metadata={"labels": {"team": "not a label value!"}}),
-     "spec.podTemplate.metadata.labels: Invalid value: \"not a label value!\""),
+     "spec.podTemplate.metadata.labels: Invalid value: \"not a label value!\"", {"system_namespace_jobs": False}),
 ], ids=["exists-with-value", "unknown-operator", "invalid-label"])
 def test_an_invalid_pod_template_names_its_field_and_nothing_is_written(
-        sim, kube, crds, namespace, image, template, field):
+        sim, kube, crds, namespace, image, template, field, options):
     name = create(crds, namespace, image.ref, template)
-    refused = reconcile(sim, name, namespace)
+    refused = reconcile(sim, name, namespace, **options)
     assert refused["failed"] and field in refused["msg"], refused["msg"]
     assert "untolerated" not in refused["msg"]
     assert written(kube, namespace, name) == {"pvc": [], "pv": [], "job": []}
@@ -171,14 +174,18 @@ def test_a_read_only_many_extraction_runs_on_an_untainted_cpu_node(sim, kube, cr
     cpu = sim_nodes([{"name": "out-cpu-%s" % uuid.uuid4().hex[:4], "count": 1}])[0]
     name = create(crds, namespace, image.ref, access_modes=["ReadOnlyMany"])
     try:
-        result = reconcile(sim, name, namespace, wait=True, wait_timeout=120, node_details=True,
-                           host_path_read_only_many=True)
+        started = reconcile(sim, name, namespace, node_details=True, host_path_read_only_many=True)
+        assert not started.get("failed"), started.get("msg")
+        assert started["eligible_nodes"] == []
+        # Seen while it runs: the run that waits deletes the Job, and with it its pod, once the slot is marked.
+        pods = wait_until("the extraction pod scheduled", lambda: [
+            pod for pod in client.CoreV1Api(kube).list_pod_for_all_namespaces(
+                label_selector="gkm.io/cache=%s" % name).items if pod.spec.node_name], timeout=60)
+        assert {pod.spec.node_name for pod in pods} == {cpu}
+        result = reconcile(sim, name, namespace, wait=True, wait_timeout=120, host_path_read_only_many=True)
         assert not result.get("failed"), result.get("msg")
-        assert result["eligible_nodes"] == []
         status = live_status(crds, namespace, name)
         assert status["phase"] == "Extracted", status
-        pods = client.CoreV1Api(kube).list_namespaced_pod(namespace, label_selector="gkm.io/cache=%s" % name).items
-        assert {pod.spec.node_name for pod in pods} == {cpu}
     finally:
         remove(sim, namespace, name)
 

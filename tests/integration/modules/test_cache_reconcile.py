@@ -90,7 +90,10 @@ def test_caches_role_mirrors_the_extraction_image_and_fails_at_once_when_it_cann
     cache["spec"]["podTemplate"]["metadata"] = {"labels": {stages.PULL_FAILURE_LABEL: "true"}}
     role_vars = {"caches_kubeconfig": sim.kubeconfig, "caches_declared": [cache], "caches_registry_plain_http": True,
                  "gkm_tools_image": "quay.io/gkm-cluster/tools:0.1.0", "gkm_registry_mirror": "mirror.example.com/gkm",
-                 "caches_wait_timeout": 300}
+                 "caches_wait_timeout": 300,
+                 # The kwok stage selects the Jobs' pods by a pod template label, which the system namespace refuses:
+                 # the Jobs in the cache's namespace (the layout caches_system_namespace_jobs=false keeps).
+                 "caches_system_namespace_jobs": False}
     mirrored = "mirror.example.com/gkm/gkm-cluster/tools:0.1.0"
     try:
         with stages.stage(kube, stages.PULL_FAILURE):

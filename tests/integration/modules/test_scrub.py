@@ -52,14 +52,24 @@ def distribute(sim, nodes, check=False, **args):
 
 
 def slot_pvs(kube, name):
-    """The cache's per-node PVs (its serving PV is on no node and holds no slot of its own)."""
-    return client.CoreV1Api(kube).list_persistent_volume(label_selector="gkm.io/cache=%s,gkm.io/node" % name).items
+    """The cache's per-node slot PVs (its serving PV is on no node and holds no slot of its own; the PV its Job writes
+    the node's store through, labelled gkm.io/store, goes once the slot is marked extracted)."""
+    return client.CoreV1Api(kube).list_persistent_volume(
+        label_selector="gkm.io/cache=%s,gkm.io/node,!gkm.io/store" % name).items
+
+
+def wait_store_access_gone(kube, name, timeout=60):
+    """The PV a Job wrote the store through, deleted by the run that waited, goes once that Job's pod has."""
+    deadline = time.monotonic() + timeout
+    while client.CoreV1Api(kube).list_persistent_volume(label_selector="gkm.io/cache=%s,gkm.io/store" % name).items:
+        assert time.monotonic() < deadline, "the store's access PVs of %s still there after %ss" % (name, timeout)
+        time.sleep(0.3)
 
 
 def wait_pvs_gone(kube, name, timeout=30):
     """Deleted PVs linger while their PVC goes (pv-protection finalizer)."""
     deadline = time.monotonic() + timeout
-    while slot_pvs(kube, name):
+    while client.CoreV1Api(kube).list_persistent_volume(label_selector="gkm.io/cache=%s,gkm.io/node" % name).items:
         assert time.monotonic() < deadline, "PVs of %s still there after %ss" % (name, timeout)
         time.sleep(0.3)
 
@@ -137,6 +147,7 @@ def test_slot_pvs_go_only_after_each_node_s_scrub_job_succeeded(sim, kube, names
     name = unique("disk")
     created = distribute(sim, WORKERS, name=name, namespace=namespace, image=image.ref, wait=True)
     assert not created.get("failed"), created.get("msg")
+    wait_store_access_gone(kube, name)
     pvs = {pv.metadata.name: pv for pv in slot_pvs(kube, name)}
     assert len(pvs) == 2
     paths = {pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0].values[0]:
@@ -216,7 +227,8 @@ def test_check_mode_reports_what_would_be_removed_and_creates_nothing(sim, kube,
     planned = distribute(sim, WORKERS[:1], check=True, name=name, namespace=namespace, state="absent")
     assert not planned.get("failed"), planned.get("msg")
     assert [(e["node"], e["result"]) for e in planned["scrub"]["nodes"]] == [(WORKERS[0], "would remove")]
-    assert planned["scrub"]["nodes"][0]["paths"][0].startswith("%s/%s/%s/" % (namespace, name, namespace))
+    # The node's store, which the slot PV points at (system_namespace_jobs).
+    assert planned["scrub"]["nodes"][0]["paths"][0].startswith("%s/%s/_store/" % (namespace, name))
     assert audit.since("gkm-scrub-") == []
     assert len(slot_pvs(kube, name)) == 1
     assert not distribute(sim, WORKERS[:1], name=name, namespace=namespace, state="absent").get("failed")

@@ -66,9 +66,11 @@ def test_serving_pvc_binds_serves_any_pod_survives_a_digest_change_while_mounted
         pv = core.read_persistent_volume(pvc.spec.volume_name)
         assert pv.spec.node_affinity is None
         assert pv.spec.host_path.type == "Directory"
-        assert pv.spec.host_path.path == "%s/%s/%s/%s/%s/cache" % (NODE_DISK, namespace, name, namespace, old_hex)
-        # Each node's slot PV is that directory's parent: the path is the same on every node.
-        slot_pvs = core.list_persistent_volume(label_selector="gkm.io/cache=%s,gkm.io/node" % name).items
+        # The node's store, which every namespace's slot PV points at (system_namespace_jobs).
+        assert pv.spec.host_path.path == "%s/%s/%s/_store/%s/cache" % (NODE_DISK, namespace, name, old_hex)
+        # Each node's slot PV is that directory's parent: the path is the same on every node. (The PV its Job wrote
+        # the store through, labelled gkm.io/store, goes once the slot is marked.)
+        slot_pvs = core.list_persistent_volume(label_selector="gkm.io/cache=%s,gkm.io/node,!gkm.io/store" % name).items
         assert {p.spec.host_path.path for p in slot_pvs} == {pv.spec.host_path.path[:-len("/cache")]}
         assert len(slot_pvs) == len(WORKERS)
 

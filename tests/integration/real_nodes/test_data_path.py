@@ -36,6 +36,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.real_nodes]
 
 AMD_NODE = "gkm-real-amd-1"
 NVIDIA_NODE = "gkm-real-nvidia-1"
+SYSTEM_NAMESPACE = "gkm-system"
 
 
 def unique(prefix):
@@ -80,8 +81,17 @@ def entry(result, node, namespace=None):
                 and (namespace is None or e["namespace"] == namespace))
 
 
-def slot_dir(namespace, cache, digest, cache_namespace=None):
-    return os.path.join(NODE_DISK, cache_namespace or "_cluster", cache, namespace, digest.split(":")[1])
+def store_dir(cache, digest, cache_namespace=None):
+    """The node's store of a digest, which one Job in the system namespace fills and every workload namespace's slot
+    PV points at (system_namespace_jobs, the default)."""
+    return os.path.join(NODE_DISK, cache_namespace or "_cluster", cache, "_store", digest.split(":")[1])
+
+
+def live_jobs(batch, cache):
+    """The cache's extraction Jobs in the system namespace not being deleted: none once the run that waited marked
+    the slots extracted."""
+    return [job for job in batch.list_namespaced_job(SYSTEM_NAMESPACE, label_selector="gkm.io/cache=%s" % cache).items
+            if not job.metadata.deletion_timestamp]
 
 
 def _containing(text, wanted):
@@ -117,7 +127,7 @@ def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(
 
         # On the node's disk: every file readable by any uid, writable by none, owned by root (the extractor runs as
         # uid 0 without capabilities on hostPath volumes).
-        cache_dir = os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache")
+        cache_dir = os.path.join(store_dir(name, pushed.digest, job_namespace), "cache")
         on_disk = files_under(cache_dir)
         assert len(on_disk) == len(kcache_images.cache_entries(spec)[0]) + 1  # + .gkm-cache.json
         for path in [*on_disk, cache_dir]:
@@ -157,50 +167,50 @@ def test_rwo_cache_is_extracted_on_the_real_node_and_a_daemonset_reads_it(
         install(sim.kubeconfig, name=webhook["name"], namespace=webhook["namespace"], endpoint="service",
                 state="absent")
         removed = remove(sim, tools_image, name=name, namespace=job_namespace)
-    assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest, job_namespace)), removed.get("scrub")
+    assert not os.path.exists(store_dir(name, pushed.digest, job_namespace)), removed.get("scrub")
 
 
-def test_with_system_namespace_jobs_one_job_fills_the_node_s_store_for_every_namespace(
+def test_one_job_in_the_system_namespace_fills_the_node_s_store_for_every_namespace(
         sim, kube, tools_image, image, job_namespace):
     """Issue 31, classes 1, 3 and 4: a cluster cache over two namespaces. One Job in the system namespace, with the
     Secret there, extracts the digest once into the node's store through a PVC there and a PV bound to its uid; both
-    namespaces' slot PVs point at that one directory. Once the slots are marked extracted, the Job and that pair go; a
-    namespace dropped from the cache leaves the directory to the other, and the removal of the cache scrubs it."""
+    namespaces' slot PVs point at that one directory. Once the slots are marked extracted (in the run that waited), the
+    Job and that pair go; a namespace dropped from the cache leaves the directory to the other, and the removal of the
+    cache scrubs it. (system_namespace_jobs, the default.)"""
     pushed, spec = image
     name = unique("sys")
     batch, core = client.BatchV1Api(kube), client.CoreV1Api(kube)
     second = labelled_namespace(core, unique("t-real-b"), BASELINE)
     selector = "gkm.io/cache=%s,gkm.io/cache-namespace=" % name
-    store = slot_dir("_store", name, pushed.digest)
-    args = dict(name=name, scope="cluster", image=pushed.ref, system_namespace_jobs=True,
+    store = store_dir(name, pushed.digest)
+    args = dict(name=name, scope="cluster", image=pushed.ref,
                 registry_username="admin", registry_password="unused", registry_host=pushed.ref.split("/", 1)[0])
     try:
         result = distribute(sim, tools_image, workload_namespaces=[job_namespace, second], **args)
         assert not result.get("failed"), result
         assert {entry(result, AMD_NODE, ns)["phase"] for ns in (job_namespace, second)} == {"Extracted"}
-        assert result["plan"]["summary"]["create"]["Job"] == 1, result["plan"]["summary"]
+        assert [(a["action"], a["namespace"]) for a in result["plan"]["actions"] if a["kind"] == "Job"] == [
+            ("create", SYSTEM_NAMESPACE)], result["plan"]["summary"]
         assert len(files_under(os.path.join(store, "cache"))) == len(kcache_images.cache_entries(spec)[0]) + 1
-        assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest))
+        assert not os.path.exists(os.path.join(NODE_DISK, "_cluster", name, job_namespace))
         for namespace in (job_namespace, second):
             assert batch.list_namespaced_job(namespace, label_selector=selector).items == []
             assert core.list_namespaced_secret(namespace, label_selector=selector).items == []
-        jobs = batch.list_namespaced_job("gkm-system", label_selector=selector).items
-        assert [job.metadata.labels["gkm.io/store"] for job in jobs] == ["true"]
         assert [sorted(s.data) for s in core.list_namespaced_secret("gkm-system", label_selector=selector).items] == [
             ["config.json"]]
         served = {(pv.metadata.labels.get("gkm.io/serving"), pv.spec.host_path.path)
                   for pv in core.list_persistent_volume(label_selector=selector).items
                   if pv.spec.claim_ref.namespace in (job_namespace, second)}
         assert served == {(None, store), ("true", os.path.join(store, "cache"))}
-        again = distribute(sim, tools_image, workload_namespaces=[job_namespace, second], **args)
-        assert not again.get("failed"), again
+        # The slots were marked extracted in that run: the Job went, and with its pod (which PVC protection counts while
+        # it exists) the PVC and PV it wrote through.
+        assert live_jobs(batch, name) == []
         access = selector + ",gkm.io/slot-access=true"
-        # The slots are marked extracted: the Job goes, and with its pod (which PVC protection counts while it exists)
-        # the PVC and PV it wrote through.
-        assert again["plan"]["summary"] == {"delete": {"PersistentVolume": 1, "PersistentVolumeClaim": 1, "Job": 1}}
         wait_until("the access PVC and PV gone", lambda: not core.list_namespaced_persistent_volume_claim(
             "gkm-system", label_selector=access).items and not core.list_persistent_volume(label_selector=access).items,
             timeout=60)
+        again = distribute(sim, tools_image, workload_namespaces=[job_namespace, second], **args)
+        assert again["changed"] is False and again["api_writes"] == 0, again["plan"]
         narrowed = distribute(sim, tools_image, workload_namespaces=[job_namespace], **args)
         assert not narrowed.get("failed"), narrowed
         # Its slot's and its serving PV and PVC; the directory stays for the first namespace.
@@ -225,14 +235,14 @@ def test_rox_and_cluster_caches_over_two_namespaces_land_on_the_real_node(sim, k
         shared = distribute(sim, tools_image, name=rox, namespace=job_namespace, image=pushed.ref,
                             access_modes=["ReadOnlyMany"], host_path_read_only_many=True)
         assert shared["status"]["phase"] == "Extracted", shared["status"]
-        assert files_under(os.path.join(slot_dir(job_namespace, rox, pushed.digest, job_namespace), "cache"))
+        assert files_under(os.path.join(store_dir(rox, pushed.digest, job_namespace), "cache"))
 
         both = distribute(sim, tools_image, name=cluster, scope="cluster", workload_namespaces=[job_namespace, second],
                           image=pushed.ref)
         assert both["status"]["phase"] == "Extracted", both["status"]
         for namespace in (job_namespace, second):
             assert entry(both, AMD_NODE, namespace)["phase"] == "Extracted"
-            assert files_under(os.path.join(slot_dir(namespace, cluster, pushed.digest), "cache"))
+        assert files_under(os.path.join(store_dir(cluster, pushed.digest), "cache"))
         again = distribute(sim, tools_image, name=cluster, scope="cluster", workload_namespaces=[job_namespace, second],
                            image=pushed.ref)
         assert again["changed"] is False and again["api_writes"] == 0
@@ -240,8 +250,7 @@ def test_rox_and_cluster_caches_over_two_namespaces_land_on_the_real_node(sim, k
         remove(sim, tools_image, name=rox, namespace=job_namespace)
         remove(sim, tools_image, name=cluster, scope="cluster")
         delete_namespace(core, second)
-    for path in (slot_dir(job_namespace, rox, pushed.digest, job_namespace),
-                 slot_dir(job_namespace, cluster, pushed.digest), slot_dir(second, cluster, pushed.digest)):
+    for path in (store_dir(rox, pushed.digest, job_namespace), store_dir(cluster, pushed.digest)):
         assert not os.path.exists(path)
 
 
@@ -304,7 +313,7 @@ def test_a_deployment_naming_the_cache_in_claim_name_reads_the_kernels_on_both_r
         wait_until("the readers gone", lambda: not core.list_namespaced_pod(
             job_namespace, label_selector="app=serving-reader").items, timeout=120)
         remove(sim, tools_image, name=name, namespace=job_namespace)
-    assert not os.path.exists(slot_dir(job_namespace, name, pushed.digest, job_namespace))
+    assert not os.path.exists(store_dir(name, pushed.digest, job_namespace))
 
 
 # ---------------------------------------------------------------- refusals and the extractor's user
@@ -321,8 +330,8 @@ def test_a_hostile_image_is_refused_in_the_real_job_and_the_destination_stays_un
         assert failed["phase"] == "Error", result["status"]
         assert failed["reason"] == "ExtractionRefused", failed
         assert expected in failed["message"], failed["message"]
-        slot = slot_dir(job_namespace, name, hostile.digest, job_namespace)
-        assert not os.path.exists(os.path.join(slot, "cache")), node_disk_files(slot)
+        store = store_dir(name, hostile.digest, job_namespace)
+        assert not os.path.exists(os.path.join(store, "cache")), node_disk_files(store)
         assert not [path for path in node_disk_files(NODE_DISK) if "gkm-evil" in path]
     finally:
         remove(sim, tools_image, name=name, namespace=job_namespace)
@@ -338,7 +347,7 @@ def test_without_the_permission_step_the_job_cannot_write_the_pv(sim, tools_imag
         assert failed["phase"] == "Error", result["status"]
         assert failed["reason"] == "VolumeNotWritable", failed
         assert "uid 1000" in failed["message"] and "set_volume_owner" in failed["message"]
-        assert not os.path.exists(os.path.join(slot_dir(job_namespace, name, pushed.digest, job_namespace), "cache"))
+        assert not os.path.exists(os.path.join(store_dir(name, pushed.digest, job_namespace), "cache"))
     finally:
         remove(sim, tools_image, name=name, namespace=job_namespace)
 
@@ -404,7 +413,7 @@ def test_the_jobs_verify_a_labelled_cache_s_signature_with_the_key(sim, crds, re
             assert status["phase"] == "Extracted", status
             condition = next(c for c in status["conditions"] if c["type"] == "SignatureVerified")
             assert (condition["status"], condition["reason"]) == ("True", "VerifiedByExtraction"), condition
-            assert files_under(os.path.join(slot_dir(job_namespace, signed, pushed.digest), "cache"))
+            assert files_under(os.path.join(store_dir(signed, pushed.digest), "cache"))
 
             status = crds.get_namespaced_custom_object_status("gkm.io", "v1alpha1", job_namespace, "gkmcaches",
                                                               refused)["status"]
@@ -419,8 +428,7 @@ def test_the_jobs_verify_a_labelled_cache_s_signature_with_the_key(sim, crds, re
             condition = next(c for c in status["conditions"] if c["type"] == "SignatureVerified")
             assert (condition["status"], condition["reason"]) == ("False", "VerificationFailed"), condition
             assert refusal in condition["message"], condition
-            assert not os.path.exists(os.path.join(slot_dir(job_namespace, refused, pushed.digest, job_namespace),
-                                                   "cache"))
+            assert not os.path.exists(os.path.join(store_dir(refused, pushed.digest, job_namespace), "cache"))
         finally:
             removals = list(pool.map(lambda cache: _reconcile(sim, tools_image, *cache, state="absent", force=True),
                                      caches))
@@ -446,8 +454,14 @@ def _start_extraction(sim, tools_image, batch, args):
     first = distribute(sim, tools_image, wait=False, **args)
     assert not first.get("failed"), first
     wait_until("the extraction Job's pod to start", lambda: [
-        job for job in batch.list_namespaced_job(args["namespace"]).items if job.status.active], timeout=60,
-        interval=0.1)
+        job for job in live_jobs(batch, args["name"]) if job.status.active], timeout=60, interval=0.1)
+
+
+def slot_claims(kube, args):
+    """The cache's per-node PVCs in its namespace, not being deleted."""
+    return [pvc for pvc in client.CoreV1Api(kube).list_namespaced_persistent_volume_claim(
+        args["namespace"], label_selector="gkm.io/cache=%s,gkm.io/node" % args["name"]).items
+        if not pvc.metadata.deletion_timestamp]
 
 
 def _converges(sim, tools_image, args, digest):
@@ -456,7 +470,7 @@ def _converges(sim, tools_image, args, digest):
     assert entry(rerun, AMD_NODE)["phase"] == "Extracted", rerun["status"]
     third = distribute(sim, tools_image, **args)
     assert third["changed"] is False and third["api_writes"] == 0, third["plan"]
-    cache_dir = os.path.join(slot_dir(args["namespace"], args["name"], digest, args["namespace"]), "cache")
+    cache_dir = os.path.join(store_dir(args["name"], digest, args["namespace"]), "cache")
     return files_under(cache_dir)
 
 
@@ -491,8 +505,8 @@ def test_registry_stopped_while_jobs_pull_then_a_rerun_converges(sim, kube, tool
         _sim("registry-up")
         files = _converges(sim, tools_image, args, pushed.digest)
         assert len(files) == len(kcache_images.cache_entries(spec)[0]) + 1
-        jobs = batch.list_namespaced_job(job_namespace, label_selector="gkm.io/cache=%s" % args["name"]).items
-        assert len(jobs) == 1  # nothing duplicated
+        assert live_jobs(batch, args["name"]) == []  # the Job went once the slot was marked
+        assert len(slot_claims(kube, args)) == 1  # nothing duplicated
     finally:
         _sim("registry-up")
         remove(sim, tools_image, **args)
@@ -502,7 +516,7 @@ def test_a_real_node_leaving_is_pruned_and_its_disk_named(sim, kube, tools_image
     pushed, _spec = image
     args = dict(name=unique("leave"), namespace=job_namespace, image=pushed.ref)
     core = client.CoreV1Api(kube)
-    slot = slot_dir(job_namespace, args["name"], pushed.digest, job_namespace)
+    slot = store_dir(args["name"], pushed.digest, job_namespace)
     try:
         assert entry(distribute(sim, tools_image, **args), AMD_NODE)["phase"] == "Extracted"
         _kill_process("kubelet")
@@ -510,8 +524,9 @@ def test_a_real_node_leaving_is_pruned_and_its_disk_named(sim, kube, tools_image
         # No node is eligible any more: with wait the run would refuse (nothing to wait for); without, it prunes.
         left = distribute(sim, tools_image, wait=False, **args)
         assert not left.get("failed"), left.get("msg")
-        # The slot's PV, PVC and Job, and the serving PV and PVC (no eligible node is left to serve).
-        assert left["plan"]["summary"].get("delete") == {"PersistentVolume": 2, "PersistentVolumeClaim": 2, "Job": 1}
+        # The slot's PV and PVC, and the serving PV and PVC (no eligible node is left to serve); the Job that filled
+        # the store went once the slot was marked.
+        assert left["plan"]["summary"].get("delete") == {"PersistentVolume": 2, "PersistentVolumeClaim": 2}
         assert AMD_NODE not in {e["node"] for e in left["status"]["entries"]}
         assert any(AMD_NODE in warning and slot in warning for warning in left["warnings"]), left["warnings"]
         assert os.path.isdir(slot)  # a node that is gone cannot be scrubbed: the warning names what stays
@@ -538,8 +553,7 @@ def test_api_server_restarted_during_a_deploy_then_a_rerun_converges(sim, kube, 
         _sim("up")
         files = _converges(sim, tools_image, args, pushed.digest)
         assert len(files) == len(kcache_images.cache_entries(spec)[0]) + 1
-        jobs = client.BatchV1Api(kube).list_namespaced_job(job_namespace,
-                                                           label_selector="gkm.io/cache=%s" % args["name"])
-        assert len(jobs.items) == 1  # nothing duplicated
+        assert live_jobs(client.BatchV1Api(kube), args["name"]) == []  # the Job went once the slot was marked
+        assert len(slot_claims(kube, args)) == 1  # nothing duplicated
     finally:
         remove(sim, tools_image, **args)

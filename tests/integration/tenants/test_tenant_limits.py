@@ -5,11 +5,13 @@ stops there. The tenant writes and reads its cache through its own token; the re
 runs it."""
 
 import pytest
+from kubernetes import client
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import Kube
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.naming import short_digest
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
     API_VERSION,
+    CACHE_NAMESPACE_LABEL,
     DIGEST_LABEL,
     NODE_LABEL,
 )
@@ -70,14 +72,17 @@ def test_an_image_declared_over_the_admin_s_max_bytes_is_refused_before_anything
         assert listed(tenant, path) == []
 
 
-def test_under_the_limits_the_extraction_jobs_carry_them(sim, crds, tenant, cache, image, declared_bytes):
+def test_under_the_limits_the_extraction_jobs_carry_them(sim, kube, crds, tenant, cache, image, declared_bytes):
     result = reconcile(sim, tenant, cache, {"max_bytes": declared_bytes, "max_files": 500})
     assert not result.get("failed"), result.get("msg")
-    jobs = listed(tenant, "/apis/batch/v1/namespaces/%s/jobs")
+    # The Jobs run in the system namespace (system_namespace_jobs), where the tenant may read nothing: as the admin.
+    assert listed(tenant, "/apis/batch/v1/namespaces/%s/jobs") == []
+    jobs = client.BatchV1Api(kube).list_namespaced_job("gkm-system", label_selector="gkm.io/cache=%s,%s=%s" % (
+        cache, CACHE_NAMESPACE_LABEL, tenant.namespace)).items
     assert jobs, result.get("plan", {}).get("summary")
     for job in jobs:
-        extractor = job["spec"]["template"]["spec"]["containers"][0]
-        argv = extractor.get("command", []) + extractor.get("args", [])
+        extractor = job.spec.template.spec.containers[0]
+        argv = (extractor.command or []) + (extractor.args or [])
         assert argv[argv.index("--max-bytes") + 1] == str(declared_bytes), argv
         assert argv[argv.index("--max-files") + 1] == "500" and "--max-expansion-ratio" not in argv, argv
 

@@ -118,9 +118,11 @@ def _poll(kube, source, spec, facts, plan, deadline, status_of):
 
 
 def _mark_then_release(kube, source, spec, facts, deadline, scrub):
-    """Record finished extractions on their PVCs; when that plan keeps previous slots, plan once more: the marks,
-    which the webhook already sees, release them in this run (make before break: never a moment with neither)."""
-    for step in ("recording finished extractions", "releasing the previous digest's slots"):
+    """Record finished extractions on their PVCs; when that plan wrote anything, plan once more: the marks, which the
+    webhook already sees, release in this run the previous digest's slots (make before break: never a moment with
+    neither) and the store's Job and access pair, which go once a slot is marked (planner._extract), so a waited run
+    leaves the cache settled and the next run writes nothing."""
+    for step in ("recording finished extractions", "releasing what the marks replace"):
         plan = plan_cache(spec, facts)
         errors = execute(kube, plan, max(deadline - time.monotonic(), CLEANUP_MIN_SECONDS), scrub)
         if errors:
@@ -128,8 +130,6 @@ def _mark_then_release(kube, source, spec, facts, deadline, scrub):
         if not plan.actions:
             break
         facts = assemble_facts(source, spec)
-        if not any(slot.outcome == planner.PREVIOUS for slot in plan.slots):
-            break
     return facts, plan
 
 
