@@ -25,10 +25,9 @@ def image(registry):
     return kcache_images.build_image(registry.host, "lifecycle/vector-add", "v1", spec)
 
 
-def ours(kube, cache, going=True):
-    """Every object labelled as the collection's for `cache` (any namespace): kind -> sorted names; without those
-    being deleted unless `going` (the Job that filled a node's store goes with the PVC and PV it wrote through once
-    the run that waited marks the slot)."""
+def ours(kube, cache):
+    """Every object labelled as the collection's for `cache` (any namespace): kind -> sorted names, each namespaced
+    one as namespace/name."""
     core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
     selector = "%s,gkm.io/cache=%s" % (OURS, cache)
     listings = {
@@ -37,9 +36,8 @@ def ours(kube, cache, going=True):
         "Job": batch.list_job_for_all_namespaces(label_selector=selector).items,
         "Secret": core.list_secret_for_all_namespaces(label_selector=selector).items,
     }
-    names = {kind: sorted(item.metadata.name for item in items if going or not item.metadata.deletion_timestamp)
-             for kind, items in listings.items()}
-    return {kind: found for kind, found in names.items() if found}
+    return {kind: sorted("/".join(filter(None, (item.metadata.namespace, item.metadata.name))) for item in items)
+            for kind, items in listings.items() if items}
 
 
 def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(
@@ -54,7 +52,7 @@ def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(
         run = run_role("caches", tmp_path, role_vars(sim, [declared_cache]))
         assert run.ok, run.failures()
         for name in (deleted, kept, declared):
-            assert set(ours(kube, name, going=False)) == {"PersistentVolumeClaim", "PersistentVolume"}, (name, ours(
+            assert set(ours(kube, name)) == {"PersistentVolumeClaim", "PersistentVolume", "Job"}, (name, ours(
                 kube, name))
         live = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", declared)
         assert live["metadata"]["labels"]["gkm.io/declared-by"] == "inventory"
@@ -65,8 +63,7 @@ def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(
         owner = crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", deleted)["metadata"]["uid"]
         assert [(ref.kind, ref.name, ref.uid) for ref in pvc.metadata.owner_references] == [
             ("GKMCache", deleted, owner)]
-        pv = client.CoreV1Api(kube).list_persistent_volume(
-            label_selector="gkm.io/cache=%s,!gkm.io/store" % deleted).items[0]
+        pv = client.CoreV1Api(kube).list_persistent_volume(label_selector="gkm.io/cache=%s" % deleted).items[0]
         assert not pv.metadata.owner_references and pv.metadata.labels["gkm.io/cache-kind"] == "GKMCache"
 
         # The opt-out keeps an undeclared cache.
@@ -75,16 +72,20 @@ def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(
         assert ours(kube, declared)
 
         crds.delete_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", deleted)
-        # The garbage collector takes what the resource owns; the PV, which it cannot own, waits for the next run.
+        # The garbage collector takes what the resource owns, in its namespace; the PVs, and the Job filling the
+        # node's store with the PVC it writes through in the system namespace, which it cannot own, wait for the next
+        # run.
 
-        def only_the_pv_left():
+        def only_what_it_cannot_own_left():
             found = ours(kube, deleted)
-            return found if set(found) == {"PersistentVolume"} else None
+            claims_and_jobs = found.get("PersistentVolumeClaim", []) + found.get("Job", [])
+            return found if namespace not in {name.split("/")[0] for name in claims_and_jobs} else None
 
-        left = wait_until("the garbage collector to remove the PVC of %s" % deleted, only_the_pv_left,
+        left = wait_until("the garbage collector to remove the PVCs of %s" % deleted, only_what_it_cannot_own_left,
                           timeout=60)
-        # The node's slot PV and the serving PV (docs/modes/serving-pvc.md).
-        assert len(left["PersistentVolume"]) == 2
+        assert {name.split("/")[0] for name in left["PersistentVolumeClaim"] + left["Job"]} == {"gkm-system"}, left
+        # The node's slot PV, the serving PV (docs/modes/serving-pvc.md) and the PV the Job writes the store through.
+        assert len(left["PersistentVolume"]) == 3, left
         run = run_role("caches", tmp_path, role_vars(sim, []))
         assert run.ok, run.failures()
         wait_until("the objects of %s and %s gone" % (deleted, declared),
@@ -92,8 +93,8 @@ def test_deleted_and_undeclared_caches_leave_nothing_and_kubectl_caches_stay(
         with pytest.raises(client.ApiException) as gone:
             crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", declared)
         assert gone.value.status == 404
-        # Created with kubectl, never declared: untouched.
-        assert set(ours(kube, kept, going=False)) == {"PersistentVolumeClaim", "PersistentVolume"}
+        # Created with kubectl, never declared: kept (its Job goes once a run has marked its slot extracted).
+        assert {"PersistentVolumeClaim", "PersistentVolume"} <= set(ours(kube, kept))
         assert crds.get_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", kept)
     finally:
         for name in (deleted, kept, declared):
