@@ -208,7 +208,7 @@ class ControllerPath:
 
     def start(self):
         options = {"registry_plain_http": True, "concurrency": scale.OPTIONS["concurrency"],
-                   "wait_timeout": self.timeout}
+                   "system_namespace_jobs": scale.OPTIONS["system_namespace_jobs"], "wait_timeout": self.timeout}
         controller = Controller(self.kubeconfig, os.path.join(self.workdir, "controller-%s.log" % uuid.uuid4().hex[:6]),
                                 LEASE_NAMESPACE, self.tools_image, options, verbose=False,
                                 resync_seconds=self.resync_seconds)
