@@ -39,6 +39,10 @@ description:
     planned writes are counted in RV(node_objects); with C(--diff), the changed per-node entries are shown, at most
     20 nodes).
   - With O(state=absent) the cache's entries leave the per-node objects (an object left empty is deleted).
+  - A resource being deleted (a deletion timestamp, held by the operator's finalizer C(gkm.io/cache-cleanup)) is never
+    distributed again, since its namespace may be terminating. With O(state=present) its objects are removed as with
+    O(state=absent), then the finalizer is taken off (not in check mode), so the deletion completes without the
+    operator. With O(state=absent), as the operator's finalizer runs it, the finalizer is left to the caller.
 author:
   - gkm.cluster contributors (@gkm-cluster)
 extends_documentation_fragment:
@@ -148,6 +152,15 @@ resource:
   type: dict
   sample: {"kind": "GKMCache", "name": "vector-add", "namespace": "team-a", "found": true,
            "status": {"phase": "Extracted", "nodeCnt": 3, "resolvedDigest": "sha256:..."}}
+  contains:
+    deleting:
+      description: The resource has a deletion timestamp, so its objects were removed instead of distributed.
+      returned: when O(state=present) found the resource being deleted
+      type: bool
+    finalizer_released:
+      description: This run took the finalizer C(gkm.io/cache-cleanup) off the resource being deleted.
+      returned: when it did
+      type: bool
 status_changed:
   description: Whether the status subresource was (or, in check mode, would be) updated.
   returned: when state is present

@@ -40,6 +40,7 @@ LOG = logging.getLogger("gkm.kube")
 FIELD_MANAGER = "gkm.cluster"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 RETRY_STATUS = (409, 429, 500, 502, 503, 504)
 MAX_ATTEMPTS = 6
 DEFAULT_WORKERS = 16

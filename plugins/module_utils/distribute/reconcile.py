@@ -9,11 +9,12 @@ __metaclass__ = type
 import datetime
 
 from ansible_collections.gkm.cluster.plugins.module_utils.common.errors import GkmError
-from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import MERGE_PATCH
+from ansible_collections.gkm.cluster.plugins.module_utils.common.kube import JSON_PATCH, MERGE_PATCH
 from ansible_collections.gkm.cluster.plugins.module_utils.common.merge_patch import merge_patch
 from ansible_collections.gkm.cluster.plugins.module_utils.common.timings import Timings
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.cache_resource import resource_terms
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    CACHE_FINALIZER,
     IMAGE_VOLUME,
     KERNEL_USE_STATUS,
 )
@@ -45,6 +46,24 @@ def _absent_params(kind, name, namespace, options):
     else:
         params.update(scope="cluster", namespace=None, workload_namespaces=None)
     return params
+
+
+def _being_deleted(status_code, resource):
+    return status_code != 404 and bool(((resource or {}).get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _release_finalizer(kube, kind, name, path, resource):
+    """Take the operator's finalizer off a resource being deleted whose objects are removed, so the deletion completes
+    without the operator (a playbook run, or an operator that is gone). The test op keeps another controller's
+    finalizer from being taken if the list changed meanwhile. True when one was taken."""
+    finalizers = resource["metadata"].get("finalizers") or []
+    if CACHE_FINALIZER not in finalizers:
+        return False
+    pointer = "/metadata/finalizers/%d" % finalizers.index(CACHE_FINALIZER)
+    status, _released = kube.request("PATCH", path, body=[{"op": "test", "path": pointer, "value": CACHE_FINALIZER},
+                                                          {"op": "remove", "path": pointer}],
+                                     content_type=JSON_PATCH, what="the finalizer of %s %s" % (kind, name))
+    return status != 404
 
 
 def _check_definition(definition, kind, name, namespace):
@@ -110,10 +129,19 @@ def reconcile(kube, kind, name, namespace, options, check_mode=False, want_diff=
     with timings.phase("resource"):
         status_code, resource = (200, live) if live is not None else kube.request("GET", path, what="%s %s" % (
             kind, name))
-    if options.get("state") == "absent":
+    # Deletion is final: a resource being deleted is never distributed again (its namespace may be terminating, where
+    # nothing can be created); it is removed, as its finalizer would. (A removal asked for, as the operator's
+    # finalizer asks it, leaves the finalizer to its caller.)
+    deleting = options.get("state") != "absent" and _being_deleted(status_code, resource)
+    if options.get("state") == "absent" or deleting:
         result = distribute(kube, _absent_params(kind, name, namespace, options), check_mode, want_diff, timings,
                             source)
         result["resource"] = {"kind": kind, "name": name, "namespace": namespace, "found": status_code != 404}
+        if deleting:
+            result["resource"]["deleting"] = True
+            if not check_mode and _release_finalizer(kube, kind, name, path, resource):
+                result["changed"] = True
+                result["resource"]["finalizer_released"] = True
         return result
     if status_code == 404 and definition is None:
         raise cache_cr.ResourceError("%s %s not found%s: create it first (or distribute with "

@@ -6,10 +6,12 @@ import uuid
 import pytest
 from kubernetes import client
 
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import CACHE_FINALIZER
 from tests.helpers import job_pod_stages as stages
 from tests.helpers import kcache_images
 from tests.helpers.modules import NODE_DISK, AuditWrites, run_module
 from tests.helpers.roles import run_role
+from tests.helpers.webhook import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.registry]
 
@@ -130,3 +132,30 @@ def test_a_labelled_cache_nothing_verified_says_so_in_its_status_and_the_run(sim
     status = crds.get_namespaced_custom_object_status(GROUP, VERSION, namespace, "gkmcaches", name)["status"]
     condition = next(c for c in status["conditions"] if c["type"] == "SignatureVerified")
     assert (condition["status"], condition["reason"]) == ("False", "NotVerified")
+
+
+def test_a_cache_being_deleted_is_removed_and_its_terminating_namespace_goes(sim, kube, crds, images):
+    """Deletion is final: a GKMCache still held by the operator's finalizer (the operator gone) in a namespace being
+    deleted is removed by the next run, which then takes the finalizer off, instead of being distributed into the
+    terminating namespace (its per-node objects refused there: the run failed, and the namespace stayed)."""
+    core = client.CoreV1Api(kube)
+    namespace = "t-rec-deleting-%s" % uuid.uuid4().hex[:5]
+    core.create_namespace({"metadata": {"name": namespace, "labels": {"gkm.io/test": "true"}}})
+    name = "rec-del-%s" % uuid.uuid4().hex[:5]
+    body = manifest(name, namespace, images[0].ref)
+    body["metadata"]["finalizers"] = [CACHE_FINALIZER]
+    crds.create_namespaced_custom_object(GROUP, VERSION, namespace, "gkmcaches", body)
+    first = reconcile(sim, name, namespace)
+    assert first["changed"] and not first.get("failed"), first.get("msg")
+    core.delete_namespace(namespace)
+    wait_until("the cache's deletion timestamp", lambda: crds.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "gkmcaches", name)["metadata"].get("deletionTimestamp"), timeout=60)
+
+    removed = reconcile(sim, name, namespace)
+    assert not removed.get("failed"), removed.get("msg")
+    assert removed["resource"]["deleting"] and removed["resource"]["finalizer_released"], removed["resource"]
+    assert "create" not in removed["plan"]["summary"], removed["plan"]
+    wait_until("the namespace gone", lambda: not core.list_namespace(
+        field_selector="metadata.name=%s" % namespace).items, timeout=90)
+    wait_until("the cache's PVs gone", lambda: not core.list_persistent_volume(
+        label_selector="gkm.io/cache=%s" % name).items, timeout=60)

@@ -63,3 +63,56 @@ def test_a_kernel_use_that_cannot_be_read_warns_and_keeps_the_last_one(monkeypat
     result = _reconcile_with_kernel_use(monkeypatch, refused, {"kernelUse": {"podCnt": 2}})
     assert result["resource"]["status"]["kernelUse"] == {"podCnt": 2}
     assert any("kernel use of its pods was not read" in warning for warning in result["warnings"])
+
+
+DELETING = {"kind": "GKMCache", "metadata": {
+    "name": "vector-add", "namespace": "team-a", "uid": "u-1", "deletionTimestamp": "2026-11-30T03:00:00Z",
+    "finalizers": ["example.com/other", "gkm.io/cache-cleanup"]}, "spec": {"image": "r/x:1"}}
+
+
+class RecordingKube:
+    def __init__(self):
+        self.requests = []
+
+    def request(self, method, path, *args, **kwargs):
+        self.requests.append((method, path, kwargs.get("body"), kwargs.get("content_type")))
+        return 200, {}
+
+
+def _removal_params(monkeypatch):
+    passed = []
+    monkeypatch.setattr(cache_reconcile, "distribute",
+                        lambda kube, params, *args: passed.append(params) or {"changed": False})
+    return passed
+
+
+def test_a_resource_being_deleted_is_removed_not_distributed_and_its_finalizer_released(monkeypatch):
+    passed = _removal_params(monkeypatch)
+    kube = RecordingKube()
+    result = cache_reconcile.reconcile(kube, "GKMCache", "vector-add", "team-a", {"state": "present"}, live=DELETING)
+    assert [params["state"] for params in passed] == ["absent"]
+    assert result["changed"] is True
+    assert result["resource"]["deleting"] is True and result["resource"]["finalizer_released"] is True
+    # Only ours, at its index, and only if it is still there.
+    assert kube.requests == [("PATCH", "/apis/gkm.io/v1alpha1/namespaces/team-a/gkmcaches/vector-add", [
+        {"op": "test", "path": "/metadata/finalizers/1", "value": "gkm.io/cache-cleanup"},
+        {"op": "remove", "path": "/metadata/finalizers/1"}], "application/json-patch+json")]
+
+
+def test_a_declared_definition_does_not_bring_a_resource_being_deleted_back(monkeypatch):
+    passed = _removal_params(monkeypatch)
+    result = cache_reconcile.reconcile(RecordingKube(), "GKMCache", "vector-add", "team-a", {"state": "present"},
+                                       live=DELETING, definition=dict(DELETING, metadata={
+                                           "name": "vector-add", "namespace": "team-a"}))
+    assert [params["state"] for params in passed] == ["absent"] and result["resource"]["deleting"] is True
+
+
+def test_check_mode_and_an_asked_removal_leave_the_finalizer(monkeypatch):
+    _removal_params(monkeypatch)
+    checked = cache_reconcile.reconcile(NoRequest(), "GKMCache", "vector-add", "team-a", {"state": "present"},
+                                        check_mode=True, live=DELETING)
+    assert checked["resource"]["deleting"] is True and "finalizer_released" not in checked["resource"]
+    # The operator's finalizer asks for the removal and takes its finalizer off itself.
+    asked = cache_reconcile.reconcile(NoRequest(), "GKMCache", "vector-add", "team-a", {"state": "absent"},
+                                      live=DELETING)
+    assert "deleting" not in asked["resource"]
