@@ -536,7 +536,8 @@ class _Planner:
                     plan.add("create", desired, "missing")
                 else:
                     self.claimed.add(object_ref(live))
-                    plan.add("replace", desired, "holds another digest or spec; recreated empty")
+                    plan.add("replace", desired, "holds another digest or spec; recreated %s" % (
+                        "at the node's store, already extracted" if extracted else "empty"))
                 continue
             self.claimed.add(object_ref(live))
             if _metadata_outdated(live, desired):

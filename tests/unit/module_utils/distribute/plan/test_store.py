@@ -3,7 +3,10 @@ directory that every namespace's slot of the node points at; the slots of a name
 a failure is every slot's, and a directory stays while any PV of it does."""
 
 from ansible_collections.gkm.cluster.plugins.module_utils.contract.marks import holds_extracted
-from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import EXTRACTION_FAILURE_ANNOTATION
+from ansible_collections.gkm.cluster.plugins.module_utils.contract.vocabulary import (
+    EXTRACTION_FAILURE_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+)
 from ansible_collections.gkm.cluster.plugins.module_utils.distribute.plan import planner, scrub
 from tests.helpers.distribute import (
     DIGEST_A,
@@ -154,3 +157,15 @@ def test_moving_to_the_store_keeps_a_mounted_serving_pvc_and_its_pv_until_unused
     unused = planner.plan(after, facts(objects=moved))
     assert sorted((a.verb, a.kind) for a in unused.actions if is_serving(a.body)) == [
         ("replace", "PersistentVolume"), ("replace", "PersistentVolumeClaim")]
+
+
+def test_a_slot_replaced_beside_an_extracted_store_is_recreated_marked_and_says_so():
+    live = as_live(planner.plan(cluster_spec(), facts()).desired, complete_jobs=True, marked=True)
+    # team-c's slot PV of one node rendered from another spec (its own directory, from before the store, say).
+    stale = next(pv for pv in live["PersistentVolume"] if pv["spec"]["claimRef"]["namespace"] == "team-c")
+    stale["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = "another spec"
+    replaced = [a for a in planner.plan(cluster_spec(), facts(objects=live)).actions if a.verb == "replace"]
+    assert sorted(a.kind for a in replaced) == ["PersistentVolume", "PersistentVolumeClaim"]
+    assert {a.reason for a in replaced} == {"holds another digest or spec; recreated at the node's store, already "
+                                            "extracted"}
+    assert holds_extracted(next(a.body for a in replaced if a.kind == "PersistentVolumeClaim"), DIGEST_A)
